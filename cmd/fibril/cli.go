@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	"github.com/fibrilgo/fibril/core/config"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // an I/O failure, such as an unwritable -o file
+	exitUsage = 2 // bad configuration or command line
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// run is main without the process: arguments, environment and streams are
+// passed in so tests can drive every subcommand.
+func run(args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "version":
+			fmt.Fprintln(stdout, versionString())
+			return exitOK
+		case "help":
+			usage(stdout)
+			return exitOK
+		case "config":
+			return runConfig(args[1:], environ, stdout, stderr)
+		}
+	}
+	code := loadAndPrint(args, environ, stdout, stderr, true)
+	if code == exitOK {
+		fmt.Fprintln(stderr, "fibril: the configuration is valid; serving is not implemented yet.")
+	}
+	return code
+}
+
+// runConfig handles "fibril config SUBCOMMAND".
+func runConfig(args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "fibril config: missing subcommand (print, check, example, docs)")
+		return exitUsage
+	}
+	switch args[0] {
+	case "print":
+		return loadAndPrint(args[1:], environ, stdout, stderr, true)
+	case "check":
+		code := loadAndPrint(args[1:], environ, stdout, stderr, false)
+		if code == exitOK {
+			fmt.Fprintln(stdout, "configuration OK")
+		}
+		return code
+	case "example":
+		return generate(args[1:], stdout, stderr, config.WriteExample)
+	case "docs":
+		return generate(args[1:], stdout, stderr, config.WriteDocs)
+	}
+	fmt.Fprintf(stderr, "fibril config: unknown subcommand %q (print, check, example, docs)\n", args[0])
+	return exitUsage
+}
+
+// loadAndPrint loads the configuration, logs its warnings and either
+// prints it or reports every problem.
+func loadAndPrint(args, environ []string, stdout, stderr io.Writer, print bool) int {
+	cfg, ld, err := config.Load(args, environ)
+	if errors.Is(err, config.ErrHelp) {
+		usage(stdout)
+		return exitOK
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	if err == nil {
+		logger = newLogger(stderr, cfg.Log)
+	}
+	for _, w := range ld.Warnings {
+		logger.Warn(w.Msg, "subject", w.Subject)
+	}
+	if err != nil {
+		n := len(config.Problems(err))
+		fmt.Fprintf(stderr, "fibril: invalid configuration (%d problem%s):\n", n, plural(n))
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintln(stderr, "  "+line)
+		}
+		return exitUsage
+	}
+	if print {
+		if err := config.WriteEffective(stdout, cfg, ld); err != nil {
+			fmt.Fprintln(stderr, "fibril:", err)
+			return exitError
+		}
+	}
+	return exitOK
+}
+
+// generate writes generated text to stdout, or to the file named by -o
+// (used by go:generate, which runs commands without a shell).
+func generate(args []string, stdout, stderr io.Writer, write func(io.Writer) error) int {
+	out := stdout
+	switch {
+	case len(args) == 0:
+	case len(args) == 2 && args[0] == "-o":
+		f, err := os.Create(args[1])
+		if err != nil {
+			fmt.Fprintln(stderr, "fibril:", err)
+			return exitError
+		}
+		defer f.Close()
+		out = f
+	default:
+		fmt.Fprintln(stderr, "fibril: usage: fibril config example|docs [-o FILE]")
+		return exitUsage
+	}
+	if err := write(out); err != nil {
+		fmt.Fprintln(stderr, "fibril:", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// newLogger builds the process logger from log.level and log.format.
+func newLogger(w io.Writer, l config.Log) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(l.Level)) // validated by Load
+	opts := &slog.HandlerOptions{Level: level}
+	if l.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func versionString() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		return fmt.Sprintf("fibril %s (%s)", v, bi.GoVersion)
+	}
+	return "fibril " + v
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Usage:
+  fibril [--config PATH] [--<key> VALUE ...]   load the configuration and start (prints it for now)
+  fibril config print [flags]                   print the effective configuration with origins
+  fibril config check [flags]                   validate only; exit 0 when valid, 2 otherwise
+  fibril config example [-o FILE]               write fibril.example.toml
+  fibril config docs [-o FILE]                  write docs/configuration.md
+  fibril version
+
+Precedence: defaults < TOML file < FIBRIL_* environment < flags.
+Reference: docs/configuration.md. Flags:
+`)
+	config.FlagUsage(w)
+}

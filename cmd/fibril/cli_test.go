@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fibrilgo/fibril/core/config"
+)
+
+func runCLI(t *testing.T, args []string, environ ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(args, environ, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestDefaultRunPrintsAndExitsZero(t *testing.T) {
+	code, out, errOut := runCLI(t, nil)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	if !strings.Contains(out, `bind = "127.0.0.1:9876"  # default`) {
+		t.Errorf("effective config not printed:\n%s", out)
+	}
+	if !strings.Contains(errOut, "serving is not implemented yet") {
+		t.Errorf("no note about serving: %s", errOut)
+	}
+}
+
+func TestInvalidConfigExitsTwo(t *testing.T) {
+	code, out, errOut := runCLI(t, []string{"--broker.listener.bind=nope", "--log.level=loud"})
+	if code != 2 || out != "" {
+		t.Fatalf("exit %d, stdout %q", code, out)
+	}
+	for _, want := range []string{"invalid configuration (2 problems)", "flag --broker.listener.bind: broker.listener.bind:", "flag --log.level"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+}
+
+func TestConfigPrintShowsOriginsAndRedacts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fibril.toml")
+	if err := os.WriteFile(path, []byte("[server]\ndata_dir = \"/data\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, []string{"config", "print", "--config", path, "--log.level=debug"},
+		"FIBRIL_BROKER_BIND=0.0.0.0:9876", "FIBRIL_CLUSTER_SECRET=s3cret", "FIBRIL_SDK_TOKEN=x")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		`data_dir = "/data"  # ` + path + `:2`,
+		`bind = "0.0.0.0:9876"  # env FIBRIL_BROKER_BIND`,
+		`level = "debug"  # flag --log.level`,
+		`secret = <redacted>  # env FIBRIL_CLUSTER_SECRET`,
+		`admin_enabled = false  # default (follows tls.enabled)`,
+		"# routing.max_upstream_sessions = 4096",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out+errOut, "s3cret") {
+		t.Error("secret leaked")
+	}
+	if !strings.Contains(errOut, "level=WARN") || !strings.Contains(errOut, "FIBRIL_SDK_TOKEN") {
+		t.Errorf("unknown variable not logged as a warning: %s", errOut)
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	if code, out, _ := runCLI(t, []string{"config", "check"}); code != 0 || !strings.Contains(out, "configuration OK") {
+		t.Errorf("valid: exit %d, %q", code, out)
+	}
+	if code, _, errOut := runCLI(t, []string{"config", "check"}, "FIBRIL_BROKER_VISIBILITY=private"); code != 2 ||
+		!strings.Contains(errOut, "cannot run standalone") {
+		t.Errorf("invalid: exit %d, %q", code, errOut)
+	}
+}
+
+func TestConfigExampleAndDocs(t *testing.T) {
+	for name, write := range map[string]func(*bytes.Buffer) error{
+		"example": func(b *bytes.Buffer) error { return config.WriteExample(b) },
+		"docs":    func(b *bytes.Buffer) error { return config.WriteDocs(b) },
+	} {
+		var want bytes.Buffer
+		if err := write(&want); err != nil {
+			t.Fatal(err)
+		}
+		code, out, _ := runCLI(t, []string{"config", name})
+		if code != 0 || out != want.String() {
+			t.Errorf("config %s: exit %d, output differs", name, code)
+		}
+		file := filepath.Join(t.TempDir(), name)
+		if code, _, errOut := runCLI(t, []string{"config", name, "-o", file}); code != 0 {
+			t.Errorf("config %s -o: exit %d: %s", name, code, errOut)
+		}
+		if got, _ := os.ReadFile(file); string(got) != want.String() {
+			t.Errorf("config %s -o wrote different content", name)
+		}
+	}
+}
+
+func TestVersionHelpAndUsageErrors(t *testing.T) {
+	if code, out, _ := runCLI(t, []string{"version"}); code != 0 || !strings.HasPrefix(out, "fibril ") {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+	if code, out, _ := runCLI(t, []string{"--help"}); code != 0 || !strings.Contains(out, "--broker.listener.bind") {
+		t.Errorf("help: exit %d, %q", code, out)
+	}
+	for _, args := range [][]string{{"config"}, {"config", "nope"}, {"config", "docs", "extra"}} {
+		if code, _, _ := runCLI(t, args); code != 2 {
+			t.Errorf("%q: exit %d, want 2", args, code)
+		}
+	}
+}

@@ -1,0 +1,377 @@
+package config
+
+// keys is the key table: the single source of truth for every configuration
+// key. Order matters only for documentation: keys are listed section by
+// section as they appear in docs/configuration.md and fibril.example.toml.
+//
+// Environment names are written out, never derived from the key, because
+// Fibril's names do not follow the key mechanically (FIBRIL_BROKER_BIND is
+// broker.listener.bind) and keys contain underscores. The canonical flag of
+// every key is --<key>; Flags only adds compatibility twins.
+//
+// Adding a key: add it here, add the matching `key:"…"` field to Config (or
+// Runtime for runtime-only keys), then regenerate the example and the docs
+// (go generate ./cmd/fibril). Tests fail until all three agree.
+var keys = []Key{
+	// server
+	{
+		Name: "server.data_dir", Kind: KindString, Default: "server_data",
+		Env:   []string{"FIBRIL_DATA_DIR"},
+		Doc:   "Directory for partition logs, the node id, generated TLS material and the default cluster secret file; must not be empty.",
+		Check: nonEmpty,
+	},
+
+	// broker
+	{
+		Name: "broker.listener.bind", Kind: KindString, Default: "127.0.0.1:9876",
+		Env:   []string{"FIBRIL_BROKER_BIND"},
+		Doc:   "host:port the Fibril client listener binds; use 0.0.0.0 to accept connections from the network.",
+		Check: bindAddr,
+	},
+	{
+		Name: "broker.listener.advertise", Kind: KindList, Default: []string{},
+		DefaultNote: "empty: derived at start",
+		Env:         []string{"FIBRIL_BROKER_ADVERTISE"},
+		Doc:         "host:port addresses clients are told to dial for this broker, in order. Not given to clients when broker.visibility is private.",
+		Check:       dialAddrList,
+	},
+	{
+		Name: "broker.visibility", Kind: KindEnum, Default: "public", Enum: []string{"public", "private"},
+		Env: []string{"FIBRIL_BROKER_VISIBILITY"},
+		Doc: "public brokers appear in topology answers and redirects; private ones never do and are reached by clients only through a public broker, which forwards to them. A private broker needs a coordination backend.",
+	},
+	{
+		Name: "broker.peer_advertise", Kind: KindString, Default: "",
+		DefaultNote: "empty: the first broker.listener.advertise entry, else broker.listener.bind",
+		Env:         []string{"FIBRIL_BROKER_PEER_ADVERTISE"},
+		Doc:         "The single host:port other brokers dial to reach this one (upstream sessions, replication).",
+		Check:       optionalDialAddr,
+	},
+	{
+		Name: "broker.peer_listener.bind", Kind: KindString, Default: "",
+		DefaultNote: "empty: chosen by the transport",
+		Env:         []string{"FIBRIL_BROKER_PEER_BIND"},
+		Doc:         "host:port the inter-broker transport listens on.",
+		Check:       optionalBindAddr,
+	},
+	{
+		Name: "broker.max_frame_bytes", Kind: KindInt, Default: int64(64 * MiB), Min: bound(1024), Max: bound(1 << 32),
+		Env: []string{"FIBRIL_BROKER_MAX_FRAME_BYTES"},
+		Doc: "Largest wire frame accepted, header included; a larger one gets ERROR 400 and the connection closes.",
+	},
+	{
+		Name: "broker.max_message_bytes", Kind: KindInt, Default: int64(16 * MiB), Min: bound(1),
+		Env: []string{"FIBRIL_BROKER_MAX_MESSAGE_BYTES"},
+		Doc: "Largest message payload accepted (ERROR 413 beyond it); must be below broker.max_frame_bytes.",
+	},
+
+	// admin
+	{
+		Name: "admin.listener.bind", Kind: KindString, Default: "127.0.0.1:8081",
+		Env:   []string{"FIBRIL_ADMIN_BIND"},
+		Doc:   "host:port the admin HTTP listener (health, metrics, API, dashboard) binds.",
+		Check: bindAddr,
+	},
+	{
+		Name: "admin.listener.advertise", Kind: KindList, Default: []string{},
+		DefaultNote: "empty: derived at start",
+		Env:         []string{"FIBRIL_ADMIN_ADVERTISE"},
+		Doc:         "host:port addresses other nodes and tools use to reach this admin listener.",
+		Check:       dialAddrList,
+	},
+	{
+		Name: "admin.auth.enabled", Kind: KindBool, Default: false,
+		Env: []string{"FIBRIL_ADMIN_AUTH_ENABLED"},
+		Doc: "Require the admin username and password for the admin API, pages and /metrics (/healthz and /readyz stay open).",
+	},
+	{
+		Name: "admin.auth.username", Kind: KindString, Default: "fibril",
+		Env: []string{"FIBRIL_ADMIN_AUTH_USERNAME"},
+		Doc: "Admin username; separate from broker users.",
+	},
+	{
+		Name: "admin.auth.password", Kind: KindString, Default: "", Secret: true,
+		DefaultNote: "unset",
+		Env:         []string{"FIBRIL_ADMIN_AUTH_PASSWORD"},
+		Refusal:     "set env FIBRIL_ADMIN_AUTH_PASSWORD, or put the password in a file and set admin.auth.password_file",
+		Doc:         "Admin password (environment only).",
+	},
+	{
+		Name: "admin.auth.password_file", Kind: KindString, Default: "",
+		DefaultNote: "unset",
+		Env:         []string{"FIBRIL_ADMIN_AUTH_PASSWORD_FILE"},
+		Doc:         "File holding the admin password, for deployments that mount secrets as files.",
+	},
+	{
+		Name: "admin.metrics_per_channel", Kind: KindBool, Default: true,
+		Env: []string{"FIBRIL_ADMIN_METRICS_PER_CHANNEL"},
+		Doc: "Export per-queue and per-stream metric series for loaded channels.",
+	},
+
+	// storage
+	{
+		Name: "storage.fsync", Kind: KindEnum, Default: "always", Enum: []string{"always", "interval", "none"},
+		Env: []string{"FIBRIL_STORAGE_FSYNC"},
+		Doc: "always: a publish is confirmed only after an fsync covers it (group commit); interval: fsync on a timer, every storage.fsync_interval_ms; none: leave flushing to the OS. The storage docs state what each promises.",
+	},
+	{
+		Name: "storage.fsync_interval_ms", Kind: KindInt, Default: int64(100), Min: bound(1),
+		Env: []string{"FIBRIL_STORAGE_FSYNC_INTERVAL_MS"},
+		Doc: "Milliseconds between fsyncs under storage.fsync = interval.",
+	},
+	{
+		Name: "storage.segment_max_bytes", Kind: KindInt, Default: int64(64 * MiB), Min: bound(4096),
+		Env: []string{"FIBRIL_STORAGE_SEGMENT_MAX_BYTES"},
+		Doc: "Size at which a partition log rolls over to a new segment file.",
+	},
+
+	// auth
+	{
+		Name: "auth.allow_default_loopback", Kind: KindBool, Default: true,
+		Env: []string{"FIBRIL_AUTH_ALLOW_DEFAULT_LOOPBACK"},
+		Doc: "Accept the built-in fibril/fibril login from loopback peers while no real user named fibril exists.",
+	},
+	{
+		Name: "auth.seed_users", Kind: KindUsers, Default: nil,
+		DefaultNote: "none",
+		From:        FromFile,
+		Refusal:     "users are listed only in the config file as [[auth.seed_users]] tables; the environment pair FIBRIL_AUTH_USERNAME + FIBRIL_AUTH_PASSWORD adds one more",
+		Doc:         "Users created while the user store is empty: [[auth.seed_users]] tables of username and password_hash (an argon2id PHC string; plain passwords never come from the file). Usernames starting with @ are reserved.",
+	},
+	{
+		Name: "auth.env_user.username", Kind: KindString, Default: "",
+		DefaultNote: "unset",
+		Env:         []string{"FIBRIL_AUTH_USERNAME"},
+		From:        FromEnv,
+		Check:       optionalUsername,
+		Refusal:     "this user comes only from env FIBRIL_AUTH_USERNAME + FIBRIL_AUTH_PASSWORD; in the file, list users as [[auth.seed_users]] with a password_hash",
+		Doc:         "Username of one more seed user, from the environment pair (both halves required).",
+	},
+	{
+		Name: "auth.env_user.password", Kind: KindString, Default: "", Secret: true,
+		DefaultNote: "unset",
+		Env:         []string{"FIBRIL_AUTH_PASSWORD"},
+		Refusal:     "set env FIBRIL_AUTH_PASSWORD; in the file, list the user under [[auth.seed_users]] with an argon2id password_hash",
+		Doc:         "Plain password of that seed user (environment only; hashed before it is stored).",
+	},
+
+	// tls
+	{
+		Name: "tls.enabled", Kind: KindBool, Default: false,
+		Env: []string{"FIBRIL_TLS_ENABLED"},
+		Doc: "Serve TLS on the broker listener; needs exactly one certificate source: tls.cert_path + tls.key_path, or tls.auto_self_signed.",
+	},
+	{
+		Name: "tls.cert_path", Kind: KindString, Default: "",
+		Env: []string{"FIBRIL_TLS_CERT_PATH"},
+		Doc: "PEM certificate chain of the broker; set together with tls.key_path.",
+	},
+	{
+		Name: "tls.key_path", Kind: KindString, Default: "",
+		Env: []string{"FIBRIL_TLS_KEY_PATH"},
+		Doc: "PEM private key matching tls.cert_path.",
+	},
+	{
+		Name: "tls.auto_self_signed", Kind: KindBool, Default: false,
+		Env: []string{"FIBRIL_TLS_AUTO_SELF_SIGNED"},
+		Doc: "Create a CA and a server certificate under <data_dir>/tls on first boot and print the CA fingerprint.",
+	},
+	{
+		Name: "tls.admin_enabled", Kind: KindOptBool, Default: nil, Follows: "tls.enabled",
+		DefaultNote: "unset: follows tls.enabled",
+		Env:         []string{"FIBRIL_TLS_ADMIN_ENABLED"},
+		Doc:         "Serve HTTPS on the admin listener from the same material; true needs tls.enabled.",
+	},
+	{
+		Name: "tls.inter_broker", Kind: KindOptBool, Default: nil, Follows: "tls.enabled",
+		DefaultNote: "unset: follows tls.enabled",
+		Env:         []string{"FIBRIL_TLS_INTER_BROKER"},
+		Doc:         "Use TLS for broker-to-broker connections and the consensus channel; true needs tls.enabled.",
+	},
+	{
+		Name: "tls.peer_ca_path", Kind: KindString, Default: "",
+		DefaultNote: "empty: the generated CA, else the OS roots",
+		Env:         []string{"FIBRIL_TLS_PEER_CA_PATH"},
+		Doc:         "PEM CA bundle peers' certificates are verified against.",
+	},
+	{
+		Name: "tls.client_auth", Kind: KindEnum, Default: "off", Enum: []string{"off", "request", "require"},
+		Env: []string{"FIBRIL_TLS_CLIENT_AUTH"},
+		Doc: "Client certificates: off, request (verify when presented) or require (reject clients without one); needs tls.enabled unless off.",
+	},
+	{
+		Name: "tls.client_ca_path", Kind: KindString, Default: "",
+		DefaultNote: "empty: the generated CA",
+		Env:         []string{"FIBRIL_TLS_CLIENT_CA_PATH"},
+		Doc:         "PEM CA bundle client certificates are verified against.",
+	},
+
+	// coordination
+	{
+		Name: "coordination.backend", Kind: KindString, Default: "none",
+		Env:   []string{"FIBRIL_COORDINATION_BACKEND"},
+		Doc:   "Coordination backend: none (standalone: a single node, no cluster), raft (embedded), consul, or the name of an external plugin from plugins.catalog.",
+		Check: pluginName,
+	},
+	{
+		Name: "coordination.node_id", Kind: KindString, Default: "",
+		DefaultNote: "empty: generated once and kept in the data directory",
+		Env:         []string{"FIBRIL_COORDINATION_NODE_ID"},
+		Doc:         "This node's id; replicas of one service must not share it.",
+		Check:       optionalNodeID,
+	},
+	{
+		Name: "coordination.secret", Kind: KindString, Default: "", Secret: true,
+		DefaultNote: "unset: coordination.secret_path, else <data_dir>/cluster.secret",
+		Env:         []string{"FIBRIL_CLUSTER_SECRET"},
+		Refusal:     "set env FIBRIL_CLUSTER_SECRET, or put the secret in a file and set coordination.secret_path (FIBRIL_CLUSTER_SECRET_PATH)",
+		Doc:         "Cluster secret every node shares; brokers authenticate to each other as @node with it (environment only).",
+	},
+	{
+		Name: "coordination.secret_path", Kind: KindString, Default: "",
+		DefaultNote: "empty: <data_dir>/cluster.secret",
+		Env:         []string{"FIBRIL_CLUSTER_SECRET_PATH"},
+		Doc:         "File holding the cluster secret, used when FIBRIL_CLUSTER_SECRET is not set.",
+	},
+	{
+		Name: "coordination.heartbeat_interval_ms", Kind: KindInt, Default: int64(1000), Min: bound(1),
+		Env: []string{"FIBRIL_COORDINATION_HEARTBEAT_INTERVAL_MS"},
+		Doc: "Milliseconds between liveness heartbeats.",
+	},
+	{
+		Name: "coordination.liveness_ttl_ms", Kind: KindInt, Default: int64(4000), Min: bound(1),
+		Env: []string{"FIBRIL_COORDINATION_LIVENESS_TTL_MS"},
+		Doc: "Milliseconds without a heartbeat before a node counts as dead; at least twice the heartbeat interval (backends may raise it: Consul's floor is 10000 ms).",
+	},
+	{
+		Name: "coordination.raft.listen", Kind: KindString, Default: "",
+		DefaultNote: "empty: chosen by the raft backend",
+		Env:         []string{"FIBRIL_COORDINATION_RAFT_LISTEN"},
+		Doc:         "host:port the embedded raft consensus channel listens on.",
+		Check:       optionalBindAddr,
+	},
+	{
+		Name: "coordination.raft.advertise", Kind: KindString, Default: "",
+		DefaultNote: "empty: derived from coordination.raft.listen",
+		Env:         []string{"FIBRIL_COORDINATION_RAFT_ADVERTISE"},
+		Doc:         "host:port other raft members dial to reach this node.",
+		Check:       optionalDialAddr,
+	},
+	{
+		Name: "coordination.raft.peers", Kind: KindList, Default: []string{},
+		Env:   []string{"FIBRIL_COORDINATION_RAFT_PEERS"},
+		Doc:   "Initial raft members as id=host:port entries, this node included.",
+		Check: raftPeers,
+	},
+	{
+		Name: "coordination.raft.bootstrap_expect", Kind: KindInt, Default: int64(0), Min: bound(0),
+		Env: []string{"FIBRIL_COORDINATION_RAFT_BOOTSTRAP_EXPECT"},
+		Doc: "Number of voters to wait for before a new cluster bootstraps itself; 0 = never bootstrap, only join.",
+	},
+
+	// transport
+	{
+		Name: "transport.backend", Kind: KindString, Default: "tcp",
+		Env:   []string{"FIBRIL_TRANSPORT_BACKEND"},
+		Doc:   "Inter-broker transport: tcp, quic, or the name of an external plugin from plugins.catalog.",
+		Check: pluginName,
+	},
+
+	// plugins
+	{
+		Name: "plugins.catalog", Kind: KindString, Default: "",
+		DefaultNote: "empty: no external plugins",
+		Env:         []string{"FIBRIL_PLUGINS_CATALOG"},
+		Doc:         "Path of the external plugin catalog (format described in plugins.toml).",
+	},
+
+	// log
+	{
+		Name: "log.level", Kind: KindEnum, Default: "info", Enum: []string{"debug", "info", "warn", "error"},
+		Env: []string{"FIBRIL_LOG_LEVEL"},
+		Doc: "Lowest log level written.",
+	},
+	{
+		Name: "log.format", Kind: KindEnum, Default: "text", Enum: []string{"text", "json"},
+		Env: []string{"FIBRIL_LOG_FORMAT"},
+		Doc: "Log line format (log/slog text or JSON handler).",
+	},
+
+	// runtime seeds (S-167, S-170, S-171)
+	{
+		Name: "runtime_seed.delivery.inflight_ttl_ms", Kind: KindInt, Default: int64(30000), Min: bound(1), Class: RuntimeSeed,
+		Env: []string{"FIBRIL_RUNTIME_SEED_DELIVERY_INFLIGHT_TTL_MS"},
+		Doc: "Milliseconds an unsettled delivery stays leased before it is redelivered.",
+	},
+	{
+		Name: "runtime_seed.delivery.expiry_poll_min_ms", Kind: KindInt, Default: int64(15000), Min: bound(1), Class: RuntimeSeed,
+		Env: []string{"FIBRIL_RUNTIME_SEED_DELIVERY_EXPIRY_POLL_MIN_MS"},
+		Doc: "Shortest pause between scans for expired messages and leases.",
+	},
+	{
+		Name: "runtime_seed.delivery.expiry_batch_max", Kind: KindInt, Default: int64(8192), Min: bound(1), Class: RuntimeSeed,
+		Env: []string{"FIBRIL_RUNTIME_SEED_DELIVERY_EXPIRY_BATCH_MAX"},
+		Doc: "Most expired entries handled in one scan.",
+	},
+	{
+		Name: "runtime_seed.delivery.delivery_poll_max_ms", Kind: KindInt, Default: int64(5000), Min: bound(1), Class: RuntimeSeed,
+		Env: []string{"FIBRIL_RUNTIME_SEED_DELIVERY_DELIVERY_POLL_MAX_MS"},
+		Doc: "Longest pause before a subscription re-checks for deliverable messages.",
+	},
+	{
+		Name: "runtime_seed.connection.reconnect_grace_ms", Kind: KindInt, Default: int64(5000), Min: bound(0), Class: RuntimeSeed,
+		Env:   []string{"FIBRIL_RUNTIME_SEED_CONNECTION_RECONNECT_GRACE_MS", "FIBRIL_RECONNECT_GRACE_MS"},
+		Flags: []string{"reconnect-grace-ms"},
+		Doc:   "Milliseconds a dropped session is kept for its client to resume (0 turns resume off).",
+	},
+	{
+		Name: "runtime_seed.connection.resume_session_restart_ttl_ms", Kind: KindInt, Default: int64(60000), Min: bound(0), Class: RuntimeSeed,
+		Env:   []string{"FIBRIL_RUNTIME_SEED_CONNECTION_RESUME_SESSION_RESTART_TTL_MS", "FIBRIL_RESUME_SESSION_RESTART_TTL_MS"},
+		Flags: []string{"resume-session-restart-ttl-ms"},
+		Doc:   "Milliseconds after a broker restart during which sessions from before it may still resume.",
+	},
+	{
+		Name: "runtime_seed.connection.drain_handoff_timeout_ms", Kind: KindInt, Default: int64(30000), Min: bound(0), Class: RuntimeSeed,
+		Env: []string{"FIBRIL_RUNTIME_SEED_CONNECTION_DRAIN_HANDOFF_TIMEOUT_MS"},
+		Doc: "Milliseconds a draining broker waits for its sessions to move before closing them.",
+	},
+	{
+		Name: "runtime_seed.partitioning.default_partition_count", Kind: KindInt, Default: int64(1), Min: bound(1), Class: RuntimeSeed,
+		Env: []string{"FIBRIL_RUNTIME_SEED_PARTITIONING_DEFAULT_PARTITION_COUNT"},
+		Doc: "Partitions of a queue declared without a count.",
+	},
+
+	// routing: runtime settings with no boot seed (seed §5 and §11). The
+	// env names and flags are listed so that setting one at boot gets an
+	// explanation instead of "unknown".
+	{
+		Name: "routing.max_upstream_sessions", Kind: KindInt, Default: int64(4096), Min: bound(1), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_ROUTING_MAX_UPSTREAM_SESSIONS"},
+		Doc: "Upstream (forwarding) sessions this broker may hold; new forwarded operations get 503 beyond it.",
+	},
+	{
+		Name: "routing.max_upstream_sessions_per_owner", Kind: KindInt, Default: int64(1024), Min: bound(1), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_ROUTING_MAX_UPSTREAM_SESSIONS_PER_OWNER"},
+		Doc: "Upstream sessions to one owner; that owner's partitions get 503 beyond it.",
+	},
+	{
+		Name: "routing.max_inflight_forward_bytes", Kind: KindInt, Default: int64(256 * MiB), Min: bound(1), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_ROUTING_MAX_INFLIGHT_FORWARD_BYTES"},
+		Doc: "Publish payload bytes forwarded and not yet answered; publishes wait, then get 503.",
+	},
+	{
+		Name: "routing.forward_timeout_ms", Kind: KindInt, Default: int64(30000), Min: bound(1), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_ROUTING_FORWARD_TIMEOUT_MS"},
+		Doc: "Milliseconds a forwarded request may wait for the owner before it fails with an unknown outcome.",
+	},
+	{
+		Name: "routing.upstream_connect_timeout_ms", Kind: KindInt, Default: int64(5000), Min: bound(1), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_ROUTING_UPSTREAM_CONNECT_TIMEOUT_MS"},
+		Doc: "Milliseconds to open an upstream session before the operation gets 503 (nothing was sent).",
+	},
+	{
+		Name: "routing.upstream_idle_close_ms", Kind: KindInt, Default: int64(30000), Min: bound(1), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_ROUTING_UPSTREAM_IDLE_CLOSE_MS"},
+		Doc: "Milliseconds after which an idle upstream session closes.",
+	},
+}
