@@ -1,0 +1,427 @@
+package storage
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+)
+
+// Group commit.
+//
+// Appenders encode their record straight into the current batch buffer
+// under Partition.mu (no per-record allocation once buffers are warm) and
+// wait on the batch's signal; one committer goroutine takes every pending
+// batch at once, writes each with a single WriteAt, and — under
+// FsyncAlways — fsyncs once for all of them before releasing every waiter
+// and calling AppendAsync callbacks in offset order. Settle and AppendState
+// write their journal entry themselves (so it reaches the OS before they
+// return) and only ask the committer to cover the journal in its next
+// fsync.
+//
+// Under FsyncAlways the committer also waits briefly before taking a batch
+// when fewer records are pending than it committed last time ("gather"):
+// right after a commit releases N appenders, the first few of them would
+// otherwise be committed alone and pay a full fsync each. The wait is
+// bounded by a quarter of the recent fsync time (and 250µs), and a single
+// appender never waits.
+
+// batch is a run of encoded records bound for one segment.
+type batch struct {
+	first  uint64   // offset of the first record
+	n      int      // records in buf
+	newSeg bool     // the batch starts a new segment with base first
+	buf    []byte   // encoded records
+	pos    []uint32 // start of each record in buf
+	cbs    []asyncCB
+	sig    *commitSignal
+}
+
+type asyncCB struct {
+	off uint64
+	fn  func(uint64, error)
+}
+
+// commitSignal is allocated per batch (not recycled with the batch), so a
+// waiter can read err after the batch itself was reused.
+type commitSignal struct {
+	ch  chan struct{}
+	err error
+}
+
+func (p *Partition) newBatchLocked(first uint64, newSeg bool) *batch {
+	var b *batch
+	if n := len(p.free); n > 0 {
+		b, p.free = p.free[n-1], p.free[:n-1]
+	} else {
+		b = &batch{}
+	}
+	b.first, b.n, b.newSeg = first, 0, newSeg
+	b.buf, b.pos, b.cbs = b.buf[:0], b.pos[:0], b.cbs[:0]
+	b.sig = &commitSignal{ch: make(chan struct{})}
+	p.batches = append(p.batches, b)
+	p.cur = b
+	return b
+}
+
+// enqueue assigns the next offset and encodes the record into the current
+// batch. It blocks while MaxPendingBytes are waiting to be written.
+func (p *Partition) enqueue(data []byte, ts int64, cb func(uint64, error)) (uint64, *commitSignal, error) {
+	if len(data) > MaxRecordBytes {
+		return 0, nil, ErrTooLarge
+	}
+	n := recHeaderLen + len(data)
+	p.mu.Lock()
+	for p.pendBytes > 0 && p.pendBytes+n > p.opts.MaxPendingBytes && p.errLocked() == nil {
+		p.spaceWaiters++
+		p.space.Wait()
+		p.spaceWaiters--
+	}
+	if err := p.errLocked(); err != nil {
+		p.mu.Unlock()
+		return 0, nil, err
+	}
+	off := p.next
+	b := p.cur
+	if p.actRecs > 0 && p.actSize+int64(n) > p.opts.SegmentMaxBytes {
+		b = p.newBatchLocked(off, true)
+		p.actSize, p.actRecs = segHeaderLen, 0
+	} else if b == nil {
+		b = p.newBatchLocked(off, false)
+	}
+	b.pos = append(b.pos, uint32(len(b.buf)))
+	b.buf = appendRecord(b.buf, off, ts, data)
+	b.n++
+	if cb != nil {
+		b.cbs = append(b.cbs, asyncCB{off, cb})
+	}
+	p.next++
+	p.actSize += int64(n)
+	p.actRecs++
+	p.pendBytes += n
+	p.pendRecs++
+	kick := p.pendRecs == 1
+	sig := b.sig
+	p.mu.Unlock()
+	if kick {
+		p.kick()
+	}
+	return off, sig, nil
+}
+
+// kick wakes the committer without blocking.
+func (p *Partition) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Partition) commitLoop() {
+	defer close(p.loopDone)
+	var tick, retTick <-chan time.Time
+	if p.opts.Fsync == FsyncInterval {
+		t := time.NewTicker(p.opts.FsyncInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	if r := p.opts.Retention; r.ByLimits && r.MaxAge > 0 {
+		t := time.NewTicker(min(max(r.MaxAge/8, 10*time.Millisecond), time.Second))
+		defer t.Stop()
+		retTick = t.C
+	}
+	for {
+		interval := false
+		select {
+		case <-p.wake:
+		case <-tick:
+			interval = true
+		case <-retTick:
+			p.mu.Lock()
+			p.retainDue = true
+			p.mu.Unlock()
+		}
+		if p.opts.Fsync == FsyncAlways {
+			p.gather()
+		}
+		p.wmu.Lock()
+		closing := p.commitOnce(interval)
+		p.wmu.Unlock()
+		if closing {
+			return
+		}
+	}
+}
+
+// gather waits (bounded) until as many records are pending as the last
+// commit carried, at most a quarter of the recent fsync time. See the
+// comment at the top of the file.
+func (p *Partition) gather() {
+	p.mu.Lock()
+	target := p.lastTake
+	if target <= 1 || p.pendRecs == 0 || p.pendRecs >= target || p.closing || len(p.syncReqs) > 0 || p.failErr != nil {
+		p.mu.Unlock()
+		return
+	}
+	d := min(p.syncDur/4, 250*time.Microsecond)
+	p.mu.Unlock()
+	// Yield rather than sleep: Go timers are often ~1ms coarse, longer than
+	// the whole wait should be. Yielding also lets the just-released
+	// appenders run on this core (the machine may have only two).
+	for t0 := time.Now(); time.Since(t0) < d; {
+		runtime.Gosched()
+		p.mu.Lock()
+		n, stop := p.pendRecs, p.closing || len(p.syncReqs) > 0
+		p.mu.Unlock()
+		if n >= target || stop {
+			return
+		}
+	}
+}
+
+// commitOnce writes every pending batch, fsyncs as the policy demands,
+// releases waiters, and runs retention when due. It reports whether the
+// partition is closing (the loop then exits).
+func (p *Partition) commitOnce(interval bool) bool {
+	p.mu.Lock()
+	take := append(p.take[:0], p.batches...)
+	p.cur = nil
+	p.pendRecs = 0
+	reqs := p.syncReqs
+	p.syncReqs = nil
+	closing := p.closing
+	err := p.failErr
+	retain := p.retainDue
+	p.retainDue = false
+	p.mu.Unlock()
+
+	if err == nil && len(take) > 0 {
+		if werr := p.writeBatches(take); werr != nil {
+			err = p.fail(werr)
+		}
+	}
+	if err == nil {
+		jdirty := p.j.dirty()
+		need := len(reqs) > 0 || closing ||
+			(p.opts.Fsync == FsyncAlways && (len(take) > 0 || jdirty)) ||
+			(interval && (p.logDirty || jdirty))
+		if need {
+			if serr := p.syncAll(); serr != nil {
+				err = p.fail(serr)
+			}
+		}
+	}
+
+	recs := 0
+	for _, b := range take {
+		recs += b.n
+		b.sig.err = err
+		close(b.sig.ch)
+		for _, cb := range b.cbs {
+			cb.fn(cb.off, err)
+		}
+	}
+	for _, r := range reqs {
+		r <- err
+	}
+
+	p.mu.Lock()
+	p.batches = p.batches[:copy(p.batches, p.batches[len(take):])]
+	for i, b := range take {
+		if cap(b.buf) <= 4<<20 && len(p.free) < 4 {
+			b.sig = nil
+			p.free = append(p.free, b)
+		}
+		take[i] = nil
+	}
+	p.take = take[:0]
+	if p.opts.Fsync == FsyncAlways && len(take) > 0 {
+		p.lastTake = recs
+	}
+	if err != nil { // failed: nothing will be written any more
+		p.pendBytes = 0
+		p.space.Broadcast()
+	}
+	p.mu.Unlock()
+
+	if err == nil && retain && !closing {
+		if rerr := p.enforceRetention(); rerr != nil {
+			p.log.Warn("storage: retention", "dir", p.dir, "err", rerr)
+		}
+	}
+	if closing {
+		if err == nil {
+			p.mu.Lock()
+			act := p.segs[len(p.segs)-1]
+			ents := append([]idxEntry(nil), act.index...)
+			p.mu.Unlock()
+			if ierr := writeIndexFile(p.fs, act.idxPath, act.base, ents); ierr != nil {
+				p.log.Warn("storage: cannot write index", "file", act.idxPath, "err", ierr)
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// writeBatches writes each batch with one WriteAt (rolling to a new segment
+// first when the batch starts one) and publishes the new file extents.
+func (p *Partition) writeBatches(take []*batch) error {
+	every := p.opts.IndexEveryBytes
+	for _, b := range take {
+		if b.newSeg {
+			if err := p.roll(b.first); err != nil {
+				return err
+			}
+		}
+		act := p.act
+		at := act.size // only the committer changes size
+		if _, err := act.f.WriteAt(b.buf, at); err != nil {
+			return fmt.Errorf("write %s at %d: %w", act.path, at, err)
+		}
+		p.logDirty = true
+		p.mu.Lock()
+		for i := 0; i < b.n; i++ {
+			rp := int(b.pos[i])
+			end := len(b.buf)
+			if i+1 < b.n {
+				end = int(b.pos[i+1])
+			}
+			ts := int64(binary.LittleEndian.Uint64(b.buf[rp+16:]))
+			act.noteRecord(b.first+uint64(i), ts, at+int64(rp), end-rp, every)
+		}
+		p.written = b.first + uint64(b.n)
+		p.pendBytes -= len(b.buf)
+		if p.spaceWaiters > 0 {
+			p.space.Broadcast()
+		}
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+// roll seals the active segment and starts a new one at base. The sealed
+// segment is fsynced before the new file is created, under every policy:
+// then a newer segment on disk always implies a complete older one, and
+// recovery may treat any damage in an older segment as corruption.
+func (p *Partition) roll(base uint64) error {
+	old := p.act
+	if p.logDirty {
+		if err := old.f.Sync(); err != nil {
+			return fmt.Errorf("fsync %s: %w", old.path, err)
+		}
+		p.logDirty = false
+	}
+	p.mu.Lock()
+	ents := append([]idxEntry(nil), old.index...)
+	p.mu.Unlock()
+	if err := writeIndexFile(p.fs, old.idxPath, old.base, ents); err != nil {
+		p.log.Warn("storage: cannot write index", "file", old.idxPath, "err", err)
+	}
+	s := newSegment(p.dir, base)
+	f, err := p.fs.OpenFile(s.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	s.f = f
+	if _, err := f.WriteAt(encodeSegHeader(base), 0); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", s.path, err)
+	}
+	if err := p.fs.SyncDir(p.dir); err != nil {
+		f.Close()
+		return fmt.Errorf("fsync dir %s: %w", p.dir, err)
+	}
+	p.logDirty = true // the header is not fsynced yet
+	p.mu.Lock()
+	p.segs = append(p.segs, s)
+	p.retainDue = true
+	p.mu.Unlock()
+	p.act = s
+	return nil
+}
+
+// syncAll fsyncs the active segment (when written since its last fsync)
+// and the journal (when dirty).
+func (p *Partition) syncAll() error {
+	start := time.Now()
+	if p.logDirty {
+		if err := p.act.f.Sync(); err != nil {
+			return fmt.Errorf("fsync %s: %w", p.act.path, err)
+		}
+		p.logDirty = false
+	}
+	if err := p.j.sync(p.first.Load()); err != nil {
+		return err
+	}
+	d := time.Since(start)
+	p.mu.Lock()
+	p.syncDur = (3*p.syncDur + d) / 4
+	p.mu.Unlock()
+	return nil
+}
+
+// fail moves the partition into the fail-stop state and returns the error
+// every caller will see from now on. It never retries an fsync: after a
+// failed fsync the kernel may have dropped the dirty pages, so only a
+// reopen (which re-reads what is really on disk) can tell what survived.
+func (p *Partition) fail(cause error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failLocked(cause)
+}
+
+func (p *Partition) failLocked(cause error) error {
+	if p.failErr == nil {
+		p.failErr = fmt.Errorf("%w: %w", ErrFailed, cause)
+		p.log.Error("storage: partition failed; reopen required", "dir", p.dir, "err", cause)
+		p.space.Broadcast()
+	}
+	return p.failErr
+}
+
+// appendDirect is the uncontended fast path for Append under FsyncInterval
+// and FsyncNone: when nothing is pending and no one holds the writer role,
+// the appender writes its own record (one WriteAt) instead of handing it to
+// the committer and waiting to be woken, which costs more than the write.
+// It reports ok=false when the fast path does not apply.
+func (p *Partition) appendDirect(data []byte, ts int64) (off uint64, ok bool, err error) {
+	n := recHeaderLen + len(data)
+	if len(data) > MaxRecordBytes || !p.wmu.TryLock() {
+		return 0, false, nil
+	}
+	defer p.wmu.Unlock()
+	p.mu.Lock()
+	if len(p.batches) > 0 || p.errLocked() != nil || (p.actRecs > 0 && p.actSize+int64(n) > p.opts.SegmentMaxBytes) {
+		p.mu.Unlock()
+		return 0, false, nil
+	}
+	off = p.next
+	b := &p.direct
+	b.first, b.n = off, 1
+	b.pos = append(b.pos[:0], 0)
+	b.buf = appendRecord(b.buf[:0], off, ts, data)
+	p.batches = append(p.batches, b) // readable from memory until written
+	p.next++
+	p.actSize += int64(n)
+	p.actRecs++
+	p.mu.Unlock()
+
+	act := p.act
+	at := act.size
+	_, werr := act.f.WriteAt(b.buf, at)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if werr != nil {
+		// Fail before the record leaves memory, so no reader ever finds
+		// an offset that is neither written nor pending.
+		err = p.failLocked(fmt.Errorf("write %s at %d: %w", act.path, at, werr))
+	} else {
+		act.noteRecord(off, ts, at, len(b.buf), p.opts.IndexEveryBytes)
+		p.written = off + 1
+		p.logDirty = true
+	}
+	p.batches = p.batches[:copy(p.batches, p.batches[1:])]
+	return off, true, err
+}

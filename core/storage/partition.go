@@ -1,0 +1,509 @@
+package storage
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Record is one log record.
+type Record struct {
+	Offset    uint64
+	Timestamp int64 // unix milliseconds, set by the appender
+	Data      []byte
+}
+
+// Partition is one durable partition: a directory holding a segmented
+// append-only record log and the state journal beside it, sharing one
+// group-commit loop. All methods are safe for concurrent use.
+type Partition struct {
+	dir  string
+	opts Options
+	fs   FS
+	log  *slog.Logger
+	j    *journal
+
+	first atomic.Uint64 // first retained offset (mirrors segs[0].base)
+	retMu sync.Mutex    // serializes retention passes
+
+	// wmu is the writer role: the committer holds it for a whole commit,
+	// and a direct writer (see appendDirect) for its one record. act and
+	// logDirty are only touched by the holder.
+	wmu      sync.Mutex
+	act      *segment // newest segment
+	logDirty bool     // act has bytes not yet fsynced
+	direct   batch    // the direct writer's one-record batch
+
+	mu           sync.Mutex
+	space        sync.Cond // appenders waiting for MaxPendingBytes to drain
+	spaceWaiters int
+	segs         []*segment // oldest first; the last is the active segment
+	next         uint64     // next offset to assign
+	written      uint64     // every offset below is in a segment file
+	batches      []*batch   // encoded, not yet written (readable from memory)
+	cur          *batch     // batch open for appends, or nil
+	take         []*batch   // committer scratch
+	free         []*batch   // recycled batches
+	actSize      int64      // newest segment size counting pending records
+	actRecs      int        // records in the newest segment counting pending ones
+	pendBytes    int        // bytes encoded and not yet written
+	pendRecs     int        // records not yet taken by the committer
+	lastTake     int        // records in the last commit (gather target)
+	syncDur      time.Duration
+	syncReqs     []chan error
+	retainDue    bool
+	closing      bool
+	closed       bool
+	failErr      error
+	quarErr      error
+
+	wake     chan struct{}
+	loopDone chan struct{}
+}
+
+// OpenPartition creates or recovers the partition in dir. A *CorruptionError
+// (errors.Is(err, ErrQuarantined)) means the files hold damage that is not
+// a torn tail; nothing was modified beyond what recovery itself checks.
+func OpenPartition(dir string, opts Options) (*Partition, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Partition{
+		dir:      dir,
+		opts:     opts,
+		fs:       opts.FS,
+		log:      opts.Logger,
+		wake:     make(chan struct{}, 1),
+		loopDone: make(chan struct{}),
+	}
+	p.space.L = &p.mu
+	if err := p.fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	names, err := p.fs.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.openLog(names); err != nil {
+		return nil, err
+	}
+	act := p.segs[len(p.segs)-1]
+	p.act = act
+	p.next, p.written = act.next, act.next
+	p.actSize, p.actRecs = act.size, int(act.next-act.base)
+	p.first.Store(p.segs[0].base)
+	j, err := openJournal(p.fs, dir, names, p.log, p.next)
+	if err != nil {
+		p.closeSegs()
+		return nil, err
+	}
+	p.j = j
+	p.j.durable = p.j.set.frontierFrom(p.segs[0].base)
+	p.retainDue = true
+	go p.commitLoop()
+	p.kick() // first retention pass
+	return p, nil
+}
+
+// errLocked returns the error that refuses new work. Caller holds mu.
+func (p *Partition) errLocked() error {
+	switch {
+	case p.closing || p.closed:
+		return ErrClosed
+	case p.quarErr != nil:
+		return p.quarErr
+	case p.failErr != nil:
+		return p.failErr
+	}
+	return nil
+}
+
+// Append appends one record and returns its offset once the policy's
+// durability holds: after an fsync covers it (FsyncAlways), or once it is
+// written to the OS (FsyncInterval, FsyncNone).
+func (p *Partition) Append(data []byte, ts int64) (uint64, error) {
+	if p.opts.Fsync != FsyncAlways {
+		if off, ok, err := p.appendDirect(data, ts); ok {
+			return off, err
+		}
+	}
+	off, sig, err := p.enqueue(data, ts, nil)
+	if err != nil {
+		return 0, err
+	}
+	<-sig.ch
+	if sig.err != nil {
+		return 0, sig.err
+	}
+	return off, nil
+}
+
+// AppendAsync assigns and returns the offset at once; the record is
+// readable (Read, Scan) immediately, before it is durable (S-143). done is
+// called exactly once, from the commit goroutine, when the durability holds
+// or with the error; calls happen in offset order; done must not block.
+// When AppendAsync itself returns an error, done is never called. It may
+// block while MaxPendingBytes are waiting to be written.
+func (p *Partition) AppendAsync(data []byte, ts int64, done func(offset uint64, err error)) (uint64, error) {
+	if done == nil {
+		done = func(uint64, error) {}
+	}
+	off, _, err := p.enqueue(data, ts, done)
+	return off, err
+}
+
+// Bounds returns the first retained offset and the next offset to be assigned.
+func (p *Partition) Bounds() (first, next uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.segs[0].base, p.next
+}
+
+// Read returns the record at offset: ErrOutOfRange if it is not assigned
+// yet, ErrTrimmed if retention deleted it, a *CorruptionError if the bytes
+// on disk fail their checksum (the partition is then quarantined).
+func (p *Partition) Read(offset uint64) (Record, error) {
+	p.mu.Lock()
+	if p.quarErr != nil {
+		defer p.mu.Unlock()
+		return Record{}, p.quarErr
+	}
+	if p.closed {
+		p.mu.Unlock()
+		return Record{}, ErrClosed
+	}
+	if offset >= p.next {
+		p.mu.Unlock()
+		return Record{}, fmt.Errorf("%w: offset %d, next %d", ErrOutOfRange, offset, p.next)
+	}
+	if offset < p.segs[0].base {
+		first := p.segs[0].base
+		p.mu.Unlock()
+		return Record{}, fmt.Errorf("%w: offset %d, first %d", ErrTrimmed, offset, first)
+	}
+	if offset >= p.written {
+		defer p.mu.Unlock()
+		if p.failErr != nil {
+			return Record{}, p.failErr
+		}
+		return p.memRecordLocked(offset)
+	}
+	s := p.segs[p.segIndexLocked(offset)]
+	e := s.lookup(offset)
+	end := s.size
+	s.ioMu.RLock()
+	p.mu.Unlock()
+	rec, err := s.readOne(int64(e.pos), s.base+uint64(e.rel), offset, end)
+	if _, bad := err.(*CorruptionError); bad && e.pos != segHeaderLen {
+		// The index is only an accelerator (it can be stale after a power
+		// loss): before calling the log corrupt, walk it from the header.
+		rec, err = s.readOne(segHeaderLen, s.base, offset, end)
+	}
+	s.ioMu.RUnlock()
+	if err != nil {
+		return Record{}, p.readErr(err, offset)
+	}
+	return rec, nil
+}
+
+// readErr maps a failed file read: a read racing with retention becomes
+// ErrTrimmed, detected corruption quarantines the partition.
+func (p *Partition) readErr(err error, offset uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if offset < p.segs[0].base {
+		return fmt.Errorf("%w: offset %d, first %d", ErrTrimmed, offset, p.segs[0].base)
+	}
+	if ce, ok := err.(*CorruptionError); ok {
+		if p.quarErr == nil {
+			p.quarErr = ce
+			p.log.Error("storage: partition quarantined", "dir", p.dir, "err", ce)
+		}
+		return p.quarErr
+	}
+	return err
+}
+
+// segIndexLocked returns the index of the segment holding offset (which is
+// retained and written). Caller holds mu.
+func (p *Partition) segIndexLocked(offset uint64) int {
+	lo, hi := 0, len(p.segs)
+	for lo < hi {
+		m := (lo + hi) / 2
+		if p.segs[m].base <= offset {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo - 1
+}
+
+// memRecordLocked copies a record that is still in a pending batch.
+func (p *Partition) memRecordLocked(offset uint64) (Record, error) {
+	for _, b := range p.batches {
+		if offset >= b.first && offset < b.first+uint64(b.n) {
+			i := int(offset - b.first)
+			start := int(b.pos[i])
+			end := len(b.buf)
+			if i+1 < b.n {
+				end = int(b.pos[i+1])
+			}
+			h := decodeHeader(b.buf[start:])
+			return Record{Offset: offset, Timestamp: h.ts, Data: append([]byte(nil), b.buf[start+recHeaderLen:end]...)}, nil
+		}
+	}
+	// Unreachable while the invariant holds (every offset in [written,
+	// next) is in a batch unless the partition failed); never guess.
+	return Record{}, fmt.Errorf("%w: offset %d is neither written nor pending", ErrFailed, offset)
+}
+
+// Scan calls fn for each record from offset from (clamped up to the first
+// retained offset) in order, until fn returns false or the tail is
+// reached. Records appended during the scan may be included. fn runs
+// without partition locks held and may keep rec.Data.
+func (p *Partition) Scan(from uint64, fn func(Record) bool) error {
+	var recs []Record
+	for {
+		recs = recs[:0]
+		p.mu.Lock()
+		if p.quarErr != nil {
+			defer p.mu.Unlock()
+			return p.quarErr
+		}
+		if p.closed {
+			p.mu.Unlock()
+			return ErrClosed
+		}
+		from = max(from, p.segs[0].base)
+		if from >= p.next {
+			p.mu.Unlock()
+			return nil
+		}
+		if from >= p.written {
+			if p.failErr != nil {
+				defer p.mu.Unlock()
+				return p.failErr
+			}
+			for o := from; o < p.next && len(recs) < 256; o++ {
+				r, err := p.memRecordLocked(o)
+				if err != nil {
+					p.mu.Unlock()
+					return err
+				}
+				recs = append(recs, r)
+			}
+			p.mu.Unlock()
+		} else {
+			s := p.segs[p.segIndexLocked(from)]
+			e := s.lookup(from)
+			end, segNext := s.size, s.next
+			s.ioMu.RLock()
+			p.mu.Unlock()
+			var err error
+			recs, err = scanChunk(s, e, from, segNext, end, recs)
+			if _, bad := err.(*CorruptionError); bad && e.pos != segHeaderLen {
+				recs, err = scanChunk(s, idxEntry{0, segHeaderLen}, from, segNext, end, recs[:0])
+			}
+			s.ioMu.RUnlock()
+			if err != nil {
+				return p.readErr(err, from)
+			}
+		}
+		for _, r := range recs {
+			if !fn(r) {
+				return nil
+			}
+			from = r.Offset + 1
+		}
+	}
+}
+
+// scanChunk reads up to ~1 MiB of records of s starting at offset from.
+func scanChunk(s *segment, e idxEntry, from, segNext uint64, end int64, out []Record) ([]Record, error) {
+	r := newRecReader(s.f, int64(e.pos), end)
+	bytes := 0
+	for off := s.base + uint64(e.rel); off < segNext && bytes < 1<<20; off++ {
+		rec, pos, bad, err := r.next(off)
+		if err != nil {
+			return out, fmt.Errorf("storage: read %s at %d: %w", s.path, pos, err)
+		}
+		if bad != "" {
+			return out, s.corrupt(pos, off, bad)
+		}
+		if off >= from {
+			h := decodeHeader(rec)
+			out = append(out, Record{Offset: off, Timestamp: h.ts, Data: append([]byte(nil), rec[recHeaderLen:]...)})
+			bytes += len(rec)
+		}
+	}
+	return out, nil
+}
+
+// Settle records offsets as settled (acked, dead-lettered or expired). The
+// journal entry is written to the OS before Settle returns, so a process
+// crash never loses it; it is fsynced with the next group commit
+// (FsyncAlways), the next interval tick (FsyncInterval), or only by Sync,
+// retention and Close (FsyncNone). Offsets not yet assigned are refused
+// with ErrOutOfRange; already settled offsets are ignored.
+func (p *Partition) Settle(offsets ...uint64) error {
+	p.mu.Lock()
+	err := p.errLocked()
+	next := p.next
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, o := range offsets {
+		if o >= next {
+			return fmt.Errorf("%w: settle offset %d, next %d", ErrOutOfRange, o, next)
+		}
+	}
+	if err := p.j.settle(offsets); err != nil {
+		return p.fail(err)
+	}
+	p.noteJournal(true)
+	return nil
+}
+
+// noteJournal asks the committer to cover a journal write in its next
+// fsync (FsyncAlways) and to re-check queue retention after settlements.
+func (p *Partition) noteJournal(settled bool) {
+	if settled && !p.opts.Retention.ByLimits {
+		p.mu.Lock()
+		p.retainDue = true
+		p.mu.Unlock()
+	}
+	if p.opts.Fsync == FsyncAlways || settled {
+		p.kick()
+	}
+}
+
+// IsSettled reports whether offset is settled; trimmed offsets count as
+// settled.
+func (p *Partition) IsSettled(offset uint64) bool {
+	if offset < p.first.Load() {
+		return true
+	}
+	p.j.mu.Lock()
+	defer p.j.mu.Unlock()
+	return p.j.set.contains(offset)
+}
+
+// SettledFrontier returns the smallest unsettled offset: every offset below
+// it is settled (S-57 settled_until).
+func (p *Partition) SettledFrontier() uint64 {
+	first := p.first.Load()
+	p.j.mu.Lock()
+	defer p.j.mu.Unlock()
+	return p.j.set.frontierFrom(first)
+}
+
+// AppendState appends an opaque engine state event to the journal, under
+// the same write-ahead rule as Settle.
+func (p *Partition) AppendState(entry []byte) error {
+	if len(entry) > MaxRecordBytes {
+		return ErrTooLarge
+	}
+	p.mu.Lock()
+	err := p.errLocked()
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := p.j.appendEngine(entry); err != nil {
+		return p.fail(err)
+	}
+	p.noteJournal(false)
+	return nil
+}
+
+// ReplayState calls fn with the engine snapshot (if any), then every state
+// entry appended after it, in order. fn receives its own copy of each entry
+// and must not call CompactState. Settlements are not replayed: they are
+// already applied (IsSettled, SettledFrontier).
+func (p *Partition) ReplayState(fn func(entry []byte) error) error {
+	p.mu.Lock()
+	err := p.errLocked()
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return p.j.replay(fn)
+}
+
+// CompactState rewrites the journal crash-safely as [settlement snapshot +
+// engineSnapshot]; older entries are dropped. engineSnapshot must reflect
+// every AppendState that returned before CompactState was called. A
+// failure is fail-stop (the old generation stays authoritative on disk).
+func (p *Partition) CompactState(engineSnapshot []byte) error {
+	if len(engineSnapshot) > MaxRecordBytes {
+		return ErrTooLarge
+	}
+	p.mu.Lock()
+	err := p.errLocked()
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := p.j.compact(engineSnapshot, p.first.Load()); err != nil {
+		return p.fail(err)
+	}
+	return nil
+}
+
+// StateJournalBytes returns the size of the current journal generation, so
+// the engine can decide when to CompactState.
+func (p *Partition) StateJournalBytes() int64 { return p.j.bytes() }
+
+// Sync forces an fsync of everything written so far (log and journal),
+// whatever the policy, and waits for it.
+func (p *Partition) Sync() error {
+	ch := make(chan error, 1)
+	p.mu.Lock()
+	if err := p.errLocked(); err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	p.syncReqs = append(p.syncReqs, ch)
+	p.mu.Unlock()
+	p.kick()
+	return <-ch
+}
+
+// Close completes pending appends, fsyncs log and journal, writes the
+// active segment's index and closes the files. It returns the fail-stop
+// error if the partition had failed.
+func (p *Partition) Close() error {
+	p.mu.Lock()
+	if p.closing || p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.closing = true
+	p.space.Broadcast()
+	p.mu.Unlock()
+	p.kick()
+	<-p.loopDone
+	p.retMu.Lock() // wait out an EnforceRetention in progress
+	defer p.retMu.Unlock()
+	p.mu.Lock()
+	p.closed = true
+	err := p.failErr
+	segs := p.segs
+	p.mu.Unlock()
+	for _, s := range segs {
+		s.ioMu.Lock()
+		if cerr := s.f.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+		s.ioMu.Unlock()
+	}
+	if cerr := p.j.close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,140 @@
+package storage_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/storage"
+)
+
+func appendN(t *testing.T, p *storage.Partition, from, n int, ts func(int) int64) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		if _, err := p.Append(payload(i, 100), ts(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func zeroTS(int) int64 { return 0 }
+
+func TestQueueRetentionDeletesOnlySettledSegments(t *testing.T) {
+	dir := t.TempDir()
+	o := storage.Options{SegmentMaxBytes: segHdr + 3*recSize} // 3 records per segment
+	p := mustOpen(t, dir, o)
+	appendN(t, p, 0, 10, zeroTS) // segments 0,3,6,9
+	if err := p.Settle(0, 1, 2, 3, 5, 6, 7, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.EnforceRetention(); err != nil {
+		t.Fatal(err)
+	}
+	// Segment 0 is settled; segment 3 is not (4 is open), and segment 6 is
+	// settled but behind it, so it stays.
+	if first, _ := p.Bounds(); first != 3 {
+		t.Fatalf("first %d, want 3", first)
+	}
+	if _, err := p.Read(1); !errors.Is(err, storage.ErrTrimmed) {
+		t.Fatalf("read trimmed: %v", err)
+	}
+	if r, err := p.Read(4); err != nil || r.Offset != 4 {
+		t.Fatalf("read retained: %v", err)
+	}
+	if err := p.Settle(4, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.EnforceRetention(); err != nil {
+		t.Fatal(err)
+	}
+	// Everything settled, but the active segment (base 9) is never deleted.
+	if first, next := p.Bounds(); first != 9 || next != 10 {
+		t.Fatalf("bounds %d %d, want 9 10", first, next)
+	}
+	if !p.IsSettled(2) || p.SettledFrontier() != 10 {
+		t.Fatalf("settled state after trimming: frontier %d", p.SettledFrontier())
+	}
+	p.Close()
+	p = mustOpen(t, dir, o)
+	defer p.Close()
+	if first, next := p.Bounds(); first != 9 || next != 10 || p.SettledFrontier() != 10 {
+		t.Fatalf("after reopen: bounds %d %d frontier %d", first, next, p.SettledFrontier())
+	}
+	if _, err := p.Read(5); !errors.Is(err, storage.ErrTrimmed) {
+		t.Fatalf("read trimmed after reopen: %v", err)
+	}
+}
+
+func TestQueueRetentionRunsAutomatically(t *testing.T) {
+	p := mustOpen(t, t.TempDir(), storage.Options{SegmentMaxBytes: segHdr + 3*recSize})
+	defer p.Close()
+	appendN(t, p, 0, 10, zeroTS)
+	if err := p.Settle(0, 1, 2, 3, 4, 5); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for first, _ := p.Bounds(); first != 6; first, _ = p.Bounds() {
+		if time.Now().After(deadline) {
+			t.Fatalf("first still %d after settling two whole segments", first)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestStreamRetention(t *testing.T) {
+	cases := []struct {
+		name  string
+		r     storage.Retention
+		first uint64
+	}{
+		// 30 records, 3 per segment, active segment base 27.
+		{"records", storage.Retention{ByLimits: true, MaxRecords: 10}, 21}, // 30-18 = 12 > 10: one more goes
+		{"bytes", storage.Retention{ByLimits: true, MaxBytes: 4 * (segHdr + 3*recSize)}, 18},
+		{"age", storage.Retention{ByLimits: true, MaxAge: time.Minute}, 27},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			now := time.UnixMilli(1_000_000_000)
+			o := storage.Options{SegmentMaxBytes: segHdr + 3*recSize, Retention: c.r, Now: func() time.Time { return now }}
+			p := mustOpen(t, dir, o)
+			appendN(t, p, 0, 30, func(i int) int64 { return now.UnixMilli() - int64(30-i)*1000 })
+			if c.name == "age" {
+				if err := p.EnforceRetention(); err != nil {
+					t.Fatal(err)
+				}
+				if first, _ := p.Bounds(); first != 0 {
+					t.Fatalf("nothing is older than a minute yet, but first=%d", first)
+				}
+				now = now.Add(2 * time.Minute)
+			}
+			if err := p.EnforceRetention(); err != nil {
+				t.Fatal(err)
+			}
+			first, next := p.Bounds()
+			if first != c.first || next != 30 {
+				t.Fatalf("bounds %d %d, want %d 30", first, next, c.first)
+			}
+			if _, err := p.Read(first - 1); !errors.Is(err, storage.ErrTrimmed) {
+				t.Fatalf("read below first: %v", err)
+			}
+			n := 0
+			p.Scan(0, func(r storage.Record) bool {
+				if r.Offset != first+uint64(n) {
+					t.Fatalf("scan gave %d", r.Offset)
+				}
+				n++
+				return true
+			})
+			if uint64(n) != next-first {
+				t.Fatalf("scan saw %d records", n)
+			}
+			p.Close()
+			p = mustOpen(t, dir, o)
+			defer p.Close()
+			if f, nx := p.Bounds(); f != first || nx != next {
+				t.Fatalf("after reopen %d %d", f, nx)
+			}
+		})
+	}
+}
