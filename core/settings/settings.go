@@ -1,0 +1,208 @@
+// Package settings holds the runtime settings document (BROKER_SEMANTICS
+// S-167, S-170): one persisted, versioned document whose groups the broker
+// reads on every use, so a change applies without a restart. It is seeded
+// from `runtime_seed.*` boot configuration only when no document exists;
+// afterwards the persisted document wins over file, env and flags on every
+// boot. The routing group has built-in defaults and no boot seed (seed
+// §11).
+//
+// This is the standalone store: the document lives in
+// <data_dir>/runtime-settings.json. In coordinated mode the document moves
+// into the coordinator (S-173) behind the same Current/Replace calls.
+package settings
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/config"
+)
+
+// Document is the runtime settings document. Durations are milliseconds,
+// named as in S-170.
+type Document struct {
+	Version      uint64       `json:"version"`
+	Delivery     Delivery     `json:"delivery"`
+	Connection   Connection   `json:"connection"`
+	Partitioning Partitioning `json:"partitioning"`
+	Routing      Routing      `json:"routing"`
+}
+
+// Delivery is the `delivery` group (S-50, S-170).
+type Delivery struct {
+	InflightTTLMS     int64 `json:"inflight_ttl_ms"`
+	ExpiryPollMinMS   int64 `json:"expiry_poll_min_ms"`
+	ExpiryBatchMax    int64 `json:"expiry_batch_max"`
+	DeliveryPollMaxMS int64 `json:"delivery_poll_max_ms"`
+}
+
+// Connection is the `connection` group (S-102, S-107, S-128).
+type Connection struct {
+	ReconnectGraceMS          int64 `json:"reconnect_grace_ms"`
+	ResumeSessionRestartTTLMS int64 `json:"resume_session_restart_ttl_ms"`
+	DrainHandoffTimeoutMS     int64 `json:"drain_handoff_timeout_ms"`
+}
+
+// Partitioning is the `partitioning` group (S-18).
+type Partitioning struct {
+	DefaultPartitionCount int64 `json:"default_partition_count"`
+}
+
+// Routing is the `routing` group: forwarding limits (seed §5).
+type Routing struct {
+	MaxUpstreamSessions         int64 `json:"max_upstream_sessions"`
+	MaxUpstreamSessionsPerOwner int64 `json:"max_upstream_sessions_per_owner"`
+	MaxInflightForwardBytes     int64 `json:"max_inflight_forward_bytes"`
+	ForwardTimeoutMS            int64 `json:"forward_timeout_ms"`
+	UpstreamConnectTimeoutMS    int64 `json:"upstream_connect_timeout_ms"`
+	UpstreamIdleCloseMS         int64 `json:"upstream_idle_close_ms"`
+}
+
+// Seed builds version 1 of the document from boot configuration.
+func Seed(seed config.RuntimeSeedSettings, rt config.Runtime) Document {
+	d, c, p, r := seed.Delivery, seed.Connection, seed.Partitioning, rt.Routing
+	return Document{
+		Version: 1,
+		Delivery: Delivery{InflightTTLMS: d.InflightTTLMS, ExpiryPollMinMS: d.ExpiryPollMinMS,
+			ExpiryBatchMax: d.ExpiryBatchMax, DeliveryPollMaxMS: d.DeliveryPollMaxMS},
+		Connection: Connection{ReconnectGraceMS: c.ReconnectGraceMS, ResumeSessionRestartTTLMS: c.ResumeSessionRestartTTLMS,
+			DrainHandoffTimeoutMS: c.DrainHandoffTimeoutMS},
+		Partitioning: Partitioning{DefaultPartitionCount: p.DefaultPartitionCount},
+		Routing: Routing{MaxUpstreamSessions: r.MaxUpstreamSessions, MaxUpstreamSessionsPerOwner: r.MaxUpstreamSessionsPerOwner,
+			MaxInflightForwardBytes: r.MaxInflightForwardBytes, ForwardTimeoutMS: r.ForwardTimeoutMS,
+			UpstreamConnectTimeoutMS: r.UpstreamConnectTimeoutMS, UpstreamIdleCloseMS: r.UpstreamIdleCloseMS},
+	}
+}
+
+// Validate applies S-172's bounds. Every problem names its setting.
+func (d Document) Validate() error {
+	var errs []error
+	atLeast := func(name string, v, min int64) {
+		if v < min {
+			errs = append(errs, fmt.Errorf("%s = %d: must be at least %d", name, v, min))
+		}
+	}
+	atLeast("delivery.inflight_ttl_ms", d.Delivery.InflightTTLMS, 1)
+	atLeast("delivery.expiry_poll_min_ms", d.Delivery.ExpiryPollMinMS, 1)
+	atLeast("delivery.expiry_batch_max", d.Delivery.ExpiryBatchMax, 1)
+	atLeast("delivery.delivery_poll_max_ms", d.Delivery.DeliveryPollMaxMS, 1)
+	atLeast("connection.reconnect_grace_ms", d.Connection.ReconnectGraceMS, 0)
+	atLeast("connection.resume_session_restart_ttl_ms", d.Connection.ResumeSessionRestartTTLMS, 0)
+	atLeast("connection.drain_handoff_timeout_ms", d.Connection.DrainHandoffTimeoutMS, 1)
+	atLeast("partitioning.default_partition_count", d.Partitioning.DefaultPartitionCount, 1)
+	r := d.Routing
+	rt := config.Runtime{Routing: config.Routing{MaxUpstreamSessions: r.MaxUpstreamSessions,
+		MaxUpstreamSessionsPerOwner: r.MaxUpstreamSessionsPerOwner, MaxInflightForwardBytes: r.MaxInflightForwardBytes,
+		ForwardTimeoutMS: r.ForwardTimeoutMS, UpstreamConnectTimeoutMS: r.UpstreamConnectTimeoutMS,
+		UpstreamIdleCloseMS: r.UpstreamIdleCloseMS}}
+	if err := config.ValidateRuntime(rt, config.Origin{}); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Ms turns a millisecond setting into a Duration.
+func Ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// Store keeps the current document and persists changes.
+type Store struct {
+	path string
+	mu   sync.Mutex // serialises Replace
+	cur  atomic.Pointer[Document]
+}
+
+// Open loads the document at path, or seeds and persists it when none
+// exists (S-167). A document that fails to parse or validate is an error:
+// the broker must not silently fall back to seeds and forget an operator's
+// change.
+func Open(path string, seed Document) (*Store, error) {
+	st := &Store{path: path}
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := seed.Validate(); err != nil {
+			return nil, fmt.Errorf("runtime settings seed: %w", err)
+		}
+		if err := st.write(seed); err != nil {
+			return nil, err
+		}
+		st.cur.Store(&seed)
+		return st, nil
+	case err != nil:
+		return nil, fmt.Errorf("runtime settings: %w", err)
+	}
+	var d Document
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("runtime settings %s: %w", path, err)
+	}
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("runtime settings %s (version %d): %w", path, d.Version, err)
+	}
+	st.cur.Store(&d)
+	return st, nil
+}
+
+// Current returns the document in force. Cheap; call it on every use.
+func (s *Store) Current() Document { return *s.cur.Load() }
+
+// Replace stores a whole new document if expected is the current version
+// (S-162): a stale version → core.ErrConflict, an invalid document →
+// core.ErrBadRequest. It returns the stored document with its new version.
+func (s *Store) Replace(expected uint64, d Document) (Document, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.Current()
+	if expected != cur.Version {
+		return cur, core.Errorf(core.ErrConflict, "runtime settings changed: version is %d, not %d", cur.Version, expected)
+	}
+	if err := d.Validate(); err != nil {
+		return cur, core.Errorf(core.ErrBadRequest, "%v", err)
+	}
+	d.Version = cur.Version + 1
+	if err := s.write(d); err != nil {
+		return cur, err
+	}
+	s.cur.Store(&d)
+	return d, nil
+}
+
+// write persists d crash-safely: temp file, fsync, rename, directory fsync.
+func (s *Store) write(d Document) error {
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(s.path)
+	tmp, err := os.CreateTemp(dir, ".runtime-settings-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), s.path); err != nil {
+		return err
+	}
+	df, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer df.Close()
+	return df.Sync()
+}

@@ -1,0 +1,80 @@
+package settings
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/config"
+)
+
+func seed() Document {
+	d := config.Defaults()
+	return Seed(d.RuntimeSeed, config.DefaultRuntime())
+}
+
+// S-167: boot seeds create the document only when none exists; afterwards
+// the persisted document wins.
+func TestSeedOnlyWhenAbsent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runtime-settings.json")
+	s, err := Open(path, seed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Current(); got.Version != 1 || got.Connection.ReconnectGraceMS != 5000 || got.Routing.ForwardTimeoutMS != 30000 {
+		t.Fatalf("seeded document = %+v", got)
+	}
+	d := s.Current()
+	d.Connection.ReconnectGraceMS = 1234
+	if _, err := s.Replace(1, d); err != nil {
+		t.Fatal(err)
+	}
+	other := seed()
+	other.Connection.ReconnectGraceMS = 9999
+	s2, err := Open(path, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s2.Current(); got.Version != 2 || got.Connection.ReconnectGraceMS != 1234 {
+		t.Fatalf("after reopen = %+v, want the persisted version 2 with grace 1234", got)
+	}
+}
+
+// S-162: a stale version is a conflict, an invalid document a bad request;
+// neither changes anything.
+func TestReplaceChecks(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "rs.json"), seed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := s.Current()
+	if _, err := s.Replace(7, d); !errors.Is(err, core.ErrConflict) {
+		t.Fatalf("stale version: err = %v, want ErrConflict", err)
+	}
+	d.Partitioning.DefaultPartitionCount = 0
+	if _, err := s.Replace(1, d); !errors.Is(err, core.ErrBadRequest) {
+		t.Fatalf("invalid: err = %v, want ErrBadRequest", err)
+	}
+	if s.Current().Version != 1 || s.Current().Partitioning.DefaultPartitionCount != 1 {
+		t.Fatal("a refused Replace changed the document")
+	}
+}
+
+// A corrupt document is an error, never a silent fall-back to the seeds.
+func TestCorruptDocumentRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rs.json")
+	if err := os.WriteFile(path, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(path, seed()); err == nil {
+		t.Fatal("Open accepted a corrupt document")
+	}
+	if err := os.WriteFile(path, []byte(`{"version":3,"delivery":{"inflight_ttl_ms":0}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(path, seed()); err == nil {
+		t.Fatal("Open accepted an invalid document")
+	}
+}
