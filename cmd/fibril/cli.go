@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/fibrilgo/fibril/core/broker"
 	"github.com/fibrilgo/fibril/core/config"
 )
 
@@ -24,7 +26,7 @@ var version = "dev"
 
 // run is main without the process: arguments, environment and streams are
 // passed in so tests can drive every subcommand.
-func run(args, environ []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
 		case "version":
@@ -37,11 +39,27 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 			return runConfig(args[1:], environ, stdout, stderr)
 		}
 	}
-	code := loadAndPrint(args, environ, stdout, stderr, true)
-	if code == exitOK {
-		fmt.Fprintln(stderr, "fibril: the configuration is valid; serving is not implemented yet.")
+	return serve(ctx, args, environ, stdout, stderr)
+}
+
+// serve loads the configuration and runs the broker until ctx ends (main
+// ends it on SIGINT or SIGTERM), then shuts it down gracefully
+// (GOING_AWAY, in-flight confirms answered, logs flushed) and exits 0.
+func serve(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	cfg, logger, code := load(args, environ, stdout, stderr)
+	if cfg == nil {
+		return code
 	}
-	return code
+	b, err := broker.Start(cfg, logger)
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		return exitError
+	}
+	if err := b.Run(ctx); err != nil {
+		logger.Error("shutdown", "err", err)
+		return exitError
+	}
+	return exitOK
 }
 
 // runConfig handles "fibril config SUBCOMMAND".
@@ -76,6 +94,26 @@ func loadAndPrint(args, environ []string, stdout, stderr io.Writer, print bool) 
 		usage(stdout)
 		return exitOK
 	}
+	return report(cfg, ld, err, stdout, stderr, print)
+}
+
+// load loads the configuration for serving; on failure cfg is nil and
+// code says how to exit.
+func load(args, environ []string, stdout, stderr io.Writer) (*config.Config, *slog.Logger, int) {
+	cfg, ld, err := config.Load(args, environ)
+	if errors.Is(err, config.ErrHelp) {
+		usage(stdout)
+		return nil, nil, exitOK
+	}
+	if code := report(cfg, ld, err, stdout, stderr, false); code != exitOK {
+		return nil, nil, code
+	}
+	return cfg, newLogger(stderr, cfg.Log), exitOK
+}
+
+// report logs the configuration's warnings and either prints it or lists
+// every problem.
+func report(cfg *config.Config, ld *config.Loaded, err error, stdout, stderr io.Writer, print bool) int {
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	if err == nil {
 		logger = newLogger(stderr, cfg.Log)
@@ -156,7 +194,7 @@ func plural(n int) string {
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
-  fibril [--config PATH] [--<key> VALUE ...]   load the configuration and start (prints it for now)
+  fibril [--config PATH] [--<key> VALUE ...]   start the broker (SIGINT/SIGTERM stop it gracefully)
   fibril config print [flags]                   print the effective configuration with origins
   fibril config check [flags]                   validate only; exit 0 when valid, 2 otherwise
   fibril config example [-o FILE]               write fibril.example.toml

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/fibrilgo/fibril/core/config"
 )
@@ -13,21 +16,57 @@ import (
 func runCLI(t *testing.T, args []string, environ ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(args, environ, &out, &errOut)
+	code = run(context.Background(), args, environ, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
-func TestDefaultRunPrintsAndExitsZero(t *testing.T) {
-	code, out, errOut := runCLI(t, nil)
-	if code != 0 {
-		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+// The default command serves until its context ends, then shuts down
+// gracefully and exits 0.
+func TestServeStartsAndStopsCleanly(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--server.data_dir=" + t.TempDir(), "--broker.listener.bind=127.0.0.1:0", "--admin.listener.bind=127.0.0.1:0"}, nil, &out, &errOut)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(errOut.String(), "broker ready") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no \"broker ready\" log line:\n%s", errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	if !strings.Contains(out, `bind = "127.0.0.1:9876"  # default`) {
-		t.Errorf("effective config not printed:\n%s", out)
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, errOut.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("broker did not stop")
 	}
-	if !strings.Contains(errOut, "serving is not implemented yet") {
-		t.Errorf("no note about serving: %s", errOut)
+	if !strings.Contains(errOut.String(), "shutdown complete") {
+		t.Errorf("no clean shutdown in the log:\n%s", errOut.String())
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the broker's logger and the test
+// to use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestInvalidConfigExitsTwo(t *testing.T) {

@@ -1,12 +1,20 @@
-// Command fibril is the broker. For now it loads, validates and prints its
-// configuration; serving comes next.
+// Command fibril is the broker: `fibril` serves, `fibril config …`
+// inspects and documents the configuration.
 package main
 
-import "os"
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
 
 //go:generate go run . config example -o ../../fibril.example.toml
 //go:generate go run . config docs -o ../../docs/configuration.md
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }

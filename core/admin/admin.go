@@ -1,0 +1,175 @@
+// Package admin serves the broker's admin HTTP listener: health and
+// readiness probes for load balancers, Prometheus metrics, and the small
+// part of the admin API that exists so far (users). BROKER_SEMANTICS
+// S-156…S-163 describe the full surface; the dashboard and the rest of the
+// API come later.
+package admin
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fibrilgo/fibril/core"
+)
+
+// Users is the user store as the admin API manages it.
+type Users interface {
+	Add(name, password string) error
+	Remove(name string) error
+	List() []UserInfo
+}
+
+// UserInfo is one user as the API lists it.
+type UserInfo struct {
+	Name    string    `json:"username"`
+	Created time.Time `json:"created"`
+}
+
+// Options configure the admin handler.
+type Options struct {
+	Gatherer prometheus.Gatherer
+	Users    Users // nil: the users API answers 404
+	// Auth, when Username is set, protects everything but the probes with
+	// HTTP Basic (S-159); empty = open.
+	Username, Password string
+	Logger             *slog.Logger
+}
+
+// Server is the admin handler plus the readiness state it reports.
+type Server struct {
+	opts  Options
+	ready atomic.Pointer[string] // nil = ready; otherwise why not
+	mux   *http.ServeMux
+}
+
+// New builds the handler. It starts not ready ("starting").
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{opts: opts, mux: http.NewServeMux()}
+	s.SetNotReady("starting: recovery in progress")
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok")) // S-158: always 200 while the process serves HTTP
+	})
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})))
+	s.mux.Handle("GET /admin/api/users", s.auth(http.HandlerFunc(s.listUsers)))
+	s.mux.Handle("POST /admin/api/users", s.auth(http.HandlerFunc(s.addUser)))
+	s.mux.Handle("DELETE /admin/api/users/{username}", s.auth(http.HandlerFunc(s.removeUser)))
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// SetReady marks the broker ready for traffic.
+func (s *Server) SetReady() { s.ready.Store(nil) }
+
+// SetNotReady marks the broker not ready, with the reason /readyz reports.
+func (s *Server) SetNotReady(reason string) { s.ready.Store(&reason) }
+
+// readyz answers 200 "ok" when ready and 503 with the reason otherwise:
+// false until recovery has finished and while shutting down.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if why := s.ready.Load(); why != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": *why})
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok"))
+}
+
+func (s *Server) auth(h http.Handler) http.Handler {
+	if s.opts.Username == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		uok := subtle.ConstantTimeCompare([]byte(u), []byte(s.opts.Username)) == 1
+		pok := subtle.ConstantTimeCompare([]byte(p), []byte(s.opts.Password)) == 1
+		if !ok || !uok || !pok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="fibril admin"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "admin credentials required (admin.auth)")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) listUsers(w http.ResponseWriter, _ *http.Request) {
+	if s.opts.Users == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no user store")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"users": s.opts.Users.List()})
+}
+
+func (s *Server) addUser(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Users == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no user store")
+		return
+	}
+	var req struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "body must be JSON {username, password}: "+err.Error())
+		return
+	}
+	if err := s.opts.Users.Add(req.Username, req.Password); err != nil {
+		writeCoreError(w, err)
+		return
+	}
+	s.opts.Logger.Info("user added", "user", req.Username)
+	writeJSON(w, http.StatusCreated, map[string]any{"username": req.Username})
+}
+
+func (s *Server) removeUser(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Users == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no user store")
+		return
+	}
+	name := r.PathValue("username")
+	if err := s.opts.Users.Remove(name); err != nil {
+		writeCoreError(w, err)
+		return
+	}
+	s.opts.Logger.Info("user removed", "user", name)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// writeCoreError maps a core sentinel to an HTTP status and the snake_case
+// code of S-160.
+func writeCoreError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, core.ErrBadRequest):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	case errors.Is(err, core.ErrNotFound):
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, core.ErrConflict):
+		writeError(w, http.StatusConflict, "conflict", err.Error())
+	default:
+		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]string{"code": code, "message": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

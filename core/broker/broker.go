@@ -1,0 +1,345 @@
+// Package broker assembles one broker process from its parts — storage and
+// the queue engine, users and TLS material, the session server, the admin
+// listener — and runs it until its context ends, then shuts it down
+// gracefully. cmd/fibril is a thin main around it; integration tests use
+// the binary, unit tests can use Start directly.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/fibrilgo/fibril/core/admin"
+	"github.com/fibrilgo/fibril/core/auth"
+	"github.com/fibrilgo/fibril/core/config"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/session"
+	"github.com/fibrilgo/fibril/core/settings"
+	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/tlsconf"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// ShutdownTimeout bounds the graceful part of a shutdown: in-flight
+// confirms are answered and sockets flushed within it.
+const ShutdownTimeout = 10 * time.Second
+
+// Broker is one running broker process.
+type Broker struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	ownerID  wire.UUID
+	settings *settings.Store
+	tls      *tlsconf.Material
+	users    *auth.Store
+	queues   *queue.Manager
+	sessions *session.Server
+	admin    *admin.Server
+	registry *prometheus.Registry
+
+	brokerLn net.Listener
+	adminLn  net.Listener
+	adminSrv *http.Server
+	served   chan struct{}
+}
+
+// Start opens everything and starts serving: the admin listener first
+// (so /healthz answers and /readyz says "recovering" during recovery),
+// then recovery, then the broker listener. It returns once clients can
+// connect.
+func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
+	if !cfg.Coordination.Standalone() {
+		return nil, fmt.Errorf("coordination.backend = %q: only standalone mode (\"none\") is available in this build", cfg.Coordination.Backend)
+	}
+	b := &Broker{cfg: cfg, log: log, registry: prometheus.NewRegistry(), served: make(chan struct{})}
+	ok := false
+	defer func() {
+		if !ok {
+			b.closeAll()
+		}
+	}()
+	dataDir := cfg.Server.DataDir
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("server.data_dir %s: %w", dataDir, err)
+	}
+	var err error
+	if b.ownerID, err = loadOwnerID(filepath.Join(dataDir, "owner_id")); err != nil {
+		return nil, err
+	}
+	b.log = log.With("owner_id", b.ownerID.String())
+	seed := settings.Seed(cfg.RuntimeSeed, config.DefaultRuntime())
+	if b.settings, err = settings.Open(filepath.Join(dataDir, "runtime-settings.json"), seed); err != nil {
+		return nil, err
+	}
+	if err := b.openSecurity(); err != nil {
+		return nil, err
+	}
+	if err := b.startAdmin(); err != nil {
+		return nil, err
+	}
+	if err := b.openQueues(); err != nil {
+		return nil, err
+	}
+	if err := b.startSessions(); err != nil {
+		return nil, err
+	}
+	b.admin.SetReady()
+	ok = true
+	b.log.Info("broker ready", "broker", b.brokerLn.Addr().String(), "admin", b.adminLn.Addr().String(),
+		"data_dir", dataDir, "fsync", cfg.Storage.Fsync, "tls", b.tls != nil)
+	return b, nil
+}
+
+// BrokerAddr is the address the client listener is bound to.
+func (b *Broker) BrokerAddr() net.Addr { return b.brokerLn.Addr() }
+
+// AdminAddr is the address the admin listener is bound to.
+func (b *Broker) AdminAddr() net.Addr { return b.adminLn.Addr() }
+
+// Run serves until ctx ends, then shuts down gracefully.
+func (b *Broker) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return b.Shutdown()
+}
+
+// Shutdown stops the broker: /readyz turns false, the client listener
+// closes, every live client gets GOING_AWAY, in-flight confirms are
+// answered, logs are flushed and fsynced, and the admin listener closes
+// last.
+func (b *Broker) Shutdown() error {
+	b.admin.SetNotReady("shutting down")
+	b.log.Info("shutting down")
+	_ = b.brokerLn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	grace := time.Duration(0)
+	b.sessions.Shutdown(ctx, grace, "broker shutting down")
+	err := b.queues.Close()
+	b.queues = nil
+	b.closeAll()
+	if err != nil {
+		return fmt.Errorf("closing queues: %w", err)
+	}
+	b.log.Info("shutdown complete")
+	return nil
+}
+
+// closeAll releases whatever was opened (also on a failed Start).
+func (b *Broker) closeAll() {
+	if b.brokerLn != nil {
+		_ = b.brokerLn.Close()
+	}
+	if b.queues != nil {
+		_ = b.queues.Close()
+	}
+	if b.adminSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = b.adminSrv.Shutdown(ctx)
+		cancel()
+	}
+}
+
+// openSecurity loads TLS material, the user store (seeding it while empty,
+// S-147) and the authenticator, and logs the startup warnings of S-148 and
+// the default-login-behind-a-proxy case.
+func (b *Broker) openSecurity() error {
+	cfg := b.cfg
+	var err error
+	b.tls, err = tlsconf.Load(tlsconf.Options{TLS: cfg.TLS, DataDir: cfg.Server.DataDir,
+		Hosts: advertiseHosts(cfg), Logger: b.log})
+	if err != nil {
+		return err
+	}
+	if b.users, err = auth.OpenStore(filepath.Join(cfg.Server.DataDir, auth.StoreFile)); err != nil {
+		return err
+	}
+	if n, err := b.users.Seed(cfg.Auth.Seeds()); err != nil {
+		return fmt.Errorf("auth.seed_users: %w", err)
+	} else if n > 0 {
+		b.log.Info("seeded users", "count", n)
+	}
+	for _, w := range auth.StartupWarnings(*cfg, b.users) {
+		b.log.Warn(w)
+	}
+	return nil
+}
+
+func (b *Broker) openQueues() error {
+	cfg := b.cfg
+	policy, err := storage.ParseFsyncPolicy(cfg.Storage.Fsync)
+	if err != nil {
+		return err
+	}
+	b.queues, err = queue.Open(queue.Options{
+		Dir: filepath.Join(cfg.Server.DataDir, "queues"),
+		Storage: storage.Options{
+			Fsync:           policy,
+			FsyncInterval:   time.Duration(cfg.Storage.FsyncIntervalMS) * time.Millisecond,
+			SegmentMaxBytes: cfg.Storage.SegmentMaxBytes,
+			Logger:          b.log,
+		},
+		Settings:        b.queueSettings,
+		AutoCreate:      true, // standalone (DESIGN §8 "Modes", S-21)
+		MaxMessageBytes: int(cfg.Broker.MaxMessageBytes),
+		Logger:          b.log,
+	})
+	if err != nil {
+		return err
+	}
+	for _, q := range b.queues.Quarantined() {
+		b.log.Error("partition quarantined; it answers errors until repaired", "queue", q.Key.String(), "partition", q.Partition, "err", q.Err)
+	}
+	registerEngineMetrics(b.registry, b.queues)
+	return nil
+}
+
+func (b *Broker) queueSettings() queue.Settings {
+	d := b.settings.Current()
+	return queue.Settings{
+		InflightTTL:           settings.Ms(d.Delivery.InflightTTLMS),
+		ExpiryPollMin:         settings.Ms(d.Delivery.ExpiryPollMinMS),
+		ExpiryBatchMax:        int(d.Delivery.ExpiryBatchMax),
+		DefaultPartitionCount: uint32(d.Partitioning.DefaultPartitionCount),
+	}
+}
+
+func (b *Broker) sessionSettings() session.Settings {
+	d := b.settings.Current()
+	return session.Settings{
+		ReconnectGrace: settings.Ms(d.Connection.ReconnectGraceMS),
+		RestartTTL:     settings.Ms(d.Connection.ResumeSessionRestartTTLMS),
+	}
+}
+
+func (b *Broker) startAdmin() error {
+	cfg := b.cfg
+	b.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	pw, err := adminPassword(cfg.Admin.Auth)
+	if err != nil {
+		return err
+	}
+	opts := admin.Options{Gatherer: b.registry, Users: userAdmin{b.users}, Logger: b.log}
+	if cfg.Admin.Auth.Enabled {
+		opts.Username, opts.Password = cfg.Admin.Auth.Username, pw
+	}
+	b.admin = admin.New(opts)
+	if b.adminLn, err = net.Listen("tcp", cfg.Admin.Listener.Bind); err != nil {
+		return fmt.Errorf("admin.listener.bind %s: %w", cfg.Admin.Listener.Bind, err)
+	}
+	b.adminSrv = &http.Server{Handler: b.admin, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(b.log.Handler(), slog.LevelDebug)}
+	ln := b.adminLn
+	if tc := b.tls.AdminConfig(); tc != nil {
+		b.adminSrv.TLSConfig = tc
+		go func() { _ = b.adminSrv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { _ = b.adminSrv.Serve(ln) }()
+	}
+	return nil
+}
+
+func (b *Broker) startSessions() error {
+	cfg := b.cfg
+	var err error
+	secret, _, err := auth.ResolveClusterSecret(*cfg)
+	if err != nil {
+		return err
+	}
+	authn := auth.NewAuthenticator(auth.Options{Store: b.users, ClusterSecret: secret,
+		AllowDefaultLoopback: cfg.Auth.AllowDefaultLoopback})
+	adv, err := advertised(cfg)
+	if err != nil {
+		return err
+	}
+	b.sessions, err = session.New(session.Options{
+		Queues:          b.queues,
+		Auth:            authAdapter{authn},
+		CertAuth:        certAdapter(authn),
+		OwnerID:         b.ownerID,
+		SkeletonDir:     filepath.Join(cfg.Server.DataDir, "sessions"),
+		Settings:        b.sessionSettings,
+		MaxFrameBytes:   uint32(min(cfg.Broker.MaxFrameBytes, int64(^uint32(0)))),
+		MaxMessageBytes: int(cfg.Broker.MaxMessageBytes),
+		Advertise:       adv,
+		Logger:          b.log,
+		Metrics:         session.NewMetrics(b.registry),
+	})
+	if err != nil {
+		return err
+	}
+	if b.brokerLn, err = net.Listen("tcp", cfg.Broker.Listener.Bind); err != nil {
+		return fmt.Errorf("broker.listener.bind %s: %w", cfg.Broker.Listener.Bind, err)
+	}
+	go b.acceptLoop()
+	return nil
+}
+
+// advertised returns the client-facing endpoints of this broker: the
+// configured advertise list, else the bind address (S-121).
+func advertised(cfg *config.Config) ([]wire.AdvertisedAddress, error) {
+	list := cfg.Broker.Listener.Advertise
+	if len(list) == 0 {
+		list = []string{cfg.Broker.Listener.Bind}
+	}
+	out := make([]wire.AdvertisedAddress, 0, len(list))
+	for _, a := range list {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("broker.listener.advertise %q: %w", a, err)
+		}
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("broker.listener.advertise %q: bad port", a)
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
+			host = "[" + host + "]" // WIRE §4.5: bracketed IPv6 literal
+		}
+		out = append(out, wire.AdvertisedAddress{Host: host, Port: uint16(p)})
+	}
+	return out, nil
+}
+
+func advertiseHosts(cfg *config.Config) []string {
+	var hosts []string
+	for _, a := range cfg.Broker.Listener.Advertise {
+		if h, _, err := net.SplitHostPort(a); err == nil {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}
+
+func adminPassword(a config.AdminAuth) (string, error) {
+	if !a.Enabled {
+		return "", nil
+	}
+	if a.Password.IsSet() {
+		return a.Password.Reveal(), nil
+	}
+	b, err := os.ReadFile(a.PasswordFile)
+	if err != nil {
+		return "", fmt.Errorf("admin.auth.password_file: %w", err)
+	}
+	pw := string(trimNewline(b))
+	if pw == "" {
+		return "", errors.New("admin.auth.password_file is empty")
+	}
+	return pw, nil
+}
+
+func trimNewline(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

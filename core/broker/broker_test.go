@@ -1,0 +1,107 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/config"
+)
+
+// loopbackOnly is the test-wide dialer guard: any dial outside 127.0.0.0/8
+// and ::1 fails the test (DESIGN §8 "Addresses in tests").
+func loopbackOnly(t *testing.T) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Errorf("dial %q: %v", addr, err)
+			return nil, err
+		}
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			t.Errorf("test tried to dial non-loopback address %s", addr)
+			return nil, fmt.Errorf("refused: %s is not loopback", addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
+func startBroker(t *testing.T) *Broker {
+	t.Helper()
+	cfg, _, err := config.Load([]string{
+		"--server.data_dir=" + t.TempDir(),
+		"--broker.listener.bind=127.0.0.1:0",
+		"--admin.listener.bind=127.0.0.1:0",
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Start(cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown() })
+	return b
+}
+
+// The first thing a user does: start a broker, publish with confirms and
+// consume with the Go SDK (built-in fibril/fibril login from loopback,
+// S-146), then see it in the metrics.
+func TestPublishConsumeEndToEnd(t *testing.T) {
+	b := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{Addrs: []string{b.BrokerAddr().String()},
+		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pub := c.Publisher("orders", client.PublisherOptions{})
+	for i := 0; i < 10; i++ {
+		off, err := pub.PublishConfirmed(ctx, client.Message{Payload: []byte(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if off != uint64(i) {
+			t.Fatalf("offset %d, want %d", off, i)
+		}
+	}
+	sub, err := c.Subscribe(ctx, "orders", client.SubscribeOptions{Prefetch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		d, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(d.Payload) != fmt.Sprint(i) {
+			t.Fatalf("delivery %d = %q", i, d.Payload)
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.Stats(); st.PrefetchViolations != 0 || st.ProtocolViolations != 0 || st.UncorrelatedErrors != 0 {
+		t.Fatalf("client saw broker misbehaviour: %+v", st)
+	}
+	resp, err := http.Get("http://" + b.AdminAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"fibril_broker_published_total 10", "fibril_broker_acked_total 10", "fibril_tcp_connections_open 1"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}

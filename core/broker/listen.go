@@ -1,0 +1,170 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fibrilgo/fibril/core/admin"
+	"github.com/fibrilgo/fibril/core/auth"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/session"
+	"github.com/fibrilgo/fibril/core/tlsconf"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// sniffTimeout is how long an accepted socket has to show its first frame
+// header (WIRE §1, S-14).
+const sniffTimeout = 10 * time.Second
+
+// acceptLoop accepts client sockets and classifies each by its first
+// bytes (WIRE §1, S-151) in its own goroutine, so a slow client never
+// holds up the next accept.
+func (b *Broker) acceptLoop() {
+	defer close(b.served)
+	for {
+		nc, err := b.brokerLn.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			b.log.Error("accept failed; client listener stopped", "err", err)
+			return
+		}
+		go b.prepare(nc)
+	}
+}
+
+// prepare sniffs one socket and hands it to the session server: TLS
+// ClientHello → handshake (TLS listener) or close (plaintext listener);
+// plaintext frame → serve (plaintext listener) or one plaintext ERROR 426
+// echoing the HELLO's request id, then close (TLS listener); anything
+// else → close without a word.
+func (b *Broker) prepare(nc net.Conn) {
+	kind, prefix, _ := tlsconf.Sniff(nc, sniffTimeout)
+	conn := tlsconf.Replay(nc, prefix)
+	tlsOn := b.tls != nil
+	switch {
+	case kind == tlsconf.SniffTLS && tlsOn:
+		tc := tls.Server(conn, b.tls.ServerConfig())
+		ctx, cancel := context.WithTimeout(context.Background(), sniffTimeout)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			b.log.Debug("TLS handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
+			_ = nc.Close()
+			return
+		}
+		b.sessions.ServeConn(tc)
+	case kind == tlsconf.SniffPlaintext && !tlsOn:
+		b.sessions.ServeConn(conn)
+	case kind == tlsconf.SniffPlaintext && tlsOn:
+		id, _ := tlsconf.PlaintextOnTLSRequestID(prefix)
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = nc.Write(wire.AppendFrame(nil, wire.OpError, id, &wire.ErrorBody{Code: wire.CodeTLSRequired,
+			Message: "this broker requires TLS"}))
+		_ = nc.Close()
+	default:
+		_ = nc.Close()
+	}
+}
+
+// authAdapter presents auth.Authenticator to the session layer.
+type authAdapter struct{ a *auth.Authenticator }
+
+func (x authAdapter) Authenticate(ctx context.Context, user, pw string, peer netip.Addr) (session.Principal, error) {
+	p, err := x.a.Check(ctx, user, pw, peer)
+	if err != nil {
+		return session.Principal{}, err
+	}
+	return session.Principal{Name: p.Name, Node: p.Node, Method: p.Method}, nil
+}
+
+// certAdapter maps a verified client certificate to a stored user (S-154).
+func certAdapter(a *auth.Authenticator) session.CertAuthenticator {
+	return func(st tls.ConnectionState) (session.Principal, bool) {
+		id := tlsconf.PeerIdentity(st)
+		if id == "" {
+			return session.Principal{}, false
+		}
+		p, ok := a.CheckCertificate(id)
+		return session.Principal{Name: p.Name, Node: p.Node, Method: p.Method}, ok
+	}
+}
+
+// userAdmin presents the user store to the admin API.
+type userAdmin struct{ s *auth.Store }
+
+func (u userAdmin) Add(name, pw string) error { return u.s.Add(name, pw) }
+func (u userAdmin) Remove(name string) error  { return u.s.Remove(name) }
+func (u userAdmin) List() []admin.UserInfo {
+	var out []admin.UserInfo
+	for _, x := range u.s.List() {
+		out = append(out, admin.UserInfo{Name: x.Name, Created: x.Created})
+	}
+	return out
+}
+
+// loadOwnerID returns this broker instance's persisted owner id (WIRE
+// §8.4), minting it on first boot. Persisting it is what lets a broker
+// restarted in place answer `resumed_after_restart`.
+func loadOwnerID(path string) (wire.UUID, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id, perr := wire.ParseUUID(strings.TrimSpace(string(b)))
+		if perr != nil {
+			return id, fmt.Errorf("%s: %w", path, perr)
+		}
+		return id, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return wire.UUID{}, err
+	}
+	var id wire.UUID
+	_, _ = rand.Read(id[:])
+	id[6] = 0x40 | id[6]&0x0f
+	id[8] = 0x80 | id[8]&0x3f
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id.String()+"\n"), 0o600); err != nil {
+		return id, err
+	}
+	f, err := os.Open(tmp)
+	if err == nil {
+		_ = f.Sync()
+		f.Close()
+	}
+	return id, os.Rename(tmp, path)
+}
+
+// registerEngineMetrics exports the queue engine's process-lifetime
+// counters (S-163 names).
+func registerEngineMetrics(reg *prometheus.Registry, qm *queue.Manager) {
+	counter := func(name, help string, get func(queue.Stats) uint64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(get(qm.Stats())) }))
+	}
+	counter("fibril_broker_published_total", "Messages stored (confirmed or not).", func(s queue.Stats) uint64 { return s.Published })
+	counter("fibril_broker_delivered_total", "Deliveries handed to subscriptions, redeliveries included.", func(s queue.Stats) uint64 { return s.Delivered })
+	counter("fibril_broker_acked_total", "Deliveries settled by ACK (or auto-ack).", func(s queue.Stats) uint64 { return s.Acked })
+	counter("fibril_broker_redelivered_total", "Deliveries of a message that had been delivered before.", func(s queue.Stats) uint64 { return s.Redelivered })
+	counter("fibril_broker_expired_total", "Messages removed because their TTL passed.", func(s queue.Stats) uint64 { return s.Expired })
+	counter("fibril_broker_dead_lettered_total", "Messages moved to a dead-letter queue.", func(s queue.Stats) uint64 { return s.DeadLettered })
+	counter("fibril_broker_discarded_total", "Messages dropped by a discard DLQ policy.", func(s queue.Stats) uint64 { return s.Discarded })
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fibril_recovery_quarantined",
+		Help: "Partitions quarantined by recovery (they answer errors until repaired)."},
+		func() float64 { return float64(len(qm.Quarantined())) }))
+}

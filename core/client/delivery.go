@@ -1,0 +1,137 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// RetriesHeader is the broker-added header carrying the redelivery count
+// (§9.7).
+const RetriesHeader = "fibril.retries"
+
+// Delivery is one message delivered to a Subscription. Settle it exactly
+// once with Ack, Retry or Fail (unless the subscription is auto-ack).
+type Delivery struct {
+	Topic       string
+	Group       string // "" = default namespace
+	Partition   uint32
+	Offset      uint64
+	Tag         uint64    // delivery tag (§10.3)
+	Published   time.Time // producer clock; zero when the producer sent 0
+	Received    time.Time // broker clock at receipt
+	ContentType string    // MIME text ("" = none)
+	Headers     map[string]string
+	Payload     []byte
+	Retries     int // earlier redeliveries, from the fibril.retries header
+
+	ep      *endpoint
+	sess    *session
+	frameID uint64 // request id of the DELIVER frame, echoed by ACK/NACK (§2.2)
+	group   wire.Option[string]
+	autoAck bool
+	settled atomic.Bool
+}
+
+func newDelivery(ep *endpoint, sess *session, frameID uint64, d *wire.Deliver, autoAck bool) *Delivery {
+	dl := &Delivery{
+		Topic:       d.Topic,
+		Group:       d.Group.Value,
+		Partition:   d.Partition,
+		Offset:      d.Offset,
+		Tag:         d.DeliveryTag,
+		Received:    unixMillis(d.PublishReceived),
+		Published:   unixMillis(d.Published),
+		ContentType: d.ContentType.MIME(),
+		Payload:     d.Payload,
+		ep:          ep,
+		sess:        sess,
+		frameID:     frameID,
+		group:       d.Group,
+		autoAck:     autoAck,
+	}
+	if len(d.Headers) > 0 {
+		dl.Headers = make(map[string]string, len(d.Headers))
+		for _, h := range d.Headers {
+			dl.Headers[h.Key] = h.Value // the last duplicate wins (§4.4)
+		}
+		if v, ok := dl.Headers[RetriesHeader]; ok {
+			dl.Retries, _ = strconv.Atoi(v)
+		}
+	}
+	return dl
+}
+
+func unixMillis(ms uint64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(ms))
+}
+
+// Ack acknowledges the delivery (ACK, §10.5).
+func (d *Delivery) Ack(ctx context.Context) error {
+	return d.settle(ctx, wire.OpAck, &wire.Ack{Topic: d.Topic, Group: d.group, Partition: d.Partition, Tags: []uint64{d.Tag}})
+}
+
+// Retry makes the message deliverable again (NACK requeue=1, §10.6), not
+// before delay has passed when delay > 0.
+func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
+	n := &wire.Nack{Topic: d.Topic, Group: d.group, Partition: d.Partition, Tags: []uint64{d.Tag}, Requeue: true}
+	if delay > 0 {
+		n.NotBefore = wire.Some(uint64(time.Now().Add(delay).UnixMilli()))
+	}
+	return d.settle(ctx, wire.OpNack, n)
+}
+
+// Fail settles the delivery as a terminal failure (NACK requeue=0): it is
+// dead-lettered per the queue's policy, or discarded.
+func (d *Delivery) Fail(ctx context.Context) error {
+	return d.settle(ctx, wire.OpNack, &wire.Nack{Topic: d.Topic, Group: d.group, Partition: d.Partition, Tags: []uint64{d.Tag}})
+}
+
+// settle sends ACK/NACK with the DELIVER's request id on the session that
+// delivered it. Deliveries of auto-ack subscriptions were settled by the
+// broker, so nothing is sent. A delivery from a session that was not
+// resumed returns ErrStaleDelivery and sends nothing (§8.4). If the
+// connection is down, settle waits (within ctx) for the reconnect to tell
+// whether the session survived.
+func (d *Delivery) settle(ctx context.Context, op wire.Op, body wire.Encoder) error {
+	if d.autoAck {
+		return nil
+	}
+	if d.sess.stale.Load() {
+		d.ep.cl.stats.staleSettles.Add(1)
+		return ErrStaleDelivery
+	}
+	if !d.settled.CompareAndSwap(false, true) {
+		return ErrAlreadySettled
+	}
+	for {
+		conn, sess, err := d.ep.get(ctx)
+		if err != nil {
+			if errors.Is(err, errRetired) {
+				d.ep.cl.stats.staleSettles.Add(1)
+				return ErrStaleDelivery
+			}
+			d.settled.Store(false)
+			return err
+		}
+		if sess != d.sess || d.sess.stale.Load() {
+			d.ep.cl.stats.staleSettles.Add(1)
+			return ErrStaleDelivery
+		}
+		err = conn.Send(op, d.frameID, body)
+		if err == nil {
+			return nil
+		}
+		if !isNotWritten(err) || ctx.Err() != nil {
+			d.settled.Store(false)
+			return err
+		}
+	}
+}

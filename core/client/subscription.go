@@ -1,0 +1,555 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// SubscribeOptions configure Subscribe.
+type SubscribeOptions struct {
+	// Group is the queue namespace inside the topic ("" = default).
+	Group string
+	// Partitions to subscribe to. nil means every partition the topology
+	// cache knows, or partition 0 when the count is unknown (a standalone
+	// broker, S-113).
+	Partitions []uint32
+	// Prefetch is the maximum number of unsettled deliveries per partition
+	// (§10.2). 0 means DefaultPrefetch.
+	Prefetch uint32
+	// AutoAck asks the broker to settle each delivery as it sends it.
+	AutoAck bool
+}
+
+// Subscription consumes one queue (topic, group) over one or more
+// partitions, each with its own broker-side subscription (one SUBSCRIBE
+// per partition). Each partition subscription is supervised: when the
+// broker closes it for a non-terminal reason, when reconcile does not keep
+// it, or when its connection is lost and not restored, it re-subscribes
+// with backoff until the Subscription is closed. Terminal reasons end the
+// partition with a *SubscriptionClosedError returned by Next.
+//
+// Consume with Next or with C, not both.
+type Subscription struct {
+	cl       *Client
+	topic    string
+	group    wire.Option[string]
+	opts     SubscribeOptions
+	prefetch uint32
+	parts    []*partSub
+	ctx      context.Context
+	cancel   context.CancelFunc
+	notify   chan struct{}
+
+	mu     sync.Mutex
+	rr     int
+	errs   []error // terminal partition errors not yet returned by Next
+	ended  int
+	closed bool
+	final  error
+
+	cOnce sync.Once
+	ch    chan *Delivery
+}
+
+// Subscribe opens a queue subscription. It returns once every partition
+// answered SUBSCRIBE_OK (following REDIRECTs and re-sending after 409 or
+// 503 within ctx); if any partition fails, the others are closed and the
+// error is returned.
+func (c *Client) Subscribe(ctx context.Context, topic string, opts SubscribeOptions) (*Subscription, error) {
+	if c.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	group := optStr(opts.Group)
+	parts := opts.Partitions
+	if parts == nil {
+		parts = []uint32{0}
+		if n, _, known := c.topo.count(topic, group); known {
+			parts = make([]uint32, n)
+			for i := range parts {
+				parts[i] = uint32(i)
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return nil, errors.New("fibril client: Subscribe: empty partition list")
+	}
+	seen := make(map[uint32]bool, len(parts))
+	for _, p := range parts {
+		if seen[p] {
+			return nil, fmt.Errorf("fibril client: Subscribe: partition %d listed twice", p)
+		}
+		seen[p] = true
+	}
+	prefetch := opts.Prefetch
+	if prefetch == 0 {
+		prefetch = DefaultPrefetch
+	}
+	s := &Subscription{
+		cl: c, topic: topic, group: group, opts: opts, prefetch: prefetch,
+		notify: make(chan struct{}, 1),
+	}
+	s.ctx, s.cancel = context.WithCancel(c.ctx)
+	for _, p := range parts {
+		s.parts = append(s.parts, newPartSub(s, p))
+	}
+	for _, ps := range s.parts {
+		if err := ps.subscribeOnce(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	for _, ps := range s.parts {
+		go ps.supervise()
+	}
+	c.trackSub(s, true)
+	return s, nil
+}
+
+// Topic returns the subscribed topic.
+func (s *Subscription) Topic() string { return s.topic }
+
+// Partitions returns the subscribed partitions.
+func (s *Subscription) Partitions() []uint32 {
+	out := make([]uint32, len(s.parts))
+	for i, ps := range s.parts {
+		out[i] = ps.partition
+	}
+	return out
+}
+
+func (s *Subscription) signal() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Next returns the next delivery, taking the partitions in turn. When a
+// partition ended for good its *SubscriptionClosedError is returned once
+// (after its buffered deliveries); when every partition has ended Next
+// keeps returning the first such error, and ErrClosed after Close.
+func (s *Subscription) Next(ctx context.Context) (*Delivery, error) {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, ErrClosed
+		}
+		n := len(s.parts)
+		for i := 0; i < n; i++ {
+			ps := s.parts[(s.rr+i)%n]
+			if d := ps.pop(); d != nil {
+				s.rr = (s.rr + i + 1) % n
+				s.mu.Unlock()
+				return d, nil
+			}
+		}
+		if len(s.errs) > 0 {
+			err := s.errs[0]
+			s.errs = s.errs[1:]
+			s.mu.Unlock()
+			return nil, err
+		}
+		if s.ended == n {
+			err := s.final
+			s.mu.Unlock()
+			if err == nil {
+				err = ErrClosed
+			}
+			return nil, err
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.notify:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// C returns a channel fed by Next. It is closed when Next fails for good
+// (every partition ended, or Close); Err tells why. A terminal error of a
+// single partition is logged and does not close the channel while other
+// partitions are alive.
+func (s *Subscription) C() <-chan *Delivery {
+	s.cOnce.Do(func() {
+		s.ch = make(chan *Delivery)
+		go func() {
+			defer close(s.ch)
+			for {
+				d, err := s.Next(s.ctx)
+				if err != nil {
+					if s.allEnded() || s.ctx.Err() != nil {
+						return
+					}
+					s.cl.log.Warn("partition subscription ended", "topic", s.topic, "err", err)
+					continue
+				}
+				select {
+				case s.ch <- d:
+				case <-s.ctx.Done():
+					return
+				}
+			}
+		}()
+	})
+	return s.ch
+}
+
+func (s *Subscription) allEnded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended == len(s.parts)
+}
+
+// Err returns why the subscription stopped: nil while any partition is
+// alive, ErrClosed after Close, else the first terminal error.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return ErrClosed
+	case s.ended < len(s.parts):
+		return nil
+	}
+	return s.final
+}
+
+// Close stops consuming. v1 has no unsubscribe op (§8.7): the broker-side
+// subscriptions end with the session or at the next reconcile, and until
+// then deliveries that still arrive for them are dropped unsettled (their
+// leases expire and they are redelivered).
+func (s *Subscription) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	for _, ps := range s.parts {
+		ps.end(nil)
+	}
+	s.cl.trackSub(s, false)
+	s.signal()
+	return nil
+}
+
+func (s *Subscription) partEnded(err error) {
+	s.mu.Lock()
+	s.ended++
+	if err != nil && !s.closed {
+		s.errs = append(s.errs, err)
+		if s.final == nil {
+			s.final = err
+		}
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+// partSub is the subscription of one partition.
+type partSub struct {
+	sub       *Subscription
+	partition uint32
+	events    chan detachNote
+	endCh     chan struct{}
+	space     chan struct{} // signalled when a buffered delivery is taken
+
+	mu       sync.Mutex
+	ep       *endpoint // where it is attached (nil when detached)
+	subID    uint64
+	attached bool
+	ended    bool
+	buf      []*Delivery
+	bufCap   int
+}
+
+func newPartSub(s *Subscription, p uint32) *partSub {
+	return &partSub{
+		sub: s, partition: p,
+		events: make(chan detachNote, 4),
+		endCh:  make(chan struct{}),
+		space:  make(chan struct{}, 1),
+	}
+}
+
+func (ps *partSub) key() routeKey {
+	return routeKey{topic: ps.sub.topic, partition: ps.partition, group: ps.sub.group}
+}
+
+// subscribeOnce sends one SUBSCRIBE (with the operation's redirect and
+// re-send rules) and attaches the partition on SUBSCRIBE_OK.
+func (ps *partSub) subscribeOnce(ctx context.Context) error {
+	s := ps.sub
+	k := ps.key()
+	body := &wire.Subscribe{Topic: s.topic, Partition: ps.partition, Group: s.group, Prefetch: s.prefetch, AutoAck: s.opts.AutoAck}
+	// attachErr is written by the hook on the reader goroutine before the
+	// reply is handed to roundTrip, so reading it afterwards is ordered.
+	var attachErr error
+	spec := opSpec{
+		op:       wire.OpSubscribe,
+		retry409: true,
+		prepare:  func() (*routeKey, wire.Encoder) { return &k, body },
+		onConn:   func(ep *endpoint) { ep.markHadSubs() },
+		hook: func(ep *endpoint, conn *Conn, f Frame) {
+			if f.Op == wire.OpSubscribeOK {
+				attachErr = ps.onSubscribeOK(ep, conn, f)
+			}
+		},
+	}
+	if _, err := s.cl.roundTrip(ctx, spec); err != nil {
+		return err
+	}
+	return attachErr
+}
+
+// onSubscribeOK runs on the reader goroutine: it checks the echo (§6.9)
+// and registers the sub_id before the next frame (possibly its first
+// DELIVER) is read.
+func (ps *partSub) onSubscribeOK(ep *endpoint, conn *Conn, f Frame) error {
+	s := ps.sub
+	var ok wire.SubscribeOK
+	if err := f.Decode(&ok); err != nil {
+		s.cl.stats.protocolViolations.Add(1)
+		return protocolErrorf("malformed SUBSCRIBE_OK: %v", err)
+	}
+	if ok.Topic != s.topic || ok.Partition != ps.partition || ok.Group != s.group ||
+		ok.Prefetch != s.prefetch || ok.MemberID.Present {
+		s.cl.stats.protocolViolations.Add(1)
+		return protocolErrorf("SUBSCRIBE_OK echo (%q, %d, %v, prefetch %d, member %v) does not match SUBSCRIBE (%q, %d, %v, prefetch %d)",
+			ok.Topic, ok.Partition, ok.Group, ok.Prefetch, ok.MemberID.Present, s.topic, ps.partition, s.group, s.prefetch)
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.conn != conn {
+		return &notWrittenError{err: ErrConnectionLost}
+	}
+	ep.hadSubs = true
+	ep.byID[ok.SubID] = ps
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.ended {
+		return nil // a late answer for a closed subscription: its deliveries are dropped
+	}
+	ps.subID = ok.SubID
+	ps.ep = ep
+	ps.attached = true
+	ps.bufCap = max(1, int(ok.Prefetch)) // the Go SDK buffers exactly prefetch (minimum 1)
+	ep.subs[ps] = struct{}{}
+	return nil
+}
+
+// detached is called when the broker-side subscription is gone; the
+// supervisor decides what to do.
+func (ps *partSub) detached(n detachNote) {
+	ps.mu.Lock()
+	if !ps.attached || ps.ended {
+		ps.mu.Unlock()
+		return
+	}
+	ps.attached = false
+	ps.ep = nil
+	ps.mu.Unlock()
+	n.ps = ps
+	select {
+	case ps.events <- n:
+	default:
+	}
+}
+
+func (ps *partSub) isAttached() bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.attached
+}
+
+// supervise re-subscribes after every non-terminal detach, with backoff,
+// for as long as the Subscription lives.
+func (ps *partSub) supervise() {
+	s := ps.sub
+	for {
+		select {
+		case n := <-ps.events:
+			if n.terminal {
+				ps.end(&SubscriptionClosedError{Topic: s.topic, Partition: ps.partition, Reason: n.code, Message: n.msg})
+				return
+			}
+			s.cl.log.Info("re-subscribing", "topic", s.topic, "partition", ps.partition, "reason", n.code, "message", n.msg)
+			if !ps.resubscribe(n) {
+				return
+			}
+		case <-s.ctx.Done():
+			ps.end(nil)
+			return
+		}
+	}
+}
+
+func (ps *partSub) resubscribe(n detachNote) bool {
+	s := ps.sub
+	cl := s.cl
+	for attempt := 0; ; attempt++ {
+		if !sleepCtx(s.ctx, cl.opts.backoff(attempt)) {
+			ps.end(nil)
+			return false
+		}
+		if ps.isAttached() {
+			return true
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, cl.opts.OperationTimeout)
+		if n.refresh || attempt > 0 {
+			cl.refreshTopology(ctx, s.topic, s.group)
+		}
+		err := ps.subscribeOnce(ctx)
+		cancel()
+		if err == nil || ps.isAttached() {
+			return true
+		}
+		if s.ctx.Err() != nil {
+			ps.end(nil)
+			return false
+		}
+		if !resubscribeRetryable(err) {
+			ps.end(&SubscriptionClosedError{Topic: s.topic, Partition: ps.partition, Err: err})
+			return false
+		}
+		cl.log.Debug("re-subscribe failed", "topic", s.topic, "partition", ps.partition, "err", err)
+	}
+}
+
+// resubscribeRetryable: a SUBSCRIBE whose outcome is unknown is safe to
+// repeat (a dangling broker-side subscription is dropped by reconcile or
+// answered 409 and then found attached); refusals and protocol violations
+// are not.
+func resubscribeRetryable(err error) bool {
+	if errors.Is(err, ErrOutcomeUnknown) || isNotWritten(err) {
+		return true
+	}
+	if fatalDialError(err) {
+		return false
+	}
+	return Retryable(err)
+}
+
+// end finishes the partition subscription (err nil: closed locally). Its
+// sub_id stays routed so that deliveries still arriving are dropped
+// quietly rather than counted as unknown.
+func (ps *partSub) end(err error) {
+	ps.mu.Lock()
+	if ps.ended {
+		ps.mu.Unlock()
+		return
+	}
+	ps.ended = true
+	ps.attached = false
+	ep := ps.ep
+	ps.ep = nil
+	close(ps.endCh)
+	ps.mu.Unlock()
+	if ep != nil {
+		ep.mu.Lock()
+		delete(ep.subs, ps)
+		ep.mu.Unlock()
+	}
+	ps.sub.partEnded(err)
+}
+
+// deliver buffers one DELIVER (reader goroutine). The buffer holds at most
+// prefetch deliveries: for a manual-ack subscription a DELIVER beyond that
+// means the broker violated prefetch, which is counted (and the delivery
+// still buffered); for an auto-ack subscription the reader waits for room,
+// which is the TCP backpressure §10.2 relies on.
+func (ps *partSub) deliver(ep *endpoint, conn *Conn, sess *session, frameID uint64, d *wire.Deliver) {
+	s := ps.sub
+	cl := s.cl
+	if d.Topic != s.topic || d.Partition != ps.partition || d.Group != s.group {
+		cl.stats.protocolViolations.Add(1)
+		cl.log.Warn("DELIVER key does not match its subscription", "sub_id", d.SubID,
+			"topic", d.Topic, "partition", d.Partition, "want_topic", s.topic, "want_partition", ps.partition)
+	}
+	dl := newDelivery(ep, sess, frameID, d, s.opts.AutoAck)
+	ps.mu.Lock()
+	if ps.ended {
+		ps.mu.Unlock()
+		cl.stats.droppedDeliveries.Add(1)
+		return
+	}
+	if len(ps.buf) >= ps.bufCap {
+		if s.opts.AutoAck {
+			unpark := conn.parkReader()
+			for len(ps.buf) >= ps.bufCap && !ps.ended {
+				ps.mu.Unlock()
+				select {
+				case <-ps.space:
+				case <-ps.endCh:
+				case <-conn.Done():
+				}
+				ps.mu.Lock()
+				if conn.closed() {
+					break
+				}
+			}
+			unpark()
+			if ps.ended {
+				ps.mu.Unlock()
+				cl.stats.droppedDeliveries.Add(1)
+				return
+			}
+		} else {
+			cl.stats.prefetchViolations.Add(1)
+			cl.log.Warn("prefetch violated: DELIVER with a full buffer", "topic", s.topic,
+				"partition", ps.partition, "prefetch", ps.bufCap, "buffered", len(ps.buf))
+		}
+	}
+	ps.buf = append(ps.buf, dl)
+	ps.mu.Unlock()
+	s.signal()
+}
+
+// buffered is the number of deliveries waiting for Next.
+func (ps *partSub) buffered() int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return len(ps.buf)
+}
+
+func (ps *partSub) pop() *Delivery {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if len(ps.buf) == 0 {
+		return nil
+	}
+	d := ps.buf[0]
+	ps.buf[0] = nil
+	ps.buf = ps.buf[1:]
+	select {
+	case ps.space <- struct{}{}:
+	default:
+	}
+	return d
+}
+
+// purge drops buffered deliveries of a session that was not resumed: their
+// tags are void and the broker redelivers them.
+func (ps *partSub) purge() {
+	ps.mu.Lock()
+	ps.buf = nil
+	ps.mu.Unlock()
+	select {
+	case ps.space <- struct{}{}:
+	default:
+	}
+}
+
+func (ep *endpoint) markHadSubs() {
+	ep.mu.Lock()
+	ep.hadSubs = true
+	ep.mu.Unlock()
+}

@@ -1,0 +1,253 @@
+package client
+
+import (
+	"context"
+	"sync"
+
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// Topology is a snapshot of the broker's routing table (§4.12, §14).
+type Topology struct {
+	Generation uint64
+	Queues     []PartitionInfo
+	Streams    []PartitionInfo
+}
+
+// PartitionInfo is one queue or stream partition of a Topology. Group is
+// "" for the default namespace and for streams.
+type PartitionInfo struct {
+	Topic               string
+	Group               string
+	Partition           uint32
+	Owners              []string // host:port in priority order; empty = unknown
+	PartitioningVersion uint64
+	PartitionCount      uint32
+}
+
+// routeKey identifies a queue partition (topic, partition, group); streams
+// use an absent group.
+type routeKey struct {
+	topic     string
+	partition uint32
+	group     wire.Option[string]
+}
+
+// countKey identifies a queue (topic, group) or a stream (topic, absent).
+type countKey struct {
+	topic string
+	group wire.Option[string]
+}
+
+type countInfo struct {
+	n       uint32
+	version uint64
+}
+
+// topoCache is the client's routing cache (§14.1, S-115): the first owner
+// endpoint of every partition and the partition count and partitioning
+// version of every queue and stream.
+type topoCache struct {
+	mu     sync.Mutex
+	gen    uint64
+	owners map[routeKey]string
+	counts map[countKey]countInfo
+}
+
+func newTopoCache() *topoCache {
+	return &topoCache{owners: make(map[routeKey]string), counts: make(map[countKey]countInfo)}
+}
+
+// apply installs a snapshot. A full snapshot replaces the cache; a
+// filtered one (TOPOLOGY with a topic) replaces only that topic's entries
+// (and only that group's queue entries when group is present). A snapshot
+// older than the cached generation is ignored (S-115). It returns the
+// generation the cache now reflects and whether the snapshot was applied.
+func (t *topoCache) apply(w *wire.Topology, full bool, topic wire.Option[string], group wire.Option[string]) (uint64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if w.Generation < t.gen {
+		return t.gen, false
+	}
+	t.gen = w.Generation
+	if full || !topic.Present {
+		clear(t.owners)
+		clear(t.counts)
+	} else {
+		for k := range t.owners {
+			if k.topic == topic.Value && (!group.Present || k.group == group) {
+				delete(t.owners, k)
+			}
+		}
+		for k := range t.counts {
+			if k.topic == topic.Value && (!group.Present || k.group == group) {
+				delete(t.counts, k)
+			}
+		}
+	}
+	for i := range w.Queues {
+		e := &w.Queues[i]
+		t.put(routeKey{e.Topic, e.Partition, e.Group}, e.Owners, e.PartitionCount, e.PartitioningVersion)
+	}
+	for i := range w.Streams {
+		e := &w.Streams[i]
+		t.put(routeKey{topic: e.Topic, partition: e.Partition}, e.Owners, e.PartitionCount, e.PartitioningVersion)
+	}
+	return t.gen, true
+}
+
+func (t *topoCache) put(k routeKey, owners []wire.AdvertisedAddress, n uint32, version uint64) {
+	if len(owners) > 0 {
+		t.owners[k] = owners[0].String()
+	}
+	t.counts[countKey{k.topic, k.group}] = countInfo{n: n, version: version}
+}
+
+// applyRedirect records the owner and partitioning version a REDIRECT
+// named (§15). An empty endpoint list forgets the owner, so the next try
+// goes to the bootstrap connection.
+func (t *topoCache) applyRedirect(r *wire.Redirect) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := routeKey{r.Topic, r.Partition, r.Group}
+	if len(r.Owners) > 0 {
+		t.owners[k] = r.Owners[0].String()
+	} else {
+		delete(t.owners, k)
+	}
+	ck := countKey{r.Topic, r.Group}
+	ci := t.counts[ck]
+	if r.PartitioningVersion > ci.version {
+		ci.version = r.PartitioningVersion
+		t.counts[ck] = ci
+	}
+}
+
+// owner returns the cached owner of k ("" = unknown: use bootstrap).
+func (t *topoCache) owner(k routeKey) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.owners[k]
+}
+
+// count returns the partition count and partitioning version of a queue
+// or stream; known is false when the cache has no entry (cold cache or a
+// standalone broker, §9.1, S-113).
+func (t *topoCache) count(topic string, group wire.Option[string]) (n uint32, version uint64, known bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ci, ok := t.counts[countKey{topic, group}]
+	return ci.n, ci.version, ok && ci.n > 0
+}
+
+// generation is the generation the cache reflects.
+func (t *topoCache) generation() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.gen
+}
+
+// ownedEndpoints is the set of endpoints that own at least one partition.
+func (t *topoCache) ownedEndpoints() map[string]bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := make(map[string]bool, len(t.owners))
+	for _, a := range t.owners {
+		m[a] = true
+	}
+	return m
+}
+
+func fromWireTopology(w *wire.Topology) *Topology {
+	out := &Topology{Generation: w.Generation}
+	for _, e := range w.Queues {
+		out.Queues = append(out.Queues, PartitionInfo{
+			Topic: e.Topic, Group: e.Group.Value, Partition: e.Partition, Owners: addrs(e.Owners),
+			PartitioningVersion: e.PartitioningVersion, PartitionCount: e.PartitionCount,
+		})
+	}
+	for _, e := range w.Streams {
+		out.Streams = append(out.Streams, PartitionInfo{
+			Topic: e.Topic, Partition: e.Partition, Owners: addrs(e.Owners),
+			PartitioningVersion: e.PartitioningVersion, PartitionCount: e.PartitionCount,
+		})
+	}
+	return out
+}
+
+func addrs(eps []wire.AdvertisedAddress) []string {
+	var out []string
+	for _, a := range eps {
+		out = append(out, a.String())
+	}
+	return out
+}
+
+// Topology fetches the topology from the bootstrap connection ("" = all
+// topics), installs it in the routing cache and returns it. Pooled
+// connections to endpoints that no longer own anything are closed.
+func (c *Client) Topology(ctx context.Context, topic string) (*Topology, error) {
+	w, err := c.fetchTopology(ctx, optStr(topic), wire.None[string]())
+	if err != nil {
+		return nil, err
+	}
+	return fromWireTopology(w), nil
+}
+
+func (c *Client) fetchTopology(ctx context.Context, topic, group wire.Option[string]) (*wire.Topology, error) {
+	req := &wire.TopologyRequest{Topic: topic, Group: group}
+	f, err := c.roundTrip(ctx, opSpec{op: wire.OpTopology, prepare: func() (*routeKey, wire.Encoder) { return nil, req }})
+	if err != nil {
+		return nil, err
+	}
+	var ok wire.TopologyOK
+	if err := f.Decode(&ok); err != nil {
+		return nil, protocolErrorf("malformed TOPOLOGY_OK: %v", err)
+	}
+	c.applyTopology(&ok.Topology, !topic.Present, topic, group)
+	return &ok.Topology, nil
+}
+
+// refreshTopology re-fetches the entries of one queue, best effort (used
+// after a 409, an owner move, or a REDIRECT with a newer partitioning
+// version).
+func (c *Client) refreshTopology(ctx context.Context, topic string, group wire.Option[string]) {
+	if _, err := c.fetchTopology(ctx, wire.Some(topic), group); err != nil {
+		c.log.Debug("topology refresh failed", "topic", topic, "err", err)
+	}
+}
+
+// applyTopology installs a snapshot and retires pooled endpoints that own
+// nothing any more. It returns the generation the cache reflects.
+func (c *Client) applyTopology(w *wire.Topology, full bool, topic, group wire.Option[string]) uint64 {
+	gen, applied := c.topo.apply(w, full, topic, group)
+	if applied {
+		c.pool.prune(c.topo.ownedEndpoints())
+	}
+	return gen
+}
+
+// onTopologyUpdate applies a TOPOLOGY_UPDATE push and answers
+// TOPOLOGY_UPDATE_ACK with the push's request id and the generation the
+// cache now reflects (§14.2).
+func (c *Client) onTopologyUpdate(conn *Conn, f Frame) {
+	var up wire.TopologyUpdate
+	if err := f.Decode(&up); err != nil {
+		c.stats.protocolViolations.Add(1)
+		c.log.Warn("malformed TOPOLOGY_UPDATE", "err", err)
+		return
+	}
+	gen, applied := c.topo.apply(&up.Topology, true, wire.None[string](), wire.None[string]())
+	// Ack first: pruning may close this very connection.
+	conn.sendAsync(wire.OpTopologyUpdateAck, f.RequestID, &wire.TopologyUpdateAck{Generation: gen})
+	if applied {
+		c.pool.prune(c.topo.ownedEndpoints())
+	}
+}
+
+func optStr(s string) wire.Option[string] {
+	if s == "" {
+		return wire.None[string]()
+	}
+	return wire.Some(s)
+}

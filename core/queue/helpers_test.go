@@ -1,0 +1,293 @@
+package queue
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// fakeClock is a manual Clock: time moves only in Advance/Set, and due
+// timers run synchronously inside Advance, so lease, TTL and delay tests
+// need no sleeps.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c       *fakeClock
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+var t0 = time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+
+func newFakeClock() *fakeClock { return &fakeClock{now: t0} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.stopped
+	t.stopped = true
+	i := slices.Index(t.c.timers, t)
+	if i >= 0 {
+		t.c.timers = slices.Delete(t.c.timers, i, i+1)
+	}
+	return was && i >= 0
+}
+
+// Set moves the clock without running timers (a timer that is late).
+func (c *fakeClock) Set(now time.Time) {
+	c.mu.Lock()
+	c.now = now
+	c.mu.Unlock()
+}
+
+// Advance moves the clock by d and runs every timer due by then, in time
+// order, including timers that the callbacks arm for times already due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	c.runDue()
+}
+
+func (c *fakeClock) runDue() {
+	for range 10000 {
+		c.mu.Lock()
+		sort.SliceStable(c.timers, func(i, j int) bool { return c.timers[i].at.Before(c.timers[j].at) })
+		if len(c.timers) == 0 || c.timers[0].at.After(c.now) {
+			c.mu.Unlock()
+			return
+		}
+		t := c.timers[0]
+		c.timers = c.timers[1:]
+		t.stopped = true
+		c.mu.Unlock()
+		t.f()
+	}
+	panic("fakeClock: timers keep re-arming")
+}
+
+func (c *fakeClock) pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}
+
+// recorder is a Consumer that keeps every delivery.
+type recorder struct {
+	mu    sync.Mutex
+	ds    []*Delivery
+	limit int // > 0: ask for a pause once this many are held (Deliver returns false)
+}
+
+func (r *recorder) Deliver(d *Delivery) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ds = append(r.ds, d)
+	return r.limit == 0 || len(r.ds) < r.limit
+}
+
+// take returns the deliveries received since the last take.
+func (r *recorder) take() []*Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ds := r.ds
+	r.ds = nil
+	return ds
+}
+
+func payloads(ds []*Delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = string(d.Payload)
+	}
+	return out
+}
+
+func offsets(ds []*Delivery) []uint64 {
+	out := make([]uint64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Offset
+	}
+	return out
+}
+
+func tags(ds []*Delivery) []uint64 {
+	out := make([]uint64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Tag
+	}
+	return out
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+type env struct {
+	t     *testing.T
+	m     *Manager
+	clock *fakeClock
+	opts  Options
+}
+
+// newEnv opens a Manager on a temp dir with a fake clock, FsyncNone (the
+// tests that care about fsync set their own) and AutoCreate on.
+func newEnv(t *testing.T, mod ...func(*Options)) *env {
+	t.Helper()
+	clock := newFakeClock()
+	opts := Options{
+		Dir:        t.TempDir(),
+		Storage:    storage.Options{Fsync: storage.FsyncNone, Logger: quietLogger()},
+		AutoCreate: true,
+		Clock:      clock,
+		Logger:     quietLogger(),
+	}
+	for _, f := range mod {
+		f(&opts)
+	}
+	e := &env{t: t, clock: clock, opts: opts}
+	e.open()
+	t.Cleanup(func() {
+		if e.m != nil {
+			e.m.Close()
+		}
+	})
+	return e
+}
+
+func (e *env) open() {
+	e.t.Helper()
+	m, err := Open(e.opts)
+	if err != nil {
+		e.t.Fatalf("Open: %v", err)
+	}
+	e.m = m
+}
+
+// restart closes the manager and opens it again on the same directory.
+func (e *env) restart() {
+	e.t.Helper()
+	if err := e.m.Close(); err != nil {
+		e.t.Fatalf("Close: %v", err)
+	}
+	e.m = nil
+	e.open()
+}
+
+func (e *env) part(topic string, n uint32) *Partition {
+	e.t.Helper()
+	p, err := e.m.Partition(Key{Topic: topic}, n)
+	if err != nil {
+		e.t.Fatalf("Partition(%s, %d): %v", topic, n, err)
+	}
+	return p
+}
+
+func (e *env) sub(p *Partition, prefetch uint32, autoAck bool) (*Subscription, *recorder) {
+	e.t.Helper()
+	r := &recorder{}
+	s, err := p.Subscribe(r, SubscribeOptions{Prefetch: prefetch, AutoAck: autoAck})
+	if err != nil {
+		e.t.Fatalf("Subscribe: %v", err)
+	}
+	return s, r
+}
+
+func (e *env) nowMs() int64 { return e.clock.Now().UnixMilli() }
+
+// pub publishes payload (fire-and-forget) and returns nothing; mod may
+// adjust the message.
+func (e *env) pub(p *Partition, payload string, mod ...func(*Message)) {
+	e.t.Helper()
+	msg := &Message{Payload: []byte(payload), Received: e.nowMs()}
+	for _, f := range mod {
+		f(msg)
+	}
+	if err := p.Publish(msg, nil); err != nil {
+		e.t.Fatalf("Publish(%q): %v", payload, err)
+	}
+}
+
+func (e *env) pubN(p *Partition, n int, prefix string) {
+	e.t.Helper()
+	for i := range n {
+		e.pub(p, prefix+itoa(i))
+	}
+}
+
+func itoa(i int) string { return string(rune('a'+i/26)) + string(rune('a'+i%26)) }
+
+func withTTL(ms uint64) func(*Message) {
+	return func(m *Message) { m.TTLMillis = wire.Some(ms) }
+}
+
+func withHeaders(h ...string) func(*Message) {
+	return func(m *Message) {
+		for i := 0; i+1 < len(h); i += 2 {
+			m.Headers = append(m.Headers, wire.Header{Key: h[i], Value: h[i+1]})
+		}
+	}
+}
+
+// waitDLQ waits until every dead-letter copy started so far has been
+// applied to its source (the copy's confirm comes back on a storage
+// goroutine).
+func (e *env) waitDLQ() { e.m.dlqWG.Wait() }
+
+// eventually polls cond (bounded: 10 s) for work finishing on another
+// goroutine, such as a dispatch continuation.
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func header(d *Delivery, key string) (string, bool) { return d.Headers.Get(key) }
+
+func wantCode(t *testing.T, err error, sentinel error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want %v", sentinel)
+	}
+	if !errors.Is(err, sentinel) {
+		t.Fatalf("got %v (code %d), want %v", err, core.Code(err), sentinel)
+	}
+}
+
+func wantPayloads(t *testing.T, ds []*Delivery, want ...string) {
+	t.Helper()
+	got := payloads(ds)
+	if !slices.Equal(got, want) {
+		t.Fatalf("deliveries %q, want %q", got, want)
+	}
+}

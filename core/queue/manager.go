@@ -1,0 +1,515 @@
+// Package queue is the work-queue engine: durable (topic, group) queues
+// of N partitions on top of core/storage, with competing-consumer
+// delivery, prefetch credit, leases, retries, delays, TTL expiry and
+// dead-lettering (BROKER_SEMANTICS S-15…S-67). README.md describes the
+// record and state formats, what is persisted and the memory cost.
+package queue
+
+import (
+	"cmp"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// defaultMaxRetries is the retry limit of a queue that never set one (S-60).
+const defaultMaxRetries = 5
+
+// Manager owns every queue and stream of one broker. Lookups on the hot
+// path (Partition, Kind) go through sync.Maps; mu only serializes
+// declarations and catalog writes.
+type Manager struct {
+	opts     Options
+	clock    Clock
+	fs       storage.FS
+	log      *slog.Logger
+	settings func() Settings
+
+	mu      sync.Mutex // declarations, auto-creation, catalog writes
+	queues  sync.Map   // Key → *queue
+	kinds   sync.Map   // topic → Kind
+	streams map[string]StreamInfo
+
+	qmu         sync.Mutex
+	quarantined []QuarantineInfo
+
+	closed atomic.Bool
+	dlqWG  sync.WaitGroup // dead-letter copies not yet finished
+	dlqRR  atomic.Uint64  // round-robin over a DLQ target's partitions
+
+	stats struct {
+		published, delivered, acked, redelivered, expired, deadLettered, discarded atomic.Uint64
+	}
+}
+
+// queue is one (topic, group) queue. Its config may change on redeclare,
+// so readers load it atomically at the moment they need it.
+type queue struct {
+	key   Key
+	parts []*Partition
+	cfg   atomic.Pointer[queueConfig]
+}
+
+type queueConfig struct {
+	dlq        wire.Option[wire.DLQPolicy]
+	maxRetries uint32
+	defaultTTL wire.Option[uint64]
+}
+
+func (q *queue) info() QueueInfo {
+	c := q.cfg.Load()
+	return QueueInfo{
+		Key:              q.key,
+		PartitionCount:   uint32(len(q.parts)),
+		DLQ:              c.dlq,
+		MaxRetries:       c.maxRetries,
+		DefaultTTLMillis: c.defaultTTL,
+	}
+}
+
+// Open creates opts.Dir or recovers everything in it: the catalog and
+// every partition of every queue. A quarantined partition does not fail
+// Open; it is listed by Quarantined and answers ErrInternal on use.
+func Open(opts Options) (*Manager, error) {
+	if opts.Dir == "" {
+		return nil, core.Errorf(core.ErrInternal, "queue engine: no data directory configured")
+	}
+	m := &Manager{opts: opts, streams: map[string]StreamInfo{}}
+	m.fs = opts.Storage.FS
+	if m.fs == nil {
+		m.fs = storage.OSFS{}
+		m.opts.Storage.FS = m.fs
+	}
+	m.log = opts.Logger
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	if m.opts.Storage.Logger == nil {
+		m.opts.Storage.Logger = m.log
+	}
+	m.settings = opts.Settings
+	if m.settings == nil {
+		m.settings = DefaultSettings
+	}
+	m.clock = opts.Clock
+	if m.clock == nil {
+		now := opts.Now
+		if now == nil {
+			now = time.Now
+		}
+		m.clock = realClock{now: now}
+	}
+	if err := m.fs.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, core.Errorf(core.ErrInternal, "queue engine: create data directory %s: %v", opts.Dir, err)
+	}
+	// A freshly created Dir must survive a power loss with the catalog
+	// that will be renamed into it.
+	if err := m.fs.SyncDir(filepath.Dir(filepath.Clean(opts.Dir))); err != nil {
+		m.log.Warn("queue: could not fsync the parent of the data directory", "dir", opts.Dir, "err", err)
+	}
+	cat, err := readCatalog(m.fs, opts.Dir)
+	if err != nil {
+		return nil, core.Errorf(core.ErrInternal, "queue engine: queue catalog in %s is unreadable: %v", opts.Dir, err)
+	}
+	for _, s := range cat.Streams {
+		si := fromCatalogStream(s)
+		m.streams[si.Topic] = si
+		m.kinds.Store(si.Topic, KindStream)
+	}
+	for _, cq := range cat.Queues {
+		info, err := fromCatalogQueue(cq)
+		if err != nil {
+			m.closeAll()
+			return nil, core.Errorf(core.ErrInternal, "queue engine: queue catalog in %s is damaged: %v", opts.Dir, err)
+		}
+		q, err := m.openQueue(info)
+		if err != nil {
+			m.closeAll()
+			return nil, err
+		}
+		m.queues.Store(info.Key, q)
+		m.kinds.Store(info.Topic, KindQueue)
+	}
+	return m, nil
+}
+
+// openQueue opens (creating when needed) every partition of a queue.
+func (m *Manager) openQueue(info QueueInfo) (*queue, error) {
+	q := &queue{key: info.Key}
+	q.cfg.Store(&queueConfig{dlq: info.DLQ, maxRetries: info.MaxRetries, defaultTTL: info.DefaultTTLMillis})
+	for n := range info.PartitionCount {
+		p, err := m.openPartition(q, n)
+		if err != nil {
+			for _, p := range q.parts {
+				p.closeStorage()
+			}
+			return nil, err
+		}
+		q.parts = append(q.parts, p)
+	}
+	return q, nil
+}
+
+// Close stops timers, lets dead-letter copies in progress finish, then
+// flushes and closes every partition (pending publish confirms complete
+// first). Later calls on the engine answer ErrUnavailable.
+func (m *Manager) Close() error {
+	if !m.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	// Taking mu waits out a declaration in progress; later ones see
+	// closed. It is not held below: a dead-letter copy finishing may need
+	// it to auto-create its target (and then fails cleanly).
+	m.mu.Lock()
+	var parts []*Partition
+	m.queues.Range(func(_, v any) bool {
+		parts = append(parts, v.(*queue).parts...)
+		return true
+	})
+	m.mu.Unlock()
+	for _, p := range parts {
+		p.stop()
+	}
+	m.dlqWG.Wait()
+	var errs []error
+	for _, p := range parts {
+		if err := p.closeStorage(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return core.Errorf(core.ErrInternal, "queue engine: close: %v", err)
+	}
+	return nil
+}
+
+// closeAll releases what a failed Open had opened.
+func (m *Manager) closeAll() {
+	m.queues.Range(func(_, v any) bool {
+		for _, p := range v.(*queue).parts {
+			p.stop()
+			p.closeStorage()
+		}
+		return true
+	})
+}
+
+func errClosed() error {
+	return core.Errorf(core.ErrUnavailable, "the queue engine is shutting down")
+}
+
+// Kind reports what topic is, if it has been declared or auto-created.
+func (m *Manager) Kind(topic string) (Kind, bool) {
+	v, ok := m.kinds.Load(topic)
+	if !ok {
+		return 0, false
+	}
+	return v.(Kind), true
+}
+
+// DeclareQueue creates a queue or confirms an existing one (S-18, S-20,
+// WIRE §13). Redeclaring may change the DLQ policy, max_retries and the
+// default TTL (an absent field keeps the current value), never the
+// partition count.
+func (m *Manager) DeclareQueue(spec QueueSpec) (QueueInfo, error) {
+	spec.Key = spec.Key.norm()
+	if err := checkKey(spec.Key); err != nil {
+		return QueueInfo{}, err
+	}
+	if d, ok := spec.DLQ.Get(); ok {
+		if !d.Kind.Valid() {
+			return QueueInfo{}, core.Errorf(core.ErrBadRequest, "unknown dlq_policy kind %d", d.Kind)
+		}
+		if d.Kind == wire.DLQNamed {
+			t := Key{Topic: d.Topic, Group: d.Group}.norm()
+			if err := checkKey(t); err != nil {
+				return QueueInfo{}, core.Errorf(core.ErrBadRequest, "dead-letter target: %v", err)
+			}
+			if k, ok := m.Kind(t.Topic); ok && k == KindStream {
+				return QueueInfo{}, core.Errorf(core.ErrBadRequest, "dead-letter target %q is a stream; it must be a queue", t.Topic)
+			}
+			d.Group = t.Group
+		} else {
+			d.Topic, d.Group = "", wire.Option[string]{} // meaningless for these kinds
+		}
+		spec.DLQ = wire.Some(d)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed.Load() {
+		return QueueInfo{}, errClosed()
+	}
+	if k, ok := m.Kind(spec.Topic); ok && k == KindStream {
+		return QueueInfo{}, core.Errorf(core.ErrBadRequest, "topic %q is a stream; a topic is a queue or a stream for life", spec.Topic)
+	}
+	count := m.settings().DefaultPartitionCount
+	if c, ok := spec.PartitionCount.Get(); ok {
+		count = c
+	}
+	count = max(count, 1)
+	if v, ok := m.queues.Load(spec.Key); ok {
+		q := v.(*queue)
+		have := uint32(len(q.parts))
+		if spec.PartitionCount.Present && count != have {
+			return QueueInfo{}, core.Errorf(core.ErrConflict,
+				"queue %s has %d partitions; it cannot be redeclared with %d (partition counts are fixed at creation on a standalone broker)",
+				spec.Key, have, count)
+		}
+		old := q.cfg.Load()
+		c := *old
+		if spec.DLQ.Present {
+			c.dlq = spec.DLQ
+		}
+		if spec.MaxRetries.Present {
+			c.maxRetries = spec.MaxRetries.Value
+		}
+		if spec.DefaultTTLMillis.Present {
+			c.defaultTTL = spec.DefaultTTLMillis
+		}
+		if !sameConfig(c, *old) {
+			q.cfg.Store(&c)
+			if err := m.saveCatalogLocked(nil); err != nil {
+				q.cfg.Store(old)
+				return QueueInfo{}, err
+			}
+		}
+		return q.info(), nil
+	}
+	info := QueueInfo{
+		Key:              spec.Key,
+		PartitionCount:   count,
+		DLQ:              spec.DLQ,
+		MaxRetries:       defaultMaxRetries,
+		DefaultTTLMillis: spec.DefaultTTLMillis,
+	}
+	if r, ok := spec.MaxRetries.Get(); ok {
+		info.MaxRetries = r
+	}
+	q, err := m.createQueueLocked(info)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	return q.info(), nil
+}
+
+// norm makes an absent group one map key, whatever its zero-or-not Value.
+func (k Key) norm() Key {
+	if !k.Group.Present {
+		k.Group.Value = ""
+	}
+	return k
+}
+
+func sameConfig(a, b queueConfig) bool {
+	return a.maxRetries == b.maxRetries && a.defaultTTL == b.defaultTTL && a.dlq == b.dlq
+}
+
+// createQueueLocked makes a new queue durable: partition directories
+// first, then the catalog that names it; only then is it visible.
+func (m *Manager) createQueueLocked(info QueueInfo) (*queue, error) {
+	if err := makePartitionDirs(m.fs, m.opts.Dir, info.Key, info.PartitionCount); err != nil {
+		return nil, core.Errorf(core.ErrInternal, "create queue %s: %v", info.Key, err)
+	}
+	q, err := m.openQueue(info)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.saveCatalogLocked(q); err != nil {
+		for _, p := range q.parts {
+			p.stop()
+			p.closeStorage()
+		}
+		return nil, err
+	}
+	m.queues.Store(info.Key, q)
+	m.kinds.Store(info.Topic, KindQueue)
+	return q, nil
+}
+
+// saveCatalogLocked writes the catalog: every known queue (plus extra,
+// one being created) and stream.
+func (m *Manager) saveCatalogLocked(extra *queue) error {
+	var c catalogFile
+	m.queues.Range(func(_, v any) bool {
+		c.Queues = append(c.Queues, toCatalogQueue(v.(*queue).info()))
+		return true
+	})
+	if extra != nil {
+		c.Queues = append(c.Queues, toCatalogQueue(extra.info()))
+	}
+	slices.SortFunc(c.Queues, func(a, b catalogQueue) int {
+		return cmp.Compare(keyString(a.Topic, a.Group), keyString(b.Topic, b.Group))
+	})
+	for _, s := range m.streams {
+		c.Streams = append(c.Streams, toCatalogStream(s))
+	}
+	slices.SortFunc(c.Streams, func(a, b catalogStream) int { return cmp.Compare(a.Topic, b.Topic) })
+	if err := writeCatalog(m.fs, m.opts.Dir, c); err != nil {
+		return core.Errorf(core.ErrInternal, "save queue catalog in %s: %v", m.opts.Dir, err)
+	}
+	return nil
+}
+
+func keyString(topic string, group *string) string {
+	if group == nil {
+		return topic
+	}
+	return topic + "/" + *group
+}
+
+// DeclareStream records a stream and its spec (S-70, WIRE §13); nothing
+// is served yet. Idempotent; a different explicit partition count is a
+// conflict.
+func (m *Manager) DeclareStream(spec StreamSpec) (StreamInfo, error) {
+	if err := checkName("topic", spec.Topic); err != nil {
+		return StreamInfo{}, err
+	}
+	if !spec.Durability.Valid() {
+		return StreamInfo{}, core.Errorf(core.ErrBadRequest, "unknown stream durability %d", spec.Durability)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed.Load() {
+		return StreamInfo{}, errClosed()
+	}
+	if k, ok := m.Kind(spec.Topic); ok && k == KindQueue {
+		return StreamInfo{}, core.Errorf(core.ErrBadRequest, "topic %q is a queue; a topic is a queue or a stream for life", spec.Topic)
+	}
+	count := m.settings().DefaultPartitionCount
+	if c, ok := spec.PartitionCount.Get(); ok {
+		count = c
+	}
+	count = max(count, 1)
+	if s, ok := m.streams[spec.Topic]; ok {
+		if spec.PartitionCount.Present && count != s.PartitionCount {
+			return StreamInfo{}, core.Errorf(core.ErrConflict,
+				"stream %q has %d partitions; it cannot be redeclared with %d (partition counts are fixed at creation on a standalone broker)",
+				spec.Topic, s.PartitionCount, count)
+		}
+		return s, nil
+	}
+	si := StreamInfo{StreamSpec: spec, PartitionCount: count}
+	m.streams[spec.Topic] = si
+	if err := m.saveCatalogLocked(nil); err != nil {
+		delete(m.streams, spec.Topic)
+		return StreamInfo{}, err
+	}
+	m.kinds.Store(spec.Topic, KindStream)
+	return si, nil
+}
+
+// Queues lists every queue, sorted by topic then group.
+func (m *Manager) Queues() []QueueInfo {
+	var out []QueueInfo
+	m.queues.Range(func(_, v any) bool {
+		out = append(out, v.(*queue).info())
+		return true
+	})
+	slices.SortFunc(out, func(a, b QueueInfo) int { return cmp.Compare(a.Key.String(), b.Key.String()) })
+	return out
+}
+
+// Streams lists every declared stream, sorted by topic.
+func (m *Manager) Streams() []StreamInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]StreamInfo, 0, len(m.streams))
+	for _, s := range m.streams {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b StreamInfo) int { return cmp.Compare(a.Topic, b.Topic) })
+	return out
+}
+
+// Partition returns one queue partition. Without AutoCreate an undeclared
+// queue is ErrNotFound; with it (standalone, S-21) the queue is created
+// with one partition and no DLQ policy. A stream topic is ErrBadRequest:
+// the engine never creates a queue on a stream topic (S-22, S-77).
+func (m *Manager) Partition(key Key, partition uint32) (*Partition, error) {
+	key = key.norm()
+	v, ok := m.queues.Load(key)
+	if !ok {
+		q, err := m.lookupOrCreate(key, m.opts.AutoCreate)
+		if err != nil {
+			return nil, err
+		}
+		v = q
+	}
+	q := v.(*queue)
+	if int(partition) >= len(q.parts) {
+		return nil, core.Errorf(core.ErrNotFound, "queue %s has %d partitions; partition %d does not exist", key, len(q.parts), partition)
+	}
+	return q.parts[partition], nil
+}
+
+// lookupOrCreate finds a queue not yet in the map, creating it if create.
+func (m *Manager) lookupOrCreate(key Key, create bool) (*queue, error) {
+	key = key.norm()
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if k, ok := m.Kind(key.Topic); ok && k == KindStream {
+		return nil, core.Errorf(core.ErrBadRequest, "topic %q is a stream; use a stream subscribe", key.Topic)
+	}
+	if !create {
+		if v, ok := m.queues.Load(key); ok {
+			return v.(*queue), nil
+		}
+		return nil, core.Errorf(core.ErrNotFound, "queue %s is not declared", key)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v, ok := m.queues.Load(key); ok {
+		return v.(*queue), nil
+	}
+	if m.closed.Load() {
+		return nil, errClosed()
+	}
+	if k, ok := m.Kind(key.Topic); ok && k == KindStream {
+		return nil, core.Errorf(core.ErrBadRequest, "topic %q is a stream; use a stream subscribe", key.Topic)
+	}
+	return m.createQueueLocked(QueueInfo{Key: key, PartitionCount: 1, MaxRetries: defaultMaxRetries})
+}
+
+// Stats returns the process-lifetime counters (S-163).
+func (m *Manager) Stats() Stats {
+	s := &m.stats
+	return Stats{
+		Published:    s.published.Load(),
+		Delivered:    s.delivered.Load(),
+		Acked:        s.acked.Load(),
+		Redelivered:  s.redelivered.Load(),
+		Expired:      s.expired.Load(),
+		DeadLettered: s.deadLettered.Load(),
+		Discarded:    s.discarded.Load(),
+	}
+}
+
+// Quarantined lists the partitions that refuse to serve because their
+// files are damaged (found at Open or later on a read).
+func (m *Manager) Quarantined() []QuarantineInfo {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	return slices.Clone(m.quarantined)
+}
+
+func (m *Manager) addQuarantine(p *Partition, err error) {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	for _, qi := range m.quarantined {
+		if qi.Key == p.q.key && qi.Partition == p.index {
+			return
+		}
+	}
+	m.quarantined = append(m.quarantined, QuarantineInfo{Key: p.q.key, Partition: p.index, Err: err})
+}
+
+func (m *Manager) nowMs() int64 { return m.clock.Now().UnixMilli() }

@@ -1,0 +1,200 @@
+package queue
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// Kind is what a topic is for life: a work queue or a stream (S-22).
+type Kind uint8
+
+const (
+	KindQueue  Kind = 1
+	KindStream Kind = 2
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindQueue:
+		return "queue"
+	case KindStream:
+		return "stream"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Key identifies a work queue: (topic, group?) (S-15). The group is a
+// namespace inside the topic, not a consumer group; absent is the default
+// namespace and is distinct from any named group.
+type Key struct {
+	Topic string
+	Group wire.Option[string]
+}
+
+func (k Key) String() string {
+	if g, ok := k.Group.Get(); ok {
+		return k.Topic + "/" + g
+	}
+	return k.Topic
+}
+
+// QueueSpec is a DECLARE_QUEUE request (S-18, WIRE §6.15, §13).
+type QueueSpec struct {
+	Key
+	PartitionCount   wire.Option[uint32] // absent = Settings.DefaultPartitionCount; 0 is raised to 1
+	DLQ              wire.Option[wire.DLQPolicy]
+	MaxRetries       wire.Option[uint32] // absent keeps the current limit (default 5, S-60)
+	DefaultTTLMillis wire.Option[uint64]
+}
+
+// StreamSpec is a DECLARE_PLEXUS request (S-70, WIRE §6.17). Streams are
+// only recorded for now; serving them comes with the streams capability.
+type StreamSpec struct {
+	Topic             string
+	PartitionCount    wire.Option[uint32]
+	Durability        wire.Durability
+	Retention         wire.StreamRetention
+	ReplicationFactor wire.Option[uint32]
+}
+
+// QueueInfo describes one declared (or auto-created) queue.
+type QueueInfo struct {
+	Key
+	PartitionCount      uint32
+	PartitioningVersion uint64 // §14.3; always 0 in standalone mode
+	DLQ                 wire.Option[wire.DLQPolicy]
+	MaxRetries          uint32
+	DefaultTTLMillis    wire.Option[uint64]
+}
+
+// StreamInfo describes one declared stream.
+type StreamInfo struct {
+	StreamSpec
+	PartitionCount uint32
+}
+
+// Settings are the runtime settings the engine reads on every use, so a
+// change to the runtime settings document applies live (S-170 `delivery`,
+// `partitioning`).
+type Settings struct {
+	InflightTTL           time.Duration // delivery.inflight_ttl_ms: lease length (S-50)
+	ExpiryPollMin         time.Duration // delivery.expiry_poll_min_ms: longest sleep of the expiry worker
+	ExpiryBatchMax        int           // delivery.expiry_batch_max: most requeues per pass
+	DefaultPartitionCount uint32        // partitioning.default_partition_count
+}
+
+// DefaultSettings are S-170's defaults.
+func DefaultSettings() Settings {
+	return Settings{
+		InflightTTL:           30 * time.Second,
+		ExpiryPollMin:         15 * time.Second,
+		ExpiryBatchMax:        8192,
+		DefaultPartitionCount: 1,
+	}
+}
+
+// Options configure a Manager.
+type Options struct {
+	Dir             string             // root of all queue data, e.g. <data_dir>/queues
+	Storage         storage.Options    // fsync policy, segment size, FS seam
+	Settings        func() Settings    // nil = DefaultSettings
+	AutoCreate      bool               // standalone mode: create a queue on first publish/subscribe (S-21)
+	MaxMessageBytes int                // payload cap (broker.max_message_bytes); larger → ErrTooLarge
+	GlobalDLQ       func() (Key, bool) // S-64 broker-wide DLQ target; nil or false = none (then discard, S-65)
+	Now             func() time.Time   // nil = time.Now
+	Logger          *slog.Logger       // nil = slog.Default()
+	// Clock drives leases, TTL expiry and delays (added by the engine, so
+	// tests can run them without sleeping). nil = real time, reading Now
+	// above when it is set.
+	Clock Clock
+}
+
+// Clock is the engine's time source and timer factory.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has elapsed.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc call.
+type Timer interface {
+	// Stop prevents the call if it has not started; it reports whether it did.
+	Stop() bool
+}
+
+// Depth counts one partition's unsettled messages by state (metrics,
+// admin). Messages on their way to a dead-letter queue, or whose ack is
+// being written, are in none of them.
+type Depth struct {
+	Ready    uint64 // deliverable now (or as soon as a subscription has credit)
+	Inflight uint64 // delivered, leased, not yet settled
+	Delayed  uint64 // waiting for a not_before (publish delay or nack delay)
+}
+
+// QuarantineInfo names a partition that refuses to serve because its files
+// hold damage that is not a torn tail (storage.ErrQuarantined).
+type QuarantineInfo struct {
+	Key
+	Partition uint32
+	Err       error
+}
+
+// Message is one publish as the session hands it to the engine. The
+// engine copies what it keeps: Payload and Headers may alias a frame
+// buffer that is reused after Publish returns.
+type Message struct {
+	ContentType wire.ContentType
+	Headers     wire.Headers        // as received; Publish normalises (S-34) and checks reserved keys (S-33)
+	Published   uint64              // producer clock, echoed verbatim
+	Received    int64               // broker clock at frame read, unix ms (TTL base, S-39)
+	TTLMillis   wire.Option[uint64] // relative to Received; absent = the queue's default, if any
+	NotBefore   uint64              // PUBLISH_DELAYED: absolute unix ms; 0 = deliverable now
+	Payload     []byte
+}
+
+// Delivery is one message handed to a subscription. The session turns it
+// into a DELIVER frame (adding its sub_id). Everything in it is owned by
+// the delivery and immutable.
+type Delivery struct {
+	Key
+	Partition   uint32
+	Offset      uint64
+	Tag         uint64 // unique in this process; settles this delivery (S-48)
+	Published   uint64
+	Received    int64
+	ContentType wire.ContentType
+	Headers     wire.Headers // fibril.retries added when the retry count is > 0 (S-49)
+	Payload     []byte
+}
+
+// Consumer is the session side of one subscription.
+type Consumer interface {
+	// Deliver hands one delivery to the session. It is called with engine
+	// locks held, so it must not block and must not call into the engine;
+	// the session queues the delivery for its writer. For an auto-ack
+	// subscription the engine settles the message as soon as Deliver
+	// returns (S-53).
+	//
+	// Returning false accepts d but asks for no more: the subscription is
+	// paused until Subscription.Resume. This is how a session whose client
+	// reads slowly bounds its queue of deliveries — auto-ack subscriptions
+	// have no prefetch credit to do it (WIRE §10.2).
+	Deliver(d *Delivery) bool
+}
+
+// SubscribeOptions are the parameters of one queue subscription (S-43).
+// Exclusive cohorts (consumer_group, consumer_target, member_id) will add
+// fields here.
+type SubscribeOptions struct {
+	Prefetch uint32 // unsettled deliveries outstanding; 0 is treated as 1 (S-46)
+	AutoAck  bool
+}
+
+// Stats are process-lifetime counters (reset on restart, S-163).
+type Stats struct {
+	Published, Delivered, Acked, Redelivered, Expired, DeadLettered, Discarded uint64
+}

@@ -1,0 +1,308 @@
+package session
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// Conn is one client socket: a reader goroutine (serve) that handles frames
+// in order, and a writer goroutine (writeLoop) that owns the write side.
+type Conn struct {
+	srv      *Server
+	nc       net.Conn
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	id       uint64 // process-unique, never reused
+	peer     netip.Addr
+	remote   string
+	tlsState *tls.ConnectionState
+	log      *slog.Logger
+
+	// Reader-only state.
+	sess        *Session   // set once HELLO succeeded, never changed
+	principal   *Principal // nil until authenticated
+	rbuf        []byte     // frame buffer reused between frames
+	slotPending bool       // the request being handled holds an unused reply slot
+	acks        pendingAcks
+	stopReading bool // the request answered with close-after
+
+	slots chan struct{} // reply slots (see package doc, Backpressure)
+
+	mu      sync.Mutex // guards replies and spare
+	replies []outFrame
+	spare   []outFrame
+
+	wake       chan struct{} // cap 1: the writer has something to do
+	done       chan struct{} // closed when the connection is ending
+	closeOnce  sync.Once
+	writerDone chan struct{}
+
+	draining   atomic.Bool  // shutdown: stop reading, answer what is in flight, then close
+	windowOpen atomic.Bool  // quiet window over (WIRE §8.2)
+	lastRecv   atomic.Int64 // unix nanos of the last frame received
+	orderly    atomic.Bool  // the peer ended the stream at a frame boundary
+	topoAck    atomic.Uint64
+
+	// Writer-only state.
+	pushID  uint64 // broker-initiated request ids: one counter from 0 (WIRE §2.2)
+	scratch []byte
+}
+
+// outFrame is one queued answer. PUBLISH_OK is kept inline (op and offset)
+// so the confirm path allocates nothing; other answers carry a body.
+type outFrame struct {
+	op          wire.Op
+	reqID       uint64
+	offset      uint64       // PUBLISH_OK when body is nil
+	body        wire.Encoder // nil for empty bodies and inline PUBLISH_OK
+	slot        bool         // return a reply slot once written
+	opensWindow bool         // RECONCILE_RESULT: the quiet window ends once it is written
+	closeAfter  bool         // close the connection once this frame is on the wire
+	finish      bool         // no frame: close once everything queued so far (pushes too) is written
+}
+
+const rbufKeep = 64 << 10 // frame buffer kept between frames; larger frames get their own
+
+func newConn(srv *Server, nc net.Conn, id uint64) *Conn {
+	c := &Conn{
+		srv:        srv,
+		nc:         nc,
+		id:         id,
+		remote:     nc.RemoteAddr().String(),
+		slots:      make(chan struct{}, srv.opts.ReplySlots),
+		wake:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		writerDone: make(chan struct{}),
+		rbuf:       make([]byte, 0, rbufKeep),
+	}
+	if ap, err := netip.ParseAddrPort(c.remote); err == nil {
+		c.peer = ap.Addr().Unmap()
+	}
+	if tc, ok := nc.(*tls.Conn); ok {
+		st := tc.ConnectionState()
+		c.tlsState = &st
+	}
+	counted := &countingConn{Conn: nc, m: srv.opts.Metrics}
+	c.br = bufio.NewReaderSize(counted, 64<<10)
+	c.bw = bufio.NewWriterSize(counted, 64<<10)
+	c.log = srv.opts.Logger.With("conn", id, "remote", c.remote)
+	c.lastRecv.Store(srv.opts.Now().UnixNano())
+	return c
+}
+
+// serve runs the reader: the HELLO exchange, then every later frame in
+// order. It returns when the connection is over, after the session (if
+// any) has been told.
+func (c *Conn) serve() {
+	defer c.terminate()
+	defer c.flushAcks()
+	if !c.handshake() {
+		return
+	}
+	go c.writeLoop()
+	max := c.srv.opts.MaxFrameBytes
+	for !c.stopReading {
+		h, body, err := wire.ReadFrame(c.br, c.rbuf[:0], max)
+		if err != nil {
+			c.readFailed(h, err)
+			return
+		}
+		c.lastRecv.Store(c.srv.opts.Now().UnixNano())
+		if h.Op != wire.OpAck {
+			c.flushAcks()
+		}
+		c.dispatch(h, body)
+		if c.br.Buffered() == 0 {
+			c.flushAcks() // about to wait for input
+		}
+		if cap(c.rbuf) > rbufKeep {
+			c.rbuf = make([]byte, 0, rbufKeep)
+		}
+	}
+}
+
+// readFailed handles the end of the read side.
+func (c *Conn) readFailed(h wire.FrameHeader, err error) {
+	var tooBig *wire.FrameTooLargeError
+	switch {
+	case errors.As(err, &tooBig):
+		// WIRE §7.3: ERROR 400 with that frame's request id, then close;
+		// the stream cannot be resynchronised.
+		c.log.Warn("frame larger than broker.max_frame_bytes", "announced", tooBig.Header.BodyLen, "max", tooBig.Max)
+		c.srv.opts.Metrics.ConnErrors.WithLabelValues("frame_too_large").Inc()
+		if c.acquireSlot() {
+			c.enqueue(outFrame{op: wire.OpError, reqID: h.RequestID, slot: true, closeAfter: true,
+				body: &wire.ErrorBody{Code: wire.CodeBadRequest, Message: frameTooLargeMsg(tooBig)}})
+			c.awaitWriter()
+		}
+	case c.draining.Load():
+		c.finishGracefully()
+	case errors.Is(err, io.EOF):
+		c.orderly.Store(true)
+	case errors.Is(err, net.ErrClosed):
+		// closed by us (writer failure, idle timeout, shutdown)
+	default:
+		c.srv.opts.Metrics.ConnErrors.WithLabelValues("read").Inc()
+		c.log.Debug("read ended", "err", err)
+	}
+}
+
+// awaitWriter waits (bounded by the writer's own deadlines) until the
+// writer has put a close-after frame on the wire and closed the socket.
+func (c *Conn) awaitWriter() {
+	select {
+	case <-c.writerDone:
+	case <-time.After(3 * c.srv.opts.Heartbeat):
+	}
+}
+
+// stopForShutdown makes the reader stop taking requests (its blocked read
+// returns at once); the reader then finishes gracefully.
+func (c *Conn) stopForShutdown() {
+	c.draining.Store(true)
+	_ = c.nc.SetReadDeadline(time.Now())
+}
+
+// finishGracefully waits (bounded) until every answer in flight — confirms
+// waiting for their fsync included — has been written, then lets the
+// writer flush what is queued, pushes included, and close.
+func (c *Conn) finishGracefully() {
+	if c.sess == nil {
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(c.slots) > 0 && time.Now().Before(deadline) {
+		select {
+		case <-c.done:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+	c.enqueue(outFrame{finish: true})
+	c.awaitWriter()
+}
+
+// terminate ends the connection once: closes the socket, stops the writer
+// and detaches the connection from its session.
+func (c *Conn) terminate() {
+	c.close()
+	if c.sess != nil {
+		select {
+		case <-c.writerDone:
+		case <-time.After(3 * c.srv.opts.Heartbeat):
+		}
+		c.sess.detach(c)
+	}
+	c.srv.forget(c)
+}
+
+// close closes the socket and wakes everything waiting on the connection.
+// Safe from any goroutine, any number of times.
+func (c *Conn) close() {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		_ = c.nc.Close()
+	})
+}
+
+// acquireSlot takes a reply slot, waiting while the client is not reading
+// its answers. It reports false when the connection is ending.
+func (c *Conn) acquireSlot() bool {
+	select {
+	case c.slots <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case c.slots <- struct{}{}:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+func (c *Conn) releaseSlot() { <-c.slots }
+
+// reply queues the answer to the request being handled, using its slot.
+// Reader goroutine only.
+func (c *Conn) reply(op wire.Op, reqID uint64, body wire.Encoder) {
+	c.slotPending = false
+	c.enqueue(outFrame{op: op, reqID: reqID, body: body, slot: true})
+}
+
+// replyError answers with ERROR (op 255) and the given code (WIRE §7.3).
+func (c *Conn) replyError(reqID uint64, code uint16, msg string) {
+	c.reply(wire.OpError, reqID, &wire.ErrorBody{Code: code, Message: msg})
+}
+
+// replyAndClose answers and then closes the connection (handshake-phase
+// failures, 401s). The reader stops reading.
+func (c *Conn) replyAndClose(op wire.Op, reqID uint64, body wire.Encoder) {
+	c.slotPending = false
+	c.stopReading = true
+	c.enqueue(outFrame{op: op, reqID: reqID, body: body, slot: true, closeAfter: true})
+	c.awaitWriter()
+}
+
+// deferReply hands the request's slot to an answer that comes later (a
+// confirm once the log is durable): whoever produces that answer enqueues
+// it with slot set, from any goroutine. Reader goroutine only.
+func (c *Conn) deferReply() {
+	c.slotPending = false
+}
+
+// enqueue adds an answer and wakes the writer. Any goroutine.
+func (c *Conn) enqueue(f outFrame) {
+	c.mu.Lock()
+	c.replies = append(c.replies, f)
+	c.mu.Unlock()
+	c.kick()
+}
+
+// kick wakes the writer without blocking.
+func (c *Conn) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// openWindow ends the quiet window (WIRE §8.2): pushes may flow.
+func (c *Conn) openWindow() {
+	if !c.windowOpen.Swap(true) {
+		c.kick()
+	}
+}
+
+func frameTooLargeMsg(e *wire.FrameTooLargeError) string {
+	return fmt.Sprintf("frame of %d bytes exceeds broker.max_frame_bytes (%d)", e.Header.BodyLen, e.Max)
+}
+
+// countingConn counts bytes for fibril_tcp_bytes_{in,out}_total.
+type countingConn struct {
+	net.Conn
+	m *Metrics
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.m.BytesIn.Add(float64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.m.BytesOut.Add(float64(n))
+	return n, err
+}

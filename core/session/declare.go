@@ -1,0 +1,73 @@
+package session
+
+import (
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// handleDeclareQueue answers DECLARE_QUEUE (WIRE §13, S-18).
+func (c *Conn) handleDeclareQueue(id uint64, body []byte) {
+	var d wire.DeclareQueue
+	if err := d.Decode(body); err != nil {
+		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
+		return
+	}
+	info, err := c.srv.opts.Queues.DeclareQueue(queue.QueueSpec{
+		Key:              queue.Key{Topic: d.Topic, Group: d.Group},
+		PartitionCount:   d.PartitionCount,
+		DLQ:              d.DLQPolicy,
+		MaxRetries:       d.DLQMaxRetries,
+		DefaultTTLMillis: d.DefaultMessageTTLMillis,
+	})
+	if err != nil {
+		c.replyError(id, core.Code(err), err.Error())
+		return
+	}
+	c.reply(wire.OpDeclareQueueOK, id, &wire.DeclareQueueOK{Status: "stored", PartitionCount: info.PartitionCount})
+}
+
+// handleDeclarePlexus answers DECLARE_PLEXUS (WIRE §13, S-70): the stream
+// is recorded (kind = stream) so the topic can never become a queue.
+func (c *Conn) handleDeclarePlexus(id uint64, body []byte) {
+	var d wire.DeclarePlexus
+	if err := d.Decode(body); err != nil {
+		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
+		return
+	}
+	info, err := c.srv.opts.Queues.DeclareStream(queue.StreamSpec{
+		Topic:             d.Topic,
+		PartitionCount:    d.PartitionCount,
+		Durability:        d.Durability,
+		Retention:         d.Retention,
+		ReplicationFactor: d.ReplicationFactor,
+	})
+	if err != nil {
+		c.replyError(id, core.Code(err), err.Error())
+		return
+	}
+	c.reply(wire.OpDeclarePlexusOK, id, &wire.DeclarePlexusOK{Status: "stored", PartitionCount: info.PartitionCount})
+}
+
+// handleTopology answers TOPOLOGY for a standalone broker exactly as S-113
+// says: generation 0, no queue entries (SDKs then route every queue over
+// their one connection), and one stream entry per declared stream
+// partition with an empty owner list. The topic filter narrows streams;
+// the group filter narrows queues only (S-112).
+func (c *Conn) handleTopology(id uint64, body []byte) {
+	var req wire.TopologyRequest
+	if err := req.Decode(body); err != nil {
+		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
+		return
+	}
+	topo := &wire.TopologyOK{}
+	for _, st := range c.srv.opts.Queues.Streams() {
+		if t, ok := req.Topic.Get(); ok && t != st.Topic {
+			continue
+		}
+		for p := uint32(0); p < st.PartitionCount; p++ {
+			topo.Streams = append(topo.Streams, wire.StreamEntry{Topic: st.Topic, Partition: p, PartitionCount: st.PartitionCount})
+		}
+	}
+	c.reply(wire.OpTopologyOK, id, topo)
+}

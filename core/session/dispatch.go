@@ -1,0 +1,149 @@
+package session
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// fireAndForget lists the requests that never get an answer once the
+// connection is authenticated, not even an error (WIRE §7.3, last row): an
+// uncorrelated ERROR would make every SDK drop its connection. They take no
+// reply slot. (PONG is never answered either.)
+func fireAndForget(op wire.Op) bool {
+	switch op {
+	case wire.OpAck, wire.OpNack, wire.OpTopologyUpdateAck:
+		return true
+	}
+	return false
+}
+
+// dispatch handles one frame after the handshake. Reader goroutine only;
+// body is valid until dispatch returns.
+func (c *Conn) dispatch(h wire.FrameHeader, body []byte) {
+	op := h.Op
+	if op != wire.OpAuth && op != wire.OpReconcileClient {
+		c.openWindow() // WIRE §8.2: any other frame ends the quiet window
+	}
+	if op == wire.OpPong {
+		return
+	}
+	if fireAndForget(op) && c.principal != nil {
+		c.handleFireAndForget(op, body)
+		return
+	}
+	if !c.acquireSlot() {
+		c.stopReading = true
+		return
+	}
+	c.slotPending = true
+	c.handleRequest(h, body)
+	if c.slotPending { // answered nothing (an unconfirmed publish)
+		c.slotPending = false
+		c.releaseSlot()
+	}
+}
+
+func (c *Conn) handleFireAndForget(op wire.Op, body []byte) {
+	switch op {
+	case wire.OpAck, wire.OpNack:
+		c.handleSettle(op, body)
+	case wire.OpTopologyUpdateAck:
+		var a wire.TopologyUpdateAck
+		if a.Decode(body) == nil { // WIRE §8.9: a malformed ack is dropped silently
+			for {
+				cur := c.topoAck.Load()
+				if a.Generation <= cur || c.topoAck.CompareAndSwap(cur, a.Generation) {
+					break
+				}
+			}
+		}
+	}
+}
+
+func (c *Conn) handleRequest(h wire.FrameHeader, body []byte) {
+	op, id := h.Op, h.RequestID
+	switch op {
+	case wire.OpPing: // answered in every state (WIRE §8.6)
+		c.reply(wire.OpPong, id, nil)
+		return
+	case wire.OpAuth:
+		c.handleAuth(id, body)
+		return
+	}
+	if c.principal == nil {
+		// WIRE §7.3: any op other than AUTH/PING/PONG before
+		// authentication → ERROR 401, then close.
+		c.replyAndClose(wire.OpError, id, &wire.ErrorBody{Code: wire.CodeUnauthorized,
+			Message: "authentication required: send AUTH first"})
+		return
+	}
+	switch op {
+	case wire.OpPublish, wire.OpPublishDelayed:
+		c.handlePublish(h, body)
+	case wire.OpSubscribe:
+		c.handleSubscribe(id, body)
+	case wire.OpSubscribeStream:
+		c.handleSubscribeStream(id, body)
+	case wire.OpDeclareQueue:
+		c.handleDeclareQueue(id, body)
+	case wire.OpDeclarePlexus:
+		c.handleDeclarePlexus(id, body)
+	case wire.OpReconcileClient:
+		c.handleReconcile(id, body)
+	case wire.OpTopology:
+		c.handleTopology(id, body)
+	default:
+		if op.NodeOnly() {
+			c.handleNodeOnly(op, id)
+			return
+		}
+		// WIRE §8.9: unknown opcodes, server→client ops and a second
+		// HELLO → ERROR 400, connection stays open.
+		c.replyError(id, wire.CodeBadRequest, "unknown opcode "+strconv.Itoa(int(op)))
+	}
+}
+
+// handleNodeOnly answers replication and forwarding ops. They are only for
+// a connection authenticated as @node (WIRE §18, §22.3); this broker does
+// not serve any of them yet.
+func (c *Conn) handleNodeOnly(op wire.Op, id uint64) {
+	if !c.principal.Node {
+		c.replyError(id, wire.CodeForbidden, "node principal required for "+op.String())
+		return
+	}
+	c.replyError(id, wire.CodeBadRequest, op.String()+" is not supported by this broker yet")
+}
+
+// handleAuth answers AUTH (WIRE §8.5 with semantics D-1: on an
+// authenticated connection AUTH is a re-check that succeeds for the same
+// principal).
+func (c *Conn) handleAuth(id uint64, body []byte) {
+	var a wire.Auth
+	if err := a.Decode(body); err != nil {
+		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
+		return
+	}
+	p, err := c.srv.opts.Auth.Authenticate(context.Background(), a.Username, a.Password, c.peer)
+	if err != nil || (c.principal != nil && !p.Same(*c.principal)) {
+		c.srv.opts.Metrics.AuthFailures.Inc()
+		msg := "authentication failed"
+		if err != nil {
+			msg = err.Error()
+		} else {
+			msg = "this connection is authenticated as " + c.principal.Name + "; AUTH must name the same principal"
+		}
+		c.log.Info("auth refused", "user", a.Username, "reason", msg)
+		c.replyAndClose(wire.OpAuthErr, id, &wire.ErrorBody{Code: wire.CodeUnauthorized, Message: msg})
+		return
+	}
+	if c.principal == nil {
+		c.principal = &p
+		c.sess.setPrincipal(&p)
+		c.log = c.log.With("user", p.Name)
+	}
+	c.reply(wire.OpAuthOK, id, nil)
+}
+
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }

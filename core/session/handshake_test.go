@@ -1,0 +1,222 @@
+package session
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// S-4, S-6, WIRE §8.3: HELLO → HELLO_OK with protocol 1, the exact
+// compliance marker, the broker's owner id and fresh session ids.
+func TestHelloOK(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	ok := c.hello(false)
+	if ok.ResumeOutcome != wire.ResumeNew || ok.OwnerID != e.opts.OwnerID || ok.ClientID.IsZero() || ok.ResumeToken.IsZero() {
+		t.Fatalf("HELLO_OK = %+v", ok)
+	}
+	if ok.ClientID[6]>>4 != 7 {
+		t.Errorf("client id %s is not a UUIDv7", ok.ClientID)
+	}
+}
+
+// WIRE §7.3 rows 1–2: a first frame that is not HELLO, or a malformed
+// HELLO → ERROR 400 and close; protocol ≠ 1 → HELLO_ERR code 1 and close.
+func TestHandshakeFailures(t *testing.T) {
+	e := newEnv(t)
+
+	c := e.dial()
+	c.sendID(wire.OpPing, 9, nil)
+	c.expectError(wire.OpError, 9, wire.CodeBadRequest)
+	c.expectClosed(time.Second)
+
+	c = e.dial()
+	if _, err := c.nc.Write(append(wire.AppendFrameHeader(nil, wire.FrameHeader{BodyLen: 3, Version: 1, Op: wire.OpHello, RequestID: 1}), 'F', 'H', 'X')); err != nil {
+		t.Fatal(err)
+	}
+	c.expectError(wire.OpError, 1, wire.CodeBadRequest)
+	c.expectClosed(time.Second)
+
+	c = e.dial()
+	c.sendID(wire.OpHello, 1, &wire.Hello{ClientName: "x", ProtocolVersion: 2})
+	c.expectError(wire.OpHelloErr, 1, wire.CodeUnsupportedVersion)
+	c.expectClosed(time.Second)
+}
+
+// WIRE §7.3: a frame header announcing more than max_frame_bytes → ERROR
+// 400 with that request id, then close — before and after the handshake.
+func TestFrameTooLarge(t *testing.T) {
+	e := newEnv(t)
+	big := wire.AppendFrameHeader(nil, wire.FrameHeader{BodyLen: 3 << 20, Version: 1, Op: wire.OpPublish, RequestID: 77})
+
+	c := e.dial()
+	c.login()
+	if _, err := c.nc.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	c.expectError(wire.OpError, 77, wire.CodeBadRequest)
+	c.expectClosed(time.Second)
+
+	c = e.dial()
+	if _, err := c.nc.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	c.expectError(wire.OpError, 77, wire.CodeBadRequest)
+	c.expectClosed(time.Second)
+}
+
+// S-7, WIRE §7.3: before authentication only AUTH, PING and PONG are
+// allowed; anything else → ERROR 401 and close. PING is answered in every
+// state (S-11).
+func TestAuthRequired(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.hello(false)
+	c.sendID(wire.OpPing, 5, nil)
+	c.expect(wire.OpPong, 5)
+	id := c.publish("orders", "x", true)
+	c.expectError(wire.OpError, id, wire.CodeUnauthorized)
+	c.expectClosed(time.Second)
+}
+
+// S-8, WIRE §7.3: wrong credentials → AUTH_ERR 401 and close.
+func TestWrongPassword(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.hello(false)
+	id := c.send(wire.OpAuth, &wire.Auth{Username: "alice", Password: "nope"})
+	c.expectError(wire.OpAuthErr, id, wire.CodeUnauthorized)
+	c.expectClosed(time.Second)
+}
+
+// D-1 (S-9): AUTH repeated on an authenticated connection re-checks: the
+// same principal → AUTH_OK, another one → AUTH_ERR 401 and close.
+func TestAuthRecheck(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	c.auth("alice", "secret")
+	id := c.send(wire.OpAuth, &wire.Auth{Username: "bob", Password: "secret"})
+	c.expectError(wire.OpAuthErr, id, wire.CodeUnauthorized)
+	c.expectClosed(time.Second)
+}
+
+// S-12, WIRE §8.9: unknown opcodes, a second HELLO and server→client ops
+// → ERROR 400, connection open. Node-only ops from a user → 403 (WIRE §18,
+// §22.3), connection open.
+func TestUnknownAndNodeOnlyOps(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	c.sendID(wire.Op(150), 10, nil)
+	c.expectError(wire.OpError, 10, wire.CodeBadRequest)
+	c.sendID(wire.OpHello, 11, &wire.Hello{ClientName: "again", ProtocolVersion: 1})
+	c.expectError(wire.OpError, 11, wire.CodeBadRequest)
+	c.sendID(wire.OpDeliver, 12, &wire.Deliver{Topic: "t"})
+	c.expectError(wire.OpError, 12, wire.CodeBadRequest)
+	c.sendID(wire.OpForwardedSession, 13, &wire.ForwardedSession{OriginNodeID: "gw", HopCount: 1})
+	c.expectError(wire.OpError, 13, wire.CodeForbidden)
+	c.sendID(wire.OpReplicationRead, 14, nil)
+	c.expectError(wire.OpError, 14, wire.CodeForbidden)
+	c.sendID(wire.OpPing, 15, nil)
+	c.expect(wire.OpPong, 15)
+}
+
+// S-11, WIRE §8.6: the broker PINGs about one interval after the handshake
+// and closes a connection that sent nothing for 3 intervals, silently.
+func TestHeartbeatAndIdleTimeout(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Heartbeat = 100 * time.Millisecond })
+	c := e.dial()
+	c.login()
+	c.sendID(wire.OpPing, 3, nil) // ends the quiet window, like an SDK's first PING
+	c.expect(wire.OpPong, 3)
+	h, _ := c.read(time.Second)
+	if h.Op != wire.OpPing {
+		t.Fatalf("expected a broker PING, got %s", h.Op)
+	}
+	// Say nothing more: the broker must close within ~3–4 intervals.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		h, _, err := c.tryRead(time.Until(deadline))
+		if err != nil {
+			break
+		}
+		if h.Op != wire.OpPing {
+			t.Fatalf("unexpected %s while idle", h.Op)
+		}
+	}
+	if time.Now().After(deadline) {
+		t.Fatal("idle connection was not closed")
+	}
+}
+
+// WIRE §8.2: broker PINGs wait for the quiet window to end; a client that
+// says nothing after AUTH is closed after 3 intervals without a single
+// PING written.
+func TestNoPingDuringQuietWindow(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Heartbeat = 50 * time.Millisecond })
+	c := e.dial()
+	c.login()
+	c.expectClosed(2 * time.Second)
+}
+
+// A client that keeps answering PINGs stays connected.
+func TestHeartbeatKeepsAlive(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Heartbeat = 50 * time.Millisecond })
+	c := e.dial()
+	c.login()
+	c.sendID(wire.OpPing, 3, nil)
+	c.expect(wire.OpPong, 3)
+	for i := 0; i < 10; i++ {
+		h, _ := c.read(time.Second)
+		if h.Op != wire.OpPing {
+			t.Fatalf("got %s", h.Op)
+		}
+		c.sendID(wire.OpPong, h.RequestID, nil)
+	}
+}
+
+// S-14: a socket that sends nothing is closed after the first-frame
+// timeout.
+func TestFirstFrameTimeout(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.FirstFrame = 100 * time.Millisecond })
+	c := e.dial()
+	c.expectClosed(2 * time.Second)
+}
+
+// A reader whose client stops reading stops taking requests once its
+// reply slots are used up, and resumes when the client reads again: every
+// answer arrives, in order, and nothing is lost.
+func TestSlowReaderBackpressure(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.ReplySlots = 4 })
+	c := e.dial()
+	c.login()
+	const n = 2000
+	var batch []byte
+	for i := 0; i < n; i++ {
+		batch = wire.AppendFrame(batch, wire.OpPing, uint64(1000+i), nil)
+	}
+	go func() { _, _ = c.nc.Write(batch) }()
+	for i := 0; i < n; i++ {
+		h, _ := c.read(5 * time.Second)
+		if h.Op != wire.OpPong || h.RequestID != uint64(1000+i) {
+			t.Fatalf("answer %d: %s id %d", i, h.Op, h.RequestID)
+		}
+	}
+}
+
+// WIRE §2.1: version and flags are never checked on receipt.
+func TestHeaderVersionAndFlagsIgnored(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	f := wire.AppendFrame(nil, wire.OpPing, 42, nil)
+	binary.BigEndian.PutUint16(f[4:], 9)
+	binary.BigEndian.PutUint32(f[8:], 0xdeadbeef)
+	if _, err := c.nc.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	c.expect(wire.OpPong, 42)
+}

@@ -1,0 +1,308 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// fakeAuth accepts user/secret for "alice" and "bob", and "@node"/"s3cret"
+// as the node principal.
+type fakeAuth struct{ calls atomic.Int64 }
+
+func (a *fakeAuth) Authenticate(_ context.Context, user, pw string, _ netip.Addr) (Principal, error) {
+	a.calls.Add(1)
+	switch {
+	case user == "@node" && pw == "s3cret":
+		return Principal{Name: "@node", Node: true, Method: "node-secret"}, nil
+	case (user == "alice" || user == "bob") && pw == "secret":
+		return Principal{Name: user, Method: "password"}, nil
+	}
+	return Principal{}, core.Errorf(core.ErrUnauthorized, "unknown user or wrong password")
+}
+
+// env is one broker (queue engine + session server) on 127.0.0.1.
+type env struct {
+	t       *testing.T
+	dir     string
+	opts    Options
+	qm      *queue.Manager
+	srv     *Server
+	ln      net.Listener
+	grace   atomic.Int64 // ms
+	restart atomic.Int64 // ms
+}
+
+type envOption func(*Options)
+
+func newEnv(t *testing.T, mods ...envOption) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir()}
+	e.grace.Store(5000)
+	e.restart.Store(60000)
+	e.start(wire.UUID{0xab, 1}, mods...)
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *env) start(owner wire.UUID, mods ...envOption) {
+	t := e.t
+	qm, err := queue.Open(queue.Options{Dir: e.dir + "/queues", Storage: storage.Options{Fsync: storage.FsyncNone}, AutoCreate: true, MaxMessageBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.qm = qm
+	e.opts = Options{
+		Queues:          qm,
+		Auth:            &fakeAuth{},
+		OwnerID:         owner,
+		SkeletonDir:     e.dir + "/sessions",
+		Heartbeat:       time.Second,
+		Logger:          slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		MaxFrameBytes:   2 << 20,
+		MaxMessageBytes: 1 << 20,
+		Settings: func() Settings {
+			return Settings{ReconnectGrace: time.Duration(e.grace.Load()) * time.Millisecond,
+				RestartTTL: time.Duration(e.restart.Load()) * time.Millisecond}
+		},
+	}
+	for _, m := range mods {
+		m(&e.opts)
+	}
+	e.srv, err = New(e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = e.srv.Serve(e.ln) }()
+}
+
+// stop shuts the server down gracefully and closes the engine.
+func (e *env) stop() {
+	if e.srv == nil {
+		return
+	}
+	_ = e.ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	e.srv.Shutdown(ctx, 0, "test over")
+	cancel()
+	_ = e.qm.Close()
+	e.srv = nil
+}
+
+// restartBroker stops and starts the broker on the same data directory
+// and owner id (a restart in place).
+func (e *env) restartBroker() {
+	owner := e.opts.OwnerID
+	e.stop()
+	e.start(owner)
+}
+
+// client is a strict raw Fibril client: every frame it reads is checked by
+// the test.
+type client struct {
+	t      *testing.T
+	nc     net.Conn
+	nextID uint64
+	ident  wire.ResumeIdentity
+	open   bool // the quiet window is over from this client's side (WIRE §8.2)
+}
+
+func (e *env) dial() *client {
+	e.t.Helper()
+	nc, err := net.Dial("tcp", e.ln.Addr().String())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { nc.Close() })
+	return &client{t: e.t, nc: nc, nextID: 1}
+}
+
+func (c *client) send(op wire.Op, body wire.Encoder) uint64 {
+	c.t.Helper()
+	id := c.nextID
+	c.nextID++
+	c.sendID(op, id, body)
+	return id
+}
+
+func (c *client) sendID(op wire.Op, id uint64, body wire.Encoder) {
+	c.t.Helper()
+	if op != wire.OpHello && op != wire.OpAuth && op != wire.OpReconcileClient {
+		c.open = true
+	}
+	if _, err := c.nc.Write(wire.AppendFrame(nil, op, id, body)); err != nil {
+		c.t.Fatalf("write %s: %v", op, err)
+	}
+}
+
+// read returns the next frame, failing the test after d.
+func (c *client) read(d time.Duration) (wire.FrameHeader, wire.Body) {
+	c.t.Helper()
+	h, b, err := c.tryRead(d)
+	if err != nil {
+		c.t.Fatalf("reading a frame: %v", err)
+	}
+	return h, b
+}
+
+func (c *client) tryRead(d time.Duration) (wire.FrameHeader, wire.Body, error) {
+	_ = c.nc.SetReadDeadline(time.Now().Add(d))
+	h, raw, err := wire.ReadFrame(c.nc, nil, 64<<20)
+	if err != nil {
+		return h, nil, err
+	}
+	if len(raw) == 0 {
+		return h, nil, nil
+	}
+	body, err := wire.DecodeBody(h.Op, raw)
+	if err != nil {
+		c.t.Fatalf("broker sent an undecodable %s: %v", h.Op, err)
+	}
+	return h, body, nil
+}
+
+// expect reads the next frame and requires op and request id. Once the
+// quiet window is over, broker PINGs may come first: they are answered
+// and skipped, as SDKs do. Before that any other frame fails the test.
+func (c *client) expect(op wire.Op, id uint64) wire.Body {
+	c.t.Helper()
+	h, b := c.read(5 * time.Second)
+	for h.Op == wire.OpPing && op != wire.OpPing && c.open {
+		c.sendID(wire.OpPong, h.RequestID, nil)
+		h, b = c.read(5 * time.Second)
+	}
+	if h.Op != op || h.RequestID != id {
+		c.t.Fatalf("got %s id %d (%+v), want %s id %d", h.Op, h.RequestID, b, op, id)
+	}
+	return b
+}
+
+// expectError reads an error-bodied frame with the given op, id and code.
+func (c *client) expectError(op wire.Op, id uint64, code uint16) *wire.ErrorBody {
+	c.t.Helper()
+	b := c.expect(op, id)
+	eb, ok := b.(*wire.ErrorBody)
+	if !ok || eb.Code != code {
+		c.t.Fatalf("%s id %d = %+v, want code %d", op, id, b, code)
+	}
+	return eb
+}
+
+// expectSilence requires that nothing arrives within d.
+func (c *client) expectSilence(d time.Duration) {
+	c.t.Helper()
+	h, b, err := c.tryRead(d)
+	if err == nil {
+		c.t.Fatalf("unexpected frame %s id %d: %+v", h.Op, h.RequestID, b)
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		c.t.Fatalf("connection ended while expecting silence: %v", err)
+	}
+}
+
+// expectClosed requires the broker to close the connection within d.
+func (c *client) expectClosed(d time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		h, _, err := c.tryRead(time.Until(deadline))
+		if err == nil {
+			c.t.Fatalf("expected close, got %s id %d", h.Op, h.RequestID)
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "reset") {
+			return
+		}
+		c.t.Fatalf("expected close, got %v", err)
+	}
+}
+
+// hello sends HELLO (with the stored identity when resume is set) and
+// returns HELLO_OK.
+func (c *client) hello(resume bool) *wire.HelloOK {
+	c.t.Helper()
+	h := &wire.Hello{ClientName: "test", ClientVersion: "0", ProtocolVersion: 1}
+	if resume {
+		h.Resume = wire.Some(c.ident)
+	}
+	id := c.send(wire.OpHello, h)
+	ok := c.expect(wire.OpHelloOK, id).(*wire.HelloOK)
+	if ok.Compliance != wire.Compliance || ok.ProtocolVersion != 1 {
+		c.t.Fatalf("HELLO_OK = %+v", ok)
+	}
+	c.ident = ok.Identity()
+	return ok
+}
+
+func (c *client) auth(user, pw string) {
+	c.t.Helper()
+	id := c.send(wire.OpAuth, &wire.Auth{Username: user, Password: pw})
+	c.expect(wire.OpAuthOK, id)
+}
+
+// login is HELLO + AUTH as alice.
+func (c *client) login() *wire.HelloOK {
+	c.t.Helper()
+	ok := c.hello(false)
+	c.auth("alice", "secret")
+	return ok
+}
+
+func (c *client) publish(topic string, payload string, confirm bool) uint64 {
+	c.t.Helper()
+	return c.send(wire.OpPublish, &wire.Publish{Topic: topic, RequireConfirm: confirm, Payload: []byte(payload)})
+}
+
+func (c *client) subscribe(topic string, prefetch uint32, autoAck bool) *wire.SubscribeOK {
+	c.t.Helper()
+	id := c.send(wire.OpSubscribe, &wire.Subscribe{Topic: topic, Prefetch: prefetch, AutoAck: autoAck})
+	return c.expect(wire.OpSubscribeOK, id).(*wire.SubscribeOK)
+}
+
+// nextDeliver reads frames until a DELIVER arrives, answering broker PINGs.
+func (c *client) nextDeliver() (wire.FrameHeader, *wire.Deliver) {
+	c.t.Helper()
+	for {
+		h, b := c.read(5 * time.Second)
+		switch h.Op {
+		case wire.OpDeliver:
+			return h, b.(*wire.Deliver)
+		case wire.OpPing:
+			c.sendID(wire.OpPong, h.RequestID, nil)
+		default:
+			c.t.Fatalf("expected DELIVER, got %s id %d: %+v", h.Op, h.RequestID, b)
+		}
+	}
+}
+
+func (c *client) ack(d *wire.Deliver) {
+	c.sendID(wire.OpAck, d.DeliveryTag, &wire.Ack{Topic: d.Topic, Group: d.Group, Partition: d.Partition, Tags: []uint64{d.DeliveryTag}})
+}
+
+// eventually retries cond until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,171 @@
+package session
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// publishReq is the part of PUBLISH and PUBLISH_DELAYED the broker acts
+// on; both bodies decode into it.
+type publishReq struct {
+	topic     string
+	group     wire.Option[string]
+	partition uint32
+	confirm   bool
+	version   uint64
+	msg       queue.Message
+}
+
+// handlePublish answers PUBLISH / PUBLISH_DELAYED (WIRE §9.2). Confirmed
+// publishes are answered once the storage durability policy holds, from
+// the log's commit callback; the reader moves on at once, so one
+// connection can keep many confirms in flight. Unconfirmed ones are never
+// answered, failures included (WIRE §7.3).
+func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
+	received := c.srv.opts.Now()
+	req, err := c.decodePublish(h.Op, body)
+	if err != nil {
+		if confirm, ok := peekConfirm(body); ok && !confirm {
+			c.drop(h.Op, "malformed")
+			return
+		}
+		c.replyError(h.RequestID, wire.CodeBadRequest, "malformed frame: "+err.Error())
+		return
+	}
+	req.msg.Received = received.UnixMilli()
+	fail := func(code uint16, reason, msg string) {
+		if req.confirm {
+			c.replyError(h.RequestID, code, msg)
+		} else {
+			c.drop(h.Op, reason)
+		}
+	}
+	qs := c.srv.opts.Queues
+	if kind, ok := qs.Kind(req.topic); ok && kind == queue.KindStream {
+		fail(wire.CodeBadRequest, "stream_unsupported", "streams are not supported yet")
+		return
+	}
+	key := queue.Key{Topic: req.topic, Group: req.group}
+	part, err := qs.Partition(key, req.partition)
+	if err != nil {
+		fail(core.Code(err), "rejected", err.Error())
+		return
+	}
+	if v := part.PartitioningVersion(); req.version < v {
+		// §14.3 fence: a publish routed under an older partitioning is not
+		// stored; the REDIRECT carries the current version, even to this
+		// broker's own address. Only a waiting client can use it.
+		if req.confirm {
+			c.reply(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: req.topic, Partition: req.partition,
+				Group: req.group, Owners: c.srv.opts.Advertise, PartitioningVersion: v})
+		} else {
+			c.drop(h.Op, "stale_partitioning")
+		}
+		return
+	}
+	if !req.confirm {
+		if err := part.Publish(&req.msg, c.unconfirmedDone(h.Op)); err != nil {
+			c.drop(h.Op, "rejected")
+		}
+		return
+	}
+	reqID := h.RequestID
+	err = part.Publish(&req.msg, func(offset uint64, err error) {
+		if err != nil {
+			c.log.Warn("confirmed publish failed", "topic", req.topic, "partition", req.partition, "err", err)
+			c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true,
+				body: &wire.ErrorBody{Code: core.Code(err), Message: "publish not stored: " + err.Error()}})
+			return
+		}
+		c.srv.opts.Metrics.ConfirmLatency.Observe(time.Since(received).Seconds())
+		c.enqueue(outFrame{op: wire.OpPublishOK, reqID: reqID, offset: offset, slot: true})
+	})
+	if err != nil {
+		c.replyError(h.RequestID, core.Code(err), err.Error())
+		return
+	}
+	c.deferReply()
+}
+
+// unconfirmedDone counts storage failures of unconfirmed publishes, which
+// nobody waits for.
+func (c *Conn) unconfirmedDone(op wire.Op) func(uint64, error) {
+	return func(_ uint64, err error) {
+		if err != nil {
+			c.drop(op, "store_failed")
+		}
+	}
+}
+
+// drop counts a fire-and-forget request that failed (WIRE §7.3 last row:
+// nothing is sent back).
+func (c *Conn) drop(op wire.Op, reason string) {
+	c.srv.opts.Metrics.Dropped.WithLabelValues(op.String(), reason).Inc()
+}
+
+func (c *Conn) decodePublish(op wire.Op, body []byte) (*publishReq, error) {
+	r := &publishReq{}
+	if op == wire.OpPublish {
+		var p wire.Publish
+		if err := p.Decode(body); err != nil {
+			return nil, err
+		}
+		r.topic, r.group, r.partition, r.confirm, r.version = p.Topic, p.Group, p.Partition, p.RequireConfirm, p.PartitioningVersion
+		r.msg = queue.Message{ContentType: p.ContentType, Headers: p.Headers, Published: p.Published,
+			TTLMillis: p.TTLMillis, Payload: p.Payload}
+		return r, nil
+	}
+	var p wire.PublishDelayed
+	if err := p.Decode(body); err != nil {
+		return nil, err
+	}
+	r.topic, r.group, r.partition, r.confirm, r.version = p.Topic, p.Group, p.Partition, p.RequireConfirm, p.PartitioningVersion
+	r.msg = queue.Message{ContentType: p.ContentType, Headers: p.Headers, Published: p.Published,
+		NotBefore: p.NotBefore, Payload: p.Payload}
+	return r, nil
+}
+
+// peekConfirm reads require_confirm from a body that failed to decode, so
+// a malformed fire-and-forget publish is not answered (WIRE §7.3). It
+// reports ok=false when even that prefix is unreadable; the broker then
+// answers 400, since it cannot tell.
+func peekConfirm(b []byte) (confirm, ok bool) {
+	if len(b) < 4 {
+		return false, false
+	}
+	i := 4 // magic
+	str := func() bool {
+		if len(b)-i < 4 {
+			return false
+		}
+		n := int(binary.BigEndian.Uint32(b[i:]))
+		if n < 0 || len(b)-i-4 < n {
+			return false
+		}
+		i += 4 + n
+		return true
+	}
+	if !str() || i >= len(b) { // topic, then group's option tag
+		return false, false
+	}
+	switch b[i] {
+	case 0:
+		i++
+	case 1:
+		i++
+		if !str() {
+			return false, false
+		}
+	default:
+		return false, false
+	}
+	i += 4 // partition
+	if i >= len(b) || b[i] > 1 {
+		return false, false
+	}
+	return b[i] == 1, true
+}

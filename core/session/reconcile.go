@@ -1,0 +1,158 @@
+package session
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// handleReconcile answers RECONCILE_CLIENT (WIRE §16, S-108…S-110). It is
+// accepted on any session, resumed or not: every SDK sends it after any
+// reconnect that had subscriptions. Writing the answer ends the quiet
+// window (WIRE §8.2).
+func (c *Conn) handleReconcile(id uint64, body []byte) {
+	var req wire.ReconcileClient
+	if err := req.Decode(body); err != nil {
+		c.slotPending = false
+		c.enqueue(outFrame{op: wire.OpError, reqID: id, slot: true, opensWindow: true,
+			body: &wire.ErrorBody{Code: wire.CodeBadRequest, Message: "malformed frame: " + err.Error()}})
+		return
+	}
+	c.srv.opts.Metrics.ReconcileRequests.Inc()
+	res, restored := c.sess.reconcile(req.Policy, req.Subscriptions)
+	c.slotPending = false
+	c.enqueue(outFrame{op: wire.OpReconcileResult, reqID: id, slot: true, opensWindow: true, body: res})
+	for _, sub := range restored { // deliveries only after the answer that names them
+		c.sess.announce(sub)
+	}
+	c.sess.saveSkeleton()
+}
+
+// verdict labels: action, reason code and text, and the metric outcome.
+type verdict struct {
+	action  wire.ReconcileAction
+	code    wire.Reason
+	outcome string
+}
+
+var (
+	vMatched       = verdict{wire.ActionKeep, wire.ReasonMatched, "kept"}
+	vIDChanged     = verdict{wire.ActionKeep, wire.ReasonServerIDChanged, "kept"}
+	vRestored      = verdict{wire.ActionKeep, wire.ReasonServerRestored, "restored"}
+	vMismatch      = verdict{wire.ActionCloseClientSide, wire.ReasonServerMismatch, "mismatched"}
+	vRestoreFailed = verdict{wire.ActionCloseClientSide, wire.ReasonServerRestoreFailed, "restore_failed"}
+	vMissing       = verdict{wire.ActionCloseClientSide, wire.ReasonServerMissing, "client_closed"}
+	vRecreate      = verdict{wire.ActionRecreateClientSide, wire.ReasonRecreate, "recreated"}
+	vClientMissing = verdict{wire.ActionCloseServerSide, wire.ReasonClientMissing, "server_dropped"}
+)
+
+// reconcile applies the §16.3 algorithm and returns the answer plus the
+// subscriptions it recreated (announced by the caller once the answer is
+// queued).
+func (s *Session) reconcile(policy wire.ReconcilePolicy, client []wire.ReconcileSub) (*wire.ReconcileResult, []*subscription) {
+	s.transition.Lock()
+	defer s.transition.Unlock()
+	m := s.srv.opts.Metrics
+	res := &wire.ReconcileResult{}
+	add := func(cv, sv wire.Option[wire.ReconcileSub], v verdict) {
+		res.Entries = append(res.Entries, wire.ReconcileEntry{Client: cv, Server: sv, Action: v.action, Code: v.code, Reason: v.code.String()})
+		m.ReconcileOutcomes.WithLabelValues(v.outcome).Inc()
+	}
+	listed := make(map[subKey]bool, len(client))
+	var drop, restored []*subscription
+	for _, cs := range client {
+		key := keyOf(cs.Topic, cs.Group, cs.Partition)
+		listed[key] = true
+		s.mu.Lock()
+		sub := s.subs[key]
+		s.mu.Unlock()
+		switch {
+		case sub != nil && sub.req.AutoAck == cs.AutoAck && sub.req.Prefetch == cs.Prefetch:
+			v := vMatched
+			if sub.id != cs.SubID {
+				v = vIDChanged // the SDK re-keys to the broker's id
+			}
+			add(wire.Some(cs), wire.Some(sub.view()), v)
+		case sub != nil:
+			// The client closes its side; unlike upstream, the broker drops
+			// its own subscription too, so nothing keeps leasing messages
+			// no one will settle (WIRE §16.3 Recommendation).
+			add(wire.Some(cs), wire.Some(sub.view()), vMismatch)
+			drop = append(drop, sub)
+		case policy == wire.ReconcileRestore:
+			nsub, err := s.subscribeLocked(reconcileToSubscribe(cs))
+			if err != nil {
+				s.log.Info("reconcile could not restore a subscription", "topic", cs.Topic, "partition", cs.Partition, "err", err)
+				add(wire.Some(cs), wire.Option[wire.ReconcileSub]{}, vRestoreFailed)
+				continue
+			}
+			restored = append(restored, nsub)
+			add(wire.Some(cs), wire.Some(nsub.view()), vRestored)
+		case !cs.AutoAck && s.ownsPartition(cs):
+			add(wire.Some(cs), wire.Option[wire.ReconcileSub]{}, vRecreate)
+		default:
+			add(wire.Some(cs), wire.Option[wire.ReconcileSub]{}, vMissing)
+		}
+	}
+	s.mu.Lock()
+	for key, sub := range s.subs {
+		if !listed[key] {
+			drop = append(drop, sub)
+			res.Entries = append(res.Entries, wire.ReconcileEntry{Server: wire.Some(sub.view()),
+				Action: vClientMissing.action, Code: vClientMissing.code, Reason: vClientMissing.code.String()})
+			m.ReconcileOutcomes.WithLabelValues(vClientMissing.outcome).Inc()
+		}
+	}
+	s.mu.Unlock()
+	s.unsubscribeLocked(drop) // S-110: their unsettled deliveries return to Ready
+	slices.SortStableFunc(res.Entries, compareEntries)
+	return res, restored
+}
+
+// ownsPartition: in standalone mode this broker owns every queue partition
+// it can serve.
+func (s *Session) ownsPartition(cs wire.ReconcileSub) bool {
+	_, err := s.srv.opts.Queues.Partition(queue.Key{Topic: cs.Topic, Group: cs.Group}, cs.Partition)
+	return err == nil
+}
+
+func reconcileToSubscribe(cs wire.ReconcileSub) wire.Subscribe {
+	return wire.Subscribe{Topic: cs.Topic, Partition: cs.Partition, Group: cs.Group, Prefetch: cs.Prefetch,
+		AutoAck: cs.AutoAck, ConsumerGroup: cs.ConsumerGroup, ConsumerTarget: cs.ConsumerTarget, MemberID: cs.MemberID}
+}
+
+// compareEntries orders entries by (group, topic, sub_id) of the client
+// view, or the server view for server-only entries; an absent group sorts
+// before any present one and strings compare bytewise (WIRE §16.3).
+func compareEntries(a, b wire.ReconcileEntry) int {
+	va, vb := entryView(a), entryView(b)
+	if c := compareGroup(va.Group, vb.Group); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(va.Topic, vb.Topic); c != 0 {
+		return c
+	}
+	return cmp.Compare(va.SubID, vb.SubID)
+}
+
+func entryView(e wire.ReconcileEntry) wire.ReconcileSub {
+	if v, ok := e.Client.Get(); ok {
+		return v
+	}
+	v, _ := e.Server.Get()
+	return v
+}
+
+func compareGroup(a, b wire.Option[string]) int {
+	switch {
+	case !a.Present && !b.Present:
+		return 0
+	case !a.Present:
+		return -1
+	case !b.Present:
+		return 1
+	}
+	return cmp.Compare(a.Value, b.Value)
+}

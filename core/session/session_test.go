@@ -1,0 +1,342 @@
+package session
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// S-35, S-36: a confirmed publish is answered with PUBLISH_OK carrying its
+// offset; offsets are dense from 0 (S-23). S-37: an unconfirmed one gets
+// nothing.
+func TestPublishConfirm(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	for i := 0; i < 3; i++ {
+		id := c.publish("orders", "m", true)
+		ok := c.expect(wire.OpPublishOK, id).(*wire.PublishOK)
+		if ok.Offset != uint64(i) {
+			t.Fatalf("offset %d, want %d", ok.Offset, i)
+		}
+	}
+	c.publish("orders", "quiet", false)
+	c.expectSilence(200 * time.Millisecond)
+}
+
+// WIRE §7.3: a malformed confirmed publish → ERROR 400 (open); a malformed
+// unconfirmed one, or any failure of a fire-and-forget request, gets
+// nothing. A payload above max_message_bytes → 413.
+func TestPublishErrors(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	body := (&wire.Publish{Topic: "t", RequireConfirm: true, Payload: []byte("x")}).AppendTo(nil)
+	c.nc.Write(append(wire.AppendFrameHeader(nil, wire.FrameHeader{BodyLen: uint32(len(body) + 1), Version: 1, Op: wire.OpPublish, RequestID: 50}), append(body, 0xff)...))
+	c.expectError(wire.OpError, 50, wire.CodeBadRequest)
+
+	body = (&wire.Publish{Topic: "t", RequireConfirm: false, Payload: []byte("x")}).AppendTo(nil)
+	c.nc.Write(append(wire.AppendFrameHeader(nil, wire.FrameHeader{BodyLen: uint32(len(body) + 1), Version: 1, Op: wire.OpPublish, RequestID: 51}), append(body, 0xff)...))
+	c.sendID(wire.OpPublish, 52, &wire.Publish{Topic: "t", Headers: wire.Headers{{Key: "fibril.x", Value: "1"}}}) // reserved header, unconfirmed
+	c.sendID(wire.OpAck, 53, &wire.Ack{Topic: "nope", Tags: []uint64{99}})
+	c.sendID(wire.OpNack, 54, &wire.Nack{Topic: "t", Tags: []uint64{1}, NotBefore: wire.Some(uint64(5))})
+	c.expectSilence(200 * time.Millisecond)
+
+	id := c.send(wire.OpPublish, &wire.Publish{Topic: "t", RequireConfirm: true, Headers: wire.Headers{{Key: "stroma.x", Value: "1"}}})
+	c.expectError(wire.OpError, id, wire.CodeBadRequest) // S-33
+	id = c.send(wire.OpPublish, &wire.Publish{Topic: "t", RequireConfirm: true, Payload: make([]byte, 1<<20+1)})
+	c.expectError(wire.OpError, id, wire.CodePayloadTooLarge)
+	c.sendID(wire.OpPing, 60, nil)
+	c.expect(wire.OpPong, 60)
+}
+
+// S-43, WIRE §7.3 last sentence: SUBSCRIBE_OK is written before the first
+// DELIVER of that subscription, even when messages are waiting. S-48:
+// DELIVER carries the sub id, offset and payload. S-46: at most prefetch
+// unsettled deliveries.
+func TestSubscribeOKBeforeDeliver(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	for i := 0; i < 5; i++ {
+		c.expect(wire.OpPublishOK, c.publish("jobs", "p", true))
+	}
+	ok := c.subscribe("jobs", 2, false)
+	if ok.SubID == 0 || ok.SubID >= maxSubID || ok.Prefetch != 2 {
+		t.Fatalf("SUBSCRIBE_OK = %+v", ok)
+	}
+	_, d1 := c.nextDeliver()
+	_, d2 := c.nextDeliver()
+	if d1.SubID != ok.SubID || d1.Offset != 0 || d2.Offset != 1 || string(d1.Payload) != "p" {
+		t.Fatalf("deliveries %+v %+v", d1, d2)
+	}
+	c.expectSilence(150 * time.Millisecond) // prefetch 2 reached
+	c.ack(d1)
+	_, d3 := c.nextDeliver()
+	if d3.Offset != 2 {
+		t.Fatalf("third delivery offset %d", d3.Offset)
+	}
+}
+
+// S-44: a second subscribe on the same (topic, partition, group) → 409,
+// connection open. S-22: a queue SUBSCRIBE on a stream topic → 400.
+func TestSubscribeConflicts(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	c.subscribe("jobs", 1, false)
+	id := c.send(wire.OpSubscribe, &wire.Subscribe{Topic: "jobs", Prefetch: 1})
+	c.expectError(wire.OpError, id, wire.CodeConflict)
+
+	id = c.send(wire.OpDeclarePlexus, &wire.DeclarePlexus{Topic: "events", PartitionCount: wire.Some(uint32(2)), Durability: wire.DurabilityDurable})
+	if ok := c.expect(wire.OpDeclarePlexusOK, id).(*wire.DeclarePlexusOK); ok.PartitionCount != 2 {
+		t.Fatalf("DECLARE_PLEXUS_OK = %+v", ok)
+	}
+	id = c.send(wire.OpSubscribe, &wire.Subscribe{Topic: "events", Prefetch: 1})
+	c.expectError(wire.OpError, id, wire.CodeBadRequest)
+	id = c.send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "events"})
+	c.expectError(wire.OpError, id, wire.CodeBadRequest) // not supported yet
+	id = c.send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "nothing"})
+	c.expectError(wire.OpError, id, wire.CodeNotFound) // S-72
+	id = c.publish("events", "x", true)
+	c.expectError(wire.OpError, id, wire.CodeBadRequest) // stream publish: not supported yet
+	c.publish("events", "x", false)                      // unconfirmed: nothing
+	c.sendID(wire.OpPing, 99, nil)
+	c.expect(wire.OpPong, 99)
+}
+
+// S-113: a standalone TOPOLOGY answer has generation 0, no queue entries
+// and one stream entry per declared stream partition with no owners.
+func TestStandaloneTopology(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	c.expect(wire.OpDeclareQueueOK, c.send(wire.OpDeclareQueue, &wire.DeclareQueue{Topic: "q", PartitionCount: wire.Some(uint32(3))}))
+	c.expect(wire.OpDeclarePlexusOK, c.send(wire.OpDeclarePlexus, &wire.DeclarePlexus{Topic: "s", PartitionCount: wire.Some(uint32(2)), Durability: wire.DurabilityDurable}))
+	topo := c.expect(wire.OpTopologyOK, c.send(wire.OpTopology, &wire.TopologyRequest{})).(*wire.TopologyOK)
+	if topo.Generation != 0 || len(topo.Queues) != 0 || len(topo.Streams) != 2 ||
+		topo.Streams[1].Partition != 1 || topo.Streams[1].PartitionCount != 2 || len(topo.Streams[0].Owners) != 0 {
+		t.Fatalf("TOPOLOGY_OK = %+v", topo)
+	}
+	topo = c.expect(wire.OpTopologyOK, c.send(wire.OpTopology, &wire.TopologyRequest{Topic: wire.Some("q")})).(*wire.TopologyOK)
+	if len(topo.Streams) != 0 || len(topo.Queues) != 0 {
+		t.Fatalf("filtered TOPOLOGY_OK = %+v", topo)
+	}
+	c.sendID(wire.OpTopologyUpdateAck, 7, &wire.TopologyUpdateAck{Generation: 3})
+	c.expectSilence(100 * time.Millisecond)
+}
+
+// S-101, S-102, S-62: a socket cut within the grace resumes the session:
+// same ids, subscriptions and leases kept, and an ack of a tag delivered on
+// the old socket is honoured.
+func TestResumeKeepsLeases(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	c.expect(wire.OpPublishOK, c.publish("jobs", "a", true))
+	c.expect(wire.OpPublishOK, c.publish("jobs", "b", true))
+	sub := c.subscribe("jobs", 1, false)
+	_, d := c.nextDeliver()
+	c.nc.Close() // network blip
+
+	c2 := e.dial()
+	c2.ident = c.ident
+	ok := c2.hello(true)
+	if ok.ResumeOutcome != wire.ResumeResumed || ok.ClientID != c.ident.ClientID {
+		t.Fatalf("resume answer %+v", ok)
+	}
+	c2.auth("alice", "secret") // D-1: a re-check, answered AUTH_OK
+	// Quiet window: nothing until the reconcile answer (WIRE §8.2).
+	c2.expectSilence(150 * time.Millisecond)
+	id := c2.send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileRestore,
+		Subscriptions: []wire.ReconcileSub{{SubID: sub.SubID, Topic: "jobs", Prefetch: 1}}})
+	res := c2.expect(wire.OpReconcileResult, id).(*wire.ReconcileResult)
+	if len(res.Entries) != 1 || res.Entries[0].Code != wire.ReasonMatched {
+		t.Fatalf("reconcile %+v", res)
+	}
+	c2.ack(d) // the tag from the old socket
+	_, d2 := c2.nextDeliver()
+	if d2.Offset != 1 {
+		t.Fatalf("after the late ack got offset %d, want 1 (0 was acked)", d2.Offset)
+	}
+}
+
+// S-103: once the grace expires the session is gone: its unsettled
+// delivery returns to Ready (another consumer gets it) and a resume gets
+// resume_not_found with fresh ids.
+func TestGraceExpiry(t *testing.T) {
+	e := newEnv(t)
+	e.grace.Store(100)
+	c := e.dial()
+	c.login()
+	c.expect(wire.OpPublishOK, c.publish("jobs", "a", true))
+	c.subscribe("jobs", 1, false)
+	c.nextDeliver()
+	c.nc.Close()
+
+	other := e.dial()
+	other.login()
+	other.subscribe("jobs", 1, false)
+	_, d := other.nextDeliver()
+	if d.Offset != 0 {
+		t.Fatalf("redelivered offset %d", d.Offset)
+	}
+	c2 := e.dial()
+	c2.ident = c.ident
+	if ok := c2.hello(true); ok.ResumeOutcome != wire.ResumeNotFound || ok.ClientID == c.ident.ClientID {
+		t.Fatalf("resume after grace: %+v", ok)
+	}
+}
+
+// S-101: a wrong token or another owner id → resume_rejected, fresh ids.
+func TestResumeRejected(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	c2 := e.dial()
+	c2.ident = c.ident
+	c2.ident.ResumeToken[0] ^= 1
+	if ok := c2.hello(true); ok.ResumeOutcome != wire.ResumeRejected || ok.ClientID == c.ident.ClientID {
+		t.Fatalf("wrong token: %+v", ok)
+	}
+	c3 := e.dial()
+	c3.ident = c.ident
+	c3.ident.OwnerID[0] ^= 1
+	if ok := c3.hello(true); ok.ResumeOutcome != wire.ResumeRejected {
+		t.Fatalf("wrong owner: %+v", ok)
+	}
+}
+
+// S-104: a resume while the old socket still looks alive moves the session
+// to the new socket at once; the old socket's later end leaves it alone.
+func TestSupersededConnection(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	c.subscribe("jobs", 10, false)
+
+	c2 := e.dial()
+	c2.ident = c.ident
+	if ok := c2.hello(true); ok.ResumeOutcome != wire.ResumeResumed {
+		t.Fatalf("%+v", ok)
+	}
+	c2.auth("alice", "secret")
+	c2.sendID(wire.OpPing, 500, nil) // ends the quiet window
+	c2.expect(wire.OpPong, 500)
+
+	p := e.dial()
+	p.login()
+	p.expect(wire.OpPublishOK, p.publish("jobs", "x", true))
+	_, d := c2.nextDeliver()
+	if string(d.Payload) != "x" {
+		t.Fatalf("delivery %+v", d)
+	}
+	c.nc.Close() // the superseded socket ends
+	time.Sleep(50 * time.Millisecond)
+	p.expect(wire.OpPublishOK, p.publish("jobs", "y", true))
+	_, d = c2.nextDeliver()
+	if string(d.Payload) != "y" {
+		t.Fatalf("after the old socket closed: %+v", d)
+	}
+}
+
+// S-106, S-107: after a restart in place, a resume matching a skeleton gets
+// resumed_after_restart with the same ids and an unauthenticated, empty
+// session; the old tags are dead and the message redelivers. With the
+// restart TTL at 0 the answer is resume_not_found.
+func TestResumeAfterRestart(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	c.expect(wire.OpPublishOK, c.publish("jobs", "a", true))
+	sub := c.subscribe("jobs", 1, false)
+	_, d := c.nextDeliver()
+	e.restartBroker()
+
+	c2 := e.dial()
+	c2.ident = c.ident
+	ok := c2.hello(true)
+	if ok.ResumeOutcome != wire.ResumeResumedAfterRestart || ok.ClientID != c.ident.ClientID || ok.ResumeToken != c.ident.ResumeToken {
+		t.Fatalf("after restart: %+v", ok)
+	}
+	id := c2.send(wire.OpReconcileClient, &wire.ReconcileClient{})
+	c2.expectError(wire.OpError, id, wire.CodeUnauthorized) // unauthenticated
+	c2.expectClosed(time.Second)
+
+	c3 := e.dial()
+	c3.ident = c.ident
+	c3.hello(true) // resumes the empty session registered under the old ids
+	c3.auth("alice", "secret")
+	id = c3.send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileRestore,
+		Subscriptions: []wire.ReconcileSub{{SubID: sub.SubID, Topic: "jobs", Prefetch: 1}}})
+	res := c3.expect(wire.OpReconcileResult, id).(*wire.ReconcileResult)
+	if res.Entries[0].Code != wire.ReasonServerRestored {
+		t.Fatalf("reconcile %+v", res)
+	}
+	_, d2 := c3.nextDeliver()
+	if d2.Offset != d.Offset {
+		t.Fatalf("redelivery %+v (old %+v)", d2, d)
+	}
+
+	e.restart.Store(0)
+	e.restartBroker()
+	c4 := e.dial()
+	c4.ident = c3.ident
+	if ok := c4.hello(true); ok.ResumeOutcome != wire.ResumeNotFound {
+		t.Fatalf("restart TTL 0: %+v", ok)
+	}
+}
+
+// An auto-ack subscription has no prefetch credit (WIRE §10.2): when its
+// client does not read, the session's queue of deliveries stops at its
+// bound instead of holding the whole backlog, and every message still
+// arrives once the client reads.
+func TestAutoAckSlowClientBounded(t *testing.T) {
+	e := newEnv(t)
+	p := e.dial()
+	p.login()
+	const n = 3 * pushHighCount
+	payload := make([]byte, 2048) // 24 MiB in all: more than the socket buffers hold
+	var batch []byte
+	for i := 0; i < n; i++ {
+		batch = wire.AppendFrame(batch, wire.OpPublish, uint64(100+i), &wire.Publish{Topic: "bulk", Payload: payload})
+	}
+	if _, err := p.nc.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	id := p.publish("bulk", "last", true)
+	p.expect(wire.OpPublishOK, id)
+
+	c := e.dial()
+	c.login()
+	// Subscribe without reading anything else.
+	sid := c.send(wire.OpSubscribe, &wire.Subscribe{Topic: "bulk", Prefetch: 1, AutoAck: true})
+	var sess *Session
+	eventually(t, time.Second, "the session", func() bool {
+		for _, s := range e.srv.sessions.all() {
+			s.mu.Lock()
+			has := len(s.subs) > 0
+			s.mu.Unlock()
+			if has {
+				sess = s
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(300 * time.Millisecond) // let the engine push as far as it will
+	sess.mu.Lock()
+	queued := len(sess.pushes)
+	sess.mu.Unlock()
+	if queued > pushHighCount+1024 {
+		t.Fatalf("%d deliveries queued for a client that reads nothing; the bound is %d", queued, pushHighCount)
+	}
+	if d := e.qm.Stats().Delivered; d >= n {
+		t.Fatalf("the engine handed out all %d messages to a client that reads nothing", d)
+	}
+	c.expect(wire.OpSubscribeOK, sid)
+	for i := 0; i <= n; i++ {
+		c.nextDeliver()
+	}
+}

@@ -1,0 +1,279 @@
+package session
+
+import (
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// subscription is one queue subscription of a session; it is the engine's
+// Consumer for it.
+type subscription struct {
+	sess *Session
+	id   uint64
+	key  subKey
+	req  wire.Subscribe // as the client asked (SUBSCRIBE_OK echo, reconcile view)
+	q    *queue.Subscription
+
+	// Guarded by sess.mu.
+	announced bool              // SUBSCRIBE_OK is queued; deliveries may follow it
+	closed    bool              // ended; queued deliveries are dropped
+	throttled bool              // paused by Deliver's answer until the queue drains
+	early     []*queue.Delivery // deliveries that arrived before SUBSCRIBE_OK was queued
+}
+
+// Deliver implements queue.Consumer. It runs with engine locks held, so it
+// only queues the delivery and wakes the writer. When the session's queue
+// of deliveries is past its bound (a client reading slowly, most often
+// with auto-ack, which has no prefetch credit) it asks the engine to pause
+// the subscription; the writer resumes it once the queue has drained.
+func (sub *subscription) Deliver(d *queue.Delivery) bool {
+	s := sub.sess
+	s.mu.Lock()
+	if sub.closed {
+		s.mu.Unlock()
+		return true
+	}
+	if !sub.announced {
+		sub.early = append(sub.early, d)
+	} else {
+		s.pushes = append(s.pushes, push{sub: sub, delivery: d})
+	}
+	s.pushBytes += len(d.Payload)
+	more := len(s.pushes)+len(sub.early) < pushHighCount && s.pushBytes < pushHighBytes
+	if !more && !sub.throttled {
+		sub.throttled = true
+		s.throttled = append(s.throttled, sub)
+	}
+	c := s.conn
+	s.mu.Unlock()
+	if c != nil {
+		c.kick()
+	}
+	return more
+}
+
+// Bounds of a session's queue of deliveries not yet written: past either,
+// subscriptions that deliver more are paused until the writer drains it.
+const (
+	pushHighCount = 4096
+	pushHighBytes = 16 << 20
+)
+
+// unthrottle resumes the subscriptions paused because the delivery queue
+// was full, once c (the connection the session follows) has written it.
+// Called by c's writer.
+func (s *Session) unthrottle(c *Conn) {
+	s.mu.Lock()
+	none := len(s.throttled) == 0
+	s.mu.Unlock()
+	if none {
+		return
+	}
+	s.transition.Lock()
+	defer s.transition.Unlock()
+	s.mu.Lock()
+	if s.conn != c || s.dormant || len(s.pushes) >= pushHighCount/2 {
+		s.mu.Unlock()
+		return // dormant subscriptions are resumed by attach
+	}
+	subs := s.throttled
+	s.throttled = nil
+	for _, sub := range subs {
+		sub.throttled = false
+	}
+	s.mu.Unlock()
+	for _, sub := range subs {
+		sub.q.Resume()
+	}
+}
+
+// view is the subscription as RECONCILE_RESULT shows it (WIRE §4.7).
+func (sub *subscription) view() wire.ReconcileSub {
+	return wire.ReconcileSub{
+		SubID:          sub.id,
+		Topic:          sub.req.Topic,
+		Partition:      sub.req.Partition,
+		Group:          sub.req.Group,
+		AutoAck:        sub.req.AutoAck,
+		Prefetch:       sub.req.Prefetch,
+		ConsumerGroup:  sub.req.ConsumerGroup,
+		ConsumerTarget: sub.req.ConsumerTarget,
+		MemberID:       sub.req.MemberID,
+	}
+}
+
+func keyOf(topic string, group wire.Option[string], partition uint32) subKey {
+	return subKey{topic: topic, group: group, partition: partition}
+}
+
+// subscribe registers a queue subscription on the engine. The caller
+// queues SUBSCRIBE_OK and then calls announce. Errors wrap core sentinels.
+func (s *Session) subscribe(req wire.Subscribe) (*subscription, error) {
+	s.transition.Lock()
+	defer s.transition.Unlock()
+	return s.subscribeLocked(req)
+}
+
+// subscribeLocked is subscribe for a caller that holds s.transition.
+func (s *Session) subscribeLocked(req wire.Subscribe) (*subscription, error) {
+	if req.ConsumerGroup.Present {
+		return nil, core.Errorf(core.ErrBadRequest, "exclusive consumer groups are not supported by this broker yet")
+	}
+	qs := s.srv.opts.Queues
+	if kind, ok := qs.Kind(req.Topic); ok && kind == queue.KindStream {
+		// S-22: a queue SUBSCRIBE on a stream topic.
+		return nil, core.Errorf(core.ErrBadRequest, "topic %q is a stream; subscribe to it with SUBSCRIBE_STREAM", req.Topic)
+	}
+	part, err := qs.Partition(queue.Key{Topic: req.Topic, Group: req.Group}, req.Partition)
+	if err != nil {
+		return nil, err
+	}
+	key := keyOf(req.Topic, req.Group, req.Partition)
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return nil, core.Errorf(core.ErrUnavailable, "session ended")
+	}
+	if _, dup := s.subs[key]; dup {
+		s.mu.Unlock()
+		return nil, core.Errorf(core.ErrConflict, "already subscribed to %s partition %d on this connection", queue.Key{Topic: req.Topic, Group: req.Group}, req.Partition)
+	}
+	if s.nextSubID >= maxSubID {
+		s.mu.Unlock()
+		return nil, core.Errorf(core.ErrUnavailable, "subscription ids exhausted for this session; reconnect")
+	}
+	sub := &subscription{sess: s, id: s.nextSubID, key: key, req: req}
+	s.nextSubID++
+	s.subs[key] = sub // reserves the key while the engine subscribes
+	dormant := s.conn == nil
+	s.mu.Unlock()
+
+	q, err := part.Subscribe(sub, queue.SubscribeOptions{Prefetch: req.Prefetch, AutoAck: req.AutoAck})
+	if err != nil {
+		s.mu.Lock()
+		delete(s.subs, key)
+		s.mu.Unlock()
+		return nil, err
+	}
+	sub.q = q
+	if dormant {
+		q.Pause()
+	}
+	s.srv.opts.Metrics.SubscriptionsOpen.Inc()
+	return sub, nil
+}
+
+// announce marks SUBSCRIBE_OK as queued: deliveries that arrived before it
+// move to the push queue behind it.
+func (s *Session) announce(sub *subscription) {
+	s.mu.Lock()
+	sub.announced = true
+	if !sub.closed {
+		for _, d := range sub.early {
+			s.pushes = append(s.pushes, push{sub: sub, delivery: d})
+		}
+	}
+	sub.early = nil
+	c := s.conn
+	s.mu.Unlock()
+	if c != nil {
+		c.kick()
+	}
+}
+
+// findSub returns the subscription for a settle's key (WIRE §10.5: ACK and
+// NACK find it by (topic, partition, group), not by sub_id).
+func (s *Session) findSub(key subKey) *subscription {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.subs[key]
+}
+
+// unsubscribeLocked ends subscriptions the client no longer has (reconcile):
+// their unsettled deliveries return to Ready at once (S-54). Caller holds
+// s.transition.
+func (s *Session) unsubscribeLocked(subs []*subscription) {
+	s.mu.Lock()
+	for _, sub := range subs {
+		sub.closed = true
+		if s.subs[sub.key] == sub {
+			delete(s.subs, sub.key)
+		}
+	}
+	s.mu.Unlock()
+	for _, sub := range subs {
+		sub.q.Close()
+	}
+	s.srv.opts.Metrics.SubscriptionsOpen.Sub(float64(len(subs)))
+}
+
+// saveSkeleton persists the session's identity and subscriptions (S-106).
+func (s *Session) saveSkeleton() {
+	if s.srv.skeletons == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	subs := make([]skeletonSub, 0, len(s.subs))
+	for _, sub := range s.subs {
+		sk := skeletonSub{Topic: sub.req.Topic, Partition: sub.req.Partition, Prefetch: sub.req.Prefetch, AutoAck: sub.req.AutoAck}
+		if g, ok := sub.req.Group.Get(); ok {
+			sk.Group = &g
+		}
+		subs = append(subs, sk)
+	}
+	s.skeleton = true
+	s.mu.Unlock()
+	if err := s.srv.skeletons.save(s.id, s.token, subs); err != nil {
+		s.log.Warn("cannot persist session skeleton", "err", err)
+	}
+}
+
+// handleSubscribe answers SUBSCRIBE. Failures use ERROR (op 255), which all
+// five SDKs correlate to the pending subscribe (WIRE §7.3, §21 item 9).
+func (c *Conn) handleSubscribe(id uint64, body []byte) {
+	var req wire.Subscribe
+	if err := req.Decode(body); err != nil {
+		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
+		return
+	}
+	sub, err := c.sess.subscribe(req)
+	if err != nil {
+		c.replyError(id, core.Code(err), err.Error())
+		return
+	}
+	c.reply(wire.OpSubscribeOK, id, &wire.SubscribeOK{
+		SubID:          sub.id,
+		Topic:          req.Topic,
+		Partition:      req.Partition,
+		Group:          req.Group,
+		Prefetch:       req.Prefetch, // echoed unclamped (WIRE §6.9)
+		ConsumerGroup:  req.ConsumerGroup,
+		ConsumerTarget: req.ConsumerTarget,
+	})
+	c.sess.announce(sub)
+	c.sess.saveSkeleton()
+}
+
+// handleSubscribeStream answers SUBSCRIBE_STREAM: streams are declared and
+// recorded but not served yet.
+func (c *Conn) handleSubscribeStream(id uint64, body []byte) {
+	var req wire.SubscribeStream
+	if err := req.Decode(body); err != nil {
+		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
+		return
+	}
+	kind, ok := c.srv.opts.Queues.Kind(req.Topic)
+	switch {
+	case !ok:
+		c.replyError(id, wire.CodeNotFound, "stream "+req.Topic+" does not exist; declare it first") // S-72
+	case kind != queue.KindStream:
+		c.replyError(id, wire.CodeBadRequest, "topic "+req.Topic+" is a queue; subscribe to it with SUBSCRIBE")
+	default:
+		c.replyError(id, wire.CodeBadRequest, "streams are not supported yet")
+	}
+}

@@ -1,0 +1,205 @@
+package session
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// writeLoop owns the socket's write side. It wakes when answers or pushes
+// are queued or the heartbeat ticks, writes everything pending through one
+// buffer and flushes once per round, so a burst of confirms or deliveries
+// costs one write syscall.
+func (c *Conn) writeLoop() {
+	defer close(c.writerDone)
+	h := c.srv.opts.Heartbeat
+	tick := time.NewTicker(h)
+	defer tick.Stop()
+	for {
+		ping := false
+		select {
+		case <-c.wake:
+		case <-tick.C:
+			idle := time.Duration(c.srv.opts.Now().UnixNano() - c.lastRecv.Load())
+			if idle > 3*h {
+				// S-11 / WIRE §8.6: no frame of any kind for 3H → close
+				// without sending anything.
+				c.log.Info("closing idle connection", "idle", idle.Round(time.Millisecond))
+				c.srv.opts.Metrics.ConnErrors.WithLabelValues("idle_timeout").Inc()
+				c.close()
+				return
+			}
+			ping = true
+		case <-c.done:
+			return
+		}
+		if !c.writeRound(ping) {
+			return
+		}
+	}
+}
+
+// writeRound writes what is pending. Pushes are taken before answers and
+// written after them: an answer queued before a push (SUBSCRIBE_OK before
+// that subscription's first DELIVER) is then always written first. It
+// reports false when the connection must stop.
+func (c *Conn) writeRound(ping bool) bool {
+	finish := false
+	for again := true; again; {
+		again = false
+		pushes := c.takePushes()
+		c.mu.Lock()
+		replies := c.replies
+		c.replies = c.spare[:0]
+		c.mu.Unlock()
+
+		for i := range replies {
+			f := &replies[i]
+			if f.finish {
+				finish = true
+				continue
+			}
+			c.scratch = appendOut(c.scratch[:0], f)
+			if _, err := c.bw.Write(c.scratch); err != nil {
+				return c.writeFailed(err)
+			}
+			if f.slot {
+				c.releaseSlot()
+			}
+			if f.opensWindow && !c.windowOpen.Swap(true) {
+				again = pushes == nil // RECONCILE_RESULT is out: take the held pushes now
+			}
+			if f.closeAfter {
+				c.flush()
+				c.close()
+				return false
+			}
+			replies[i] = outFrame{}
+		}
+		c.mu.Lock()
+		c.spare = replies[:0]
+		c.mu.Unlock()
+
+		for _, p := range pushes {
+			if !c.writePush(p) {
+				return false
+			}
+		}
+		c.sess.recyclePushes(pushes)
+		if pushes != nil {
+			c.sess.unthrottle(c)
+		}
+		if ping && c.windowOpen.Load() {
+			ping = false
+			c.scratch = wire.AppendFrame(c.scratch[:0], wire.OpPing, c.nextPushID(), nil)
+			if _, err := c.bw.Write(c.scratch); err != nil {
+				return c.writeFailed(err)
+			}
+		}
+	}
+	if !c.flush() {
+		return false
+	}
+	if finish {
+		c.close()
+		return false
+	}
+	return true
+}
+
+// takePushes takes the session's queued pushes if this connection is the
+// one the session follows and its quiet window is over.
+func (c *Conn) takePushes() []push {
+	if !c.windowOpen.Load() {
+		return nil
+	}
+	return c.sess.takePushes(c)
+}
+
+func (c *Conn) flush() bool {
+	if c.bw.Buffered() == 0 {
+		return true
+	}
+	// A client that stops reading must not hold the writer forever: a
+	// flush that makes no progress for 3H ends the connection.
+	_ = c.nc.SetWriteDeadline(c.srv.opts.Now().Add(3 * c.srv.opts.Heartbeat))
+	if err := c.bw.Flush(); err != nil {
+		return c.writeFailed(err)
+	}
+	return true
+}
+
+func (c *Conn) writeFailed(err error) bool {
+	select {
+	case <-c.done:
+	default:
+		c.srv.opts.Metrics.ConnErrors.WithLabelValues("write").Inc()
+		c.log.Debug("write failed", "err", err)
+	}
+	c.close()
+	return false
+}
+
+func (c *Conn) nextPushID() uint64 {
+	id := c.pushID
+	c.pushID++
+	return id
+}
+
+// writePush encodes one push with a fresh broker-initiated request id.
+func (c *Conn) writePush(p push) bool {
+	switch {
+	case p.delivery != nil:
+		c.scratch = appendDeliver(c.scratch[:0], c.nextPushID(), p.sub.id, p.delivery)
+	case p.op == wire.OpGoingAway:
+		c.scratch = wire.AppendFrame(c.scratch[:0], p.op, 0, p.body) // WIRE §2.2: always id 0
+	default:
+		c.scratch = wire.AppendFrame(c.scratch[:0], p.op, c.nextPushID(), p.body)
+	}
+	if _, err := c.bw.Write(c.scratch); err != nil {
+		return c.writeFailed(err)
+	}
+	return true
+}
+
+// appendOut encodes one answer. PUBLISH_OK without a body is the inline
+// confirm: encoded here so the confirm path allocates nothing.
+func appendOut(dst []byte, f *outFrame) []byte {
+	if f.op == wire.OpPublishOK && f.body == nil {
+		start := len(dst)
+		dst = wire.AppendFrameHeader(dst, wire.FrameHeader{Version: wire.ProtocolVersion, Op: f.op, RequestID: f.reqID})
+		ok := wire.PublishOK{Offset: f.offset}
+		dst = ok.AppendTo(dst)
+		return patchLen(dst, start)
+	}
+	return wire.AppendFrame(dst, f.op, f.reqID, f.body)
+}
+
+// appendDeliver encodes a DELIVER frame without boxing the body in an
+// interface (which would allocate per delivery).
+func appendDeliver(dst []byte, reqID, subID uint64, d *queue.Delivery) []byte {
+	start := len(dst)
+	dst = wire.AppendFrameHeader(dst, wire.FrameHeader{Version: wire.ProtocolVersion, Op: wire.OpDeliver, RequestID: reqID})
+	body := wire.Deliver{
+		SubID:           subID,
+		Topic:           d.Topic,
+		Group:           d.Group,
+		Partition:       d.Partition,
+		Offset:          d.Offset,
+		DeliveryTag:     d.Tag,
+		Published:       d.Published,
+		PublishReceived: uint64(d.Received),
+		ContentType:     d.ContentType,
+		Headers:         d.Headers,
+		Payload:         d.Payload,
+	}
+	dst = body.AppendTo(dst)
+	return patchLen(dst, start)
+}
+
+func patchLen(dst []byte, start int) []byte {
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-wire.HeaderSize))
+	return dst
+}
