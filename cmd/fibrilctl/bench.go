@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/fibrilgo/fibril/cmd/fibrilctl/internal/bench"
+)
+
+const benchArgs = `--topic T [--partitions N] [--size BYTES] [--producers P] [--consumers C] [--window W] [--confirmed]
+       [--prefetch N] [--auto-ack] [--duration D] [--warmup D] [--drain D] [--rate R] [--max-ahead N]
+       [--mode throughput|rtt|fsync] [--fsync-dir DIR] [--coalesce] [--json] [--progress=false]`
+
+func runBench(ctx context.Context, g *globals, e *env, args []string) error {
+	fs := newFlagSet("bench", benchArgs, g, e)
+	var cfg bench.Config
+	fs.StringVar(&cfg.Topic, "topic", "", "queue to use (default: a fresh fibrilctl-bench-<time> topic, so no earlier backlog interferes)")
+	fs.StringVar(&cfg.Group, "group", "", "queue namespace inside the topic")
+	fs.IntVar(&cfg.Partitions, "partitions", 1, "partitions to declare the queue with and spread messages over")
+	fs.IntVar(&cfg.Size, "size", 1024, fmt.Sprintf("payload bytes (at least %d: the stamp header)", bench.HeaderSize))
+	fs.IntVar(&cfg.Producers, "producers", 1, "publishing connections")
+	fs.IntVar(&cfg.Consumers, "consumers", 1, "consuming connections, each subscribed to every partition")
+	fs.IntVar(&cfg.Window, "window", 1, "confirmed publishes in flight per producer")
+	fs.BoolVar(&cfg.Confirmed, "confirmed", false, "wait for PUBLISH_OK (default: fire and forget)")
+	fs.IntVar(&cfg.Prefetch, "prefetch", 256, "unsettled deliveries per partition and consumer")
+	fs.BoolVar(&cfg.AutoAck, "auto-ack", false, "auto-ack subscriptions (default: ack every delivery)")
+	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured duration (after the warmup)")
+	fs.DurationVar(&cfg.Warmup, "warmup", 0, "unmeasured lead-in")
+	fs.DurationVar(&cfg.Drain, "drain", 10*time.Second, "bound on the wait for outstanding confirms and deliveries at the end")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "total offered msgs/s, paced open loop (0 = as fast as the window allows)")
+	fs.Int64Var(&cfg.MaxAhead, "max-ahead", 0, "producers wait while sent − delivered ≥ N (0 = no bound)")
+	fs.StringVar(&cfg.Mode, "mode", "throughput", "throughput, rtt (one message at a time) or fsync (local disk baseline)")
+	fs.BoolVar(&cfg.Coalesce, "coalesce", false, "batch the client's frame writes into few syscalls (the SDK writes each frame on its own)")
+	fsyncDir := fs.String("fsync-dir", os.TempDir(), "--mode fsync: directory to write in (use the broker's data_dir file system)")
+	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
+	progress := fs.Bool("progress", true, "print progress to stderr once a second")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the bench process to `file` (to check it is not the bottleneck)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+
+	if cfg.Mode == "fsync" {
+		if cfg.Duration <= 0 {
+			return usagef("--duration must be positive")
+		}
+		res, err := bench.Fsync(ctx, *fsyncDir, cfg.Size, cfg.Duration)
+		if err != nil {
+			return fmt.Errorf("fsync bench: %w", err)
+		}
+		if *asJSON {
+			return json.NewEncoder(e.stdout).Encode(res)
+		}
+		fmt.Fprintf(e.stdout, "fsync of %d B appends in %s: %d syncs in %.2fs\n  p50 %.1f µs  p90 %.1f  p99 %.1f  p99.9 %.1f  max %.1f  mean %.1f\n  load %s; pressure (10 s) cpu %.0f%% io %.0f%%\n",
+			res.Size, res.Dir, res.Syncs, res.DurationS, res.P50, res.P90, res.P99, res.P999, res.Max, res.Mean, res.LoadAvg, res.CPUPress, res.IOPress)
+		return nil
+	}
+
+	if cfg.Topic == "" {
+		cfg.Topic = fmt.Sprintf("fibrilctl-bench-%d", time.Now().UnixNano())
+	}
+	opts, err := g.clientOptions(e)
+	if err != nil {
+		return err
+	}
+	opts.OperationTimeout = max(g.timeout, 30*time.Second)
+	cfg.Client = opts
+	cfg.Log = e.stderr
+	if *progress {
+		cfg.Progress = e.stderr
+	}
+	if err := cfg.Validate(); err != nil {
+		return &usageError{err.Error()}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	res, runErr := bench.Run(ctx, cfg)
+	if res != nil {
+		if *asJSON {
+			if err := json.NewEncoder(e.stdout).Encode(res); err != nil {
+				return err
+			}
+		} else {
+			res.WriteTable(e.stdout)
+		}
+	}
+	if runErr != nil {
+		return fmt.Errorf("bench: %w", runErr)
+	}
+	return nil
+}

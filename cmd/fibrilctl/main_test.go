@@ -1,0 +1,446 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The tests share one real broker, built once and started with loopback
+// binds on port 0 and a temporary data directory.
+var (
+	brokerAddr string
+	adminAddr  string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "fibrilctl-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "fibril")
+	build := exec.Command("go", "build", "-o", bin, "github.com/fibrilgo/fibril/cmd/fibril")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build broker:", err)
+		return 1
+	}
+	stop, err := startBroker(bin, filepath.Join(dir, "data"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start broker:", err)
+		return 1
+	}
+	code := m.Run()
+	if err := stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop broker:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+var readyRE = regexp.MustCompile(`msg="broker ready".* broker=(\S+) admin=(\S+)`)
+
+// startBroker runs the broker and waits for its "broker ready" log line.
+// The returned function stops it by its PID (SIGTERM) and waits.
+func startBroker(bin, dataDir string) (func() error, error) {
+	cmd := exec.Command(bin, "--server.data_dir="+dataDir,
+		"--broker.listener.bind=127.0.0.1:0", "--admin.listener.bind=127.0.0.1:0")
+	cmd.Env = os.Environ()
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = cmd.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	var logBuf bytes.Buffer
+	ready := make(chan [2]string, 1)
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			logBuf.WriteString(line + "\n")
+			if m := readyRE.FindStringSubmatch(line); m != nil {
+				select {
+				case ready <- [2]string{m[1], m[2]}:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	stop := func() error {
+		if err := syscall.Kill(cmd.Process.Pid, syscall.SIGTERM); err != nil {
+			return err
+		}
+		waited := make(chan error, 1)
+		go func() { <-logDone; waited <- cmd.Wait() }()
+		select {
+		case err := <-waited:
+			return err
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+			return fmt.Errorf("broker did not stop within 30s")
+		}
+	}
+	select {
+	case a := <-ready:
+		brokerAddr, adminAddr = a[0], a[1]
+		return stop, nil
+	case <-logDone:
+		cmd.Wait()
+		return nil, fmt.Errorf("broker exited before ready:\n%s", logBuf.String())
+	case <-time.After(30 * time.Second):
+		stop()
+		return nil, fmt.Errorf("broker not ready within 30s")
+	}
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// ctl runs fibrilctl in-process against the test broker.
+func ctl(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return ctlCtx(ctx, stdin, args...)
+}
+
+// ctlCtx is ctl with the caller's context (cancelling it is what SIGINT
+// does to the real command).
+func ctlCtx(ctx context.Context, stdin string, args ...string) result {
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, getenv: func(k string) string {
+		switch k {
+		case "FIBRIL_ADDR":
+			return brokerAddr
+		case "FIBRIL_ADMIN_ADDR":
+			return adminAddr
+		}
+		return ""
+	}}
+	code := run(ctx, args, e)
+	return result{out.String(), errb.String(), code}
+}
+
+func mustOK(t *testing.T, r result, what string) {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("%s: exit %d\nstdout: %s\nstderr: %s", what, r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{}, exitUsage, "usage:"},
+		{[]string{"frobnicate"}, exitUsage, "unknown command"},
+		{[]string{"publish", "hello"}, exitUsage, "--topic is required"},
+		{[]string{"publish", "--topic"}, exitUsage, "flag needs an argument"},
+		{[]string{"consume", "--topic", "x", "--nack", "--fail"}, exitUsage, "exclusive"},
+		{[]string{"declare", "--topic", "x", "--dlq", "elsewhere"}, exitUsage, "--dlq must be"},
+		{[]string{"declare", "--stream", "--topic", "x", "--group", "g"}, exitUsage, "applies to queues"},
+		{[]string{"bench", "--size", "10"}, exitUsage, "--size must be at least"},
+		{[]string{"users"}, exitUsage, "subcommand"},
+		{[]string{"help"}, exitOK, ""},
+		{[]string{"publish", "--help"}, exitOK, ""},
+	} {
+		r := ctl(t, "", tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%q: exit %d (want %d), stderr %q (want %q)", tc.args, r.code, tc.code, r.stderr, tc.want)
+		}
+	}
+	if r := ctl(t, "", "publish", "--help"); !strings.Contains(r.stdout, "--topic T") {
+		t.Errorf("publish --help printed %q", r.stdout)
+	}
+}
+
+func TestParseArgsInterleaved(t *testing.T) {
+	g := globals{}
+	fs := newFlagSet("x", "", &g, &env{stdout: io.Discard, stderr: io.Discard, getenv: os.Getenv})
+	n := fs.Int("n", 0, "")
+	pos, err := parseArgs(fs, []string{"a", "--n", "3", "b", "--addr", "h:1", "--", "--n", "c"})
+	if err != nil || *n != 3 || g.addr != "h:1" || strings.Join(pos, " ") != "a b --n c" {
+		t.Fatalf("pos %q n %d addr %q err %v", pos, *n, g.addr, err)
+	}
+}
+
+func TestDeclarePublishConsume(t *testing.T) {
+	mustOK(t, ctl(t, "", "declare", "--topic", "orders", "--partitions", "3", "--dlq", "named:orders-dead/g", "--max-retries", "5", "--ttl", "1h"), "declare")
+	if r := ctl(t, "", "declare", "--topic", "orders", "--partitions", "3"); r.code != 0 || !strings.Contains(r.stdout, "3 partitions") {
+		t.Fatalf("redeclare: %+v", r)
+	}
+	// A different count conflicts: the broker's code and message are shown.
+	r := ctl(t, "", "declare", "--topic", "orders", "--partitions", "5")
+	if r.code != exitFail || !strings.Contains(r.stderr, "code 409 (conflict)") {
+		t.Fatalf("conflicting declare: %+v", r)
+	}
+
+	r = ctl(t, "", "publish", "--topic", "orders", "--partition", "2", "--header", "k=v", "--header", "fibril.client.trace=t1",
+		"--content-type", "application/json", `{"n":1}`, "--count", "2")
+	mustOK(t, r, "publish")
+	if r.stdout != "partition=2 offset=0\npartition=2 offset=1\n" {
+		t.Fatalf("publish printed %q", r.stdout)
+	}
+	mustOK(t, ctl(t, "from stdin\n", "publish", "--topic", "orders", "--partition", "1"), "publish stdin")
+	r = ctl(t, "l1\nl2\n", "publish", "--topic", "orders", "--partition", "0", "--lines")
+	mustOK(t, r, "publish --lines")
+	if strings.Count(r.stdout, "offset=") != 2 {
+		t.Fatalf("--lines printed %q", r.stdout)
+	}
+	mustOK(t, ctl(t, "", "publish", "--topic", "orders", "--partition", "0", "--no-confirm", "bin\x00ary"), "publish --no-confirm")
+
+	r = ctl(t, "", "consume", "--topic", "orders", "--partitions", "0,1,2", "--count", "6", "--json")
+	mustOK(t, r, "consume")
+	var got []deliveryJSON
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	for dec.More() {
+		var d deliveryJSON
+		if err := dec.Decode(&d); err != nil {
+			t.Fatalf("consume --json output: %v\n%s", err, r.stdout)
+		}
+		got = append(got, d)
+	}
+	if len(got) != 6 {
+		t.Fatalf("got %d deliveries:\n%s", len(got), r.stdout)
+	}
+	byPayload := map[string]deliveryJSON{}
+	for _, d := range got {
+		if d.Payload == nil {
+			t.Fatalf("payload missing: %+v", d)
+		}
+		byPayload[*d.Payload] = d
+		if d.Settled != "ack" || d.PayloadBase64 == "" {
+			t.Fatalf("delivery %+v", d)
+		}
+	}
+	j := byPayload[`{"n":1}`]
+	if j.Partition != 2 || j.ContentType != "application/json" || j.Headers["k"] != "v" || j.Headers["fibril.client.trace"] != "t1" {
+		t.Fatalf("json message: %+v", j)
+	}
+	for _, p := range []string{"from stdin\n", "l1", "l2", "bin\x00ary"} {
+		if _, ok := byPayload[p]; !ok {
+			t.Errorf("payload %q not delivered; got %v", p, got)
+		}
+	}
+	// Everything was acked: nothing is left.
+	r = ctl(t, "", "consume", "--topic", "orders", "--partitions", "0,1,2", "--wait", "300ms")
+	if r.code != 0 || r.stdout != "" {
+		t.Fatalf("after acking everything: %+v", r)
+	}
+}
+
+func TestConsumeNackRedelivers(t *testing.T) {
+	mustOK(t, ctl(t, "", "publish", "--topic", "retry-me", "again"), "publish")
+	r := ctl(t, "", "consume", "--topic", "retry-me", "--count", "1", "--nack")
+	mustOK(t, r, "consume --nack")
+	if !strings.HasSuffix(strings.TrimSpace(r.stdout), "\tagain") {
+		t.Fatalf("text output %q", r.stdout)
+	}
+	r = ctl(t, "", "consume", "--topic", "retry-me", "--count", "1", "--json", "--wait", "10s")
+	mustOK(t, r, "consume after nack")
+	var d deliveryJSON
+	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || d.Retries != 1 || *d.Payload != "again" {
+		t.Fatalf("redelivery %q: %+v %v", r.stdout, d, err)
+	}
+}
+
+func TestBrokerErrorsShowWireCode(t *testing.T) {
+	r := ctl(t, "", "publish", "--topic", "orders2", "--header", "fibril.retries=1", "x")
+	if r.code != exitFail || !strings.Contains(r.stderr, "code 400 (bad_request)") || !strings.Contains(r.stderr, "reserved") {
+		t.Fatalf("reserved header: %+v", r)
+	}
+	r = ctl(t, "", "topology", "--user", "nobody", "--password", "wrong")
+	if r.code != exitFail || !strings.Contains(r.stderr, "code 401 (unauthorized)") {
+		t.Fatalf("bad login: %+v", r)
+	}
+	r = ctl(t, "", "topology", "--addr", "127.0.0.1:1", "--timeout", "2s")
+	if r.code != exitFail || !strings.Contains(r.stderr, "connect to 127.0.0.1:1") {
+		t.Fatalf("no broker: %+v", r)
+	}
+}
+
+func TestTopology(t *testing.T) {
+	mustOK(t, ctl(t, "", "declare", "--stream", "--topic", "events", "--partitions", "2"), "declare stream")
+	r := ctl(t, "", "topology")
+	mustOK(t, r, "topology")
+	if !strings.HasPrefix(r.stdout, "generation ") {
+		t.Fatalf("topology table: %q", r.stdout)
+	}
+	r = ctl(t, "", "topology", "--json", "--topic", "events")
+	mustOK(t, r, "topology --json")
+	var tj topologyJSON
+	if err := json.Unmarshal([]byte(r.stdout), &tj); err != nil || tj.Queues == nil || tj.Streams == nil {
+		t.Fatalf("topology --json %q: %v", r.stdout, err)
+	}
+}
+
+func TestUsers(t *testing.T) {
+	mustOK(t, ctl(t, "", "users", "add", "alice", "--password", "alice-secret"), "users add")
+	mustOK(t, ctl(t, "bob-secret\n", "users", "add", "bob"), "users add (stdin)")
+	r := ctl(t, "", "users", "list", "--json")
+	mustOK(t, r, "users list")
+	var list struct {
+		Users []userEntry `json:"users"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, u := range list.Users {
+		names[u.Username] = !u.Created.IsZero()
+	}
+	if !names["alice"] || !names["bob"] {
+		t.Fatalf("users list: %q", r.stdout)
+	}
+	if r := ctl(t, "", "users", "list"); !strings.Contains(r.stdout, "USERNAME") || !strings.Contains(r.stdout, "alice") {
+		t.Fatalf("users list table: %q", r.stdout)
+	}
+	// The new user can log in (and a wrong password cannot).
+	mustOK(t, ctl(t, "", "topology", "--user", "bob", "--password", "bob-secret"), "login as bob")
+	if r := ctl(t, "", "topology", "--user", "bob", "--password", "nope"); r.code != exitFail {
+		t.Fatalf("wrong password accepted: %+v", r)
+	}
+	if r := ctl(t, "", "users", "add", "alice", "--password", "x"); r.code != exitFail || !strings.Contains(r.stderr, "HTTP 409") {
+		t.Fatalf("duplicate add: %+v", r)
+	}
+	mustOK(t, ctl(t, "", "users", "remove", "alice"), "users remove")
+	mustOK(t, ctl(t, "", "users", "remove", "bob"), "users remove")
+	r = ctl(t, "", "users", "remove", "alice")
+	if r.code != exitFail || !strings.Contains(r.stderr, "HTTP 404 not_found") {
+		t.Fatalf("remove twice: %+v", r)
+	}
+	if r := ctl(t, "", "users", "list", "--admin", "127.0.0.1:1", "--timeout", "2s"); r.code != exitFail {
+		t.Fatalf("no admin listener: %+v", r)
+	}
+}
+
+// benchJSON runs a bench with --json and decodes its single object.
+func benchJSON(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	r := ctl(t, "", append([]string{"bench", "--json", "--progress=false"}, args...)...)
+	mustOK(t, r, "bench")
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("bench output %q: %v", r.stdout, err)
+	}
+	if dec.More() {
+		t.Fatalf("more than one JSON value on stdout: %q", r.stdout)
+	}
+	for _, k := range []string{"msgs_per_sec", "mb_per_sec", "confirm_p50_us", "confirm_p99_us", "e2e_p50_us", "e2e_p99_us",
+		"e2e_p999_us", "sent", "confirmed", "delivered", "lost", "duplicates", "partitions", "size", "producers", "consumers",
+		"window", "prefetch", "duration_s", "rate", "max_ahead", "mode"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("bench JSON lacks %q", k)
+		}
+	}
+	return m
+}
+
+func num(m map[string]any, k string) float64 { v, _ := m[k].(float64); return v }
+
+func checkComplete(t *testing.T, m map[string]any, confirmed bool) {
+	t.Helper()
+	sent, conf, del := num(m, "sent"), num(m, "confirmed"), num(m, "delivered")
+	if sent == 0 || del != sent || (confirmed && conf != sent) || num(m, "lost") != 0 || num(m, "duplicates") != 0 ||
+		num(m, "foreign") != 0 || num(m, "publish_errors") != 0 {
+		t.Fatalf("incomplete run: sent %v confirmed %v delivered %v lost %v duplicates %v foreign %v errors %v",
+			sent, conf, del, num(m, "lost"), num(m, "duplicates"), num(m, "foreign"), m["error_samples"])
+	}
+	if num(m, "msgs_per_sec") <= 0 || num(m, "e2e_p50_us") <= 0 || num(m, "e2e_p99_us") < num(m, "e2e_p50_us") {
+		t.Fatalf("implausible numbers: %v", m)
+	}
+	if confirmed && num(m, "confirm_p50_us") <= 0 {
+		t.Fatalf("no confirm latency: %v", m)
+	}
+}
+
+func TestBenchConfirmed(t *testing.T) {
+	m := benchJSON(t, "--topic", "bench-confirmed", "--partitions", "2", "--producers", "2", "--consumers", "2",
+		"--window", "32", "--confirmed", "--prefetch", "64", "--duration", "2s", "--max-ahead", "256", "--warmup", "200ms", "--coalesce")
+	checkComplete(t, m, true)
+	if num(m, "partitions") != 2 || m["confirm_mode"] != true || m["coalesce"] != true {
+		t.Fatalf("parameters: %v", m)
+	}
+}
+
+func TestBenchPacedFireAndForget(t *testing.T) {
+	m := benchJSON(t, "--partitions", "2", "--rate", "1000", "--duration", "1s", "--auto-ack")
+	checkComplete(t, m, false)
+	// Paced open loop: about rate × duration messages.
+	if s := num(m, "sent"); s < 900 || s > 1100 {
+		t.Fatalf("sent %v at 1000 msgs/s for 1s", s)
+	}
+	if _, ok := m["send_lag_p50_us"]; !ok {
+		t.Fatalf("no send lag in a paced run: %v", m)
+	}
+}
+
+func TestBenchRTT(t *testing.T) {
+	m := benchJSON(t, "--mode", "rtt", "--duration", "1s")
+	checkComplete(t, m, true)
+	if num(m, "rtt_p50_us") < num(m, "confirm_p50_us") || num(m, "rtt_p50_us") < num(m, "e2e_p50_us") {
+		t.Fatalf("round trip shorter than a phase: %v", m)
+	}
+}
+
+func TestBenchFsync(t *testing.T) {
+	r := ctl(t, "", "bench", "--mode", "fsync", "--fsync-dir", t.TempDir(), "--duration", "200ms", "--json")
+	mustOK(t, r, "bench fsync")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil || num(m, "syncs") == 0 || num(m, "fsync_p50_us") <= 0 {
+		t.Fatalf("fsync bench %q: %v", r.stdout, err)
+	}
+}
+
+func TestInterruptStopsCleanly(t *testing.T) {
+	// consume without --count runs until interrupted, then exits 0.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	r := ctlCtx(ctx, "", "consume", "--topic", "quiet")
+	if r.code != 0 || !strings.Contains(r.stderr, "0 message(s) consumed") {
+		t.Fatalf("interrupted consume: %+v", r)
+	}
+	// A long bench stops early and still reports.
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(time.Second, cancel)
+	start := time.Now()
+	r = ctlCtx(ctx, "", "bench", "--json", "--progress=false", "--confirmed", "--window", "8", "--duration", "1m")
+	if el := time.Since(start); el > 15*time.Second {
+		t.Fatalf("interrupted bench took %v", el)
+	}
+	var m map[string]any
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &m) != nil || num(m, "sent") == 0 || m["interrupted"] != true {
+		t.Fatalf("interrupted bench: %+v", r)
+	}
+	checkComplete(t, m, true) // it drained: nothing counted as lost
+}

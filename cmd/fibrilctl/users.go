@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// adminError is an error answered by the admin API.
+type adminError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *adminError) Error() string {
+	if e.code == "" {
+		return fmt.Sprintf("admin API: HTTP %d: %s", e.status, e.message)
+	}
+	return fmt.Sprintf("admin API: HTTP %d %s: %s", e.status, e.code, e.message)
+}
+
+// adminClient talks to the broker's admin HTTP listener.
+type adminClient struct {
+	base       string
+	user, pass string
+	hc         *http.Client
+}
+
+func (g *globals) adminClient(e *env) (*adminClient, error) {
+	if g.admin == "" {
+		return nil, usagef("--admin is empty")
+	}
+	scheme := "http"
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil // the admin listener is reached directly
+	if g.adminTLS {
+		scheme = "https"
+		cfg, err := g.tlsConfig()
+		if err != nil {
+			return nil, err
+		}
+		tr.TLSClientConfig = cfg
+	}
+	pass := g.adminPass
+	if pass == "" {
+		pass = e.getenv("FIBRIL_ADMIN_PASSWORD")
+	}
+	return &adminClient{
+		base: scheme + "://" + g.admin, user: g.adminUser, pass: pass,
+		hc: &http.Client{Transport: tr, Timeout: g.timeout},
+	}, nil
+}
+
+// do sends a request and decodes a JSON answer into out (when not nil);
+// non-2xx answers become *adminError.
+func (a *adminClient) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if a.user != "" {
+		req.SetBasicAuth(a.user, a.pass)
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("admin API %s: %w", a.base, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return fmt.Errorf("admin API: read answer: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		ae := &adminError{status: resp.StatusCode}
+		var eb struct{ Code, Message string }
+		if json.Unmarshal(data, &eb) == nil && (eb.Code != "" || eb.Message != "") {
+			ae.code, ae.message = eb.Code, eb.Message
+		} else {
+			ae.message = strings.TrimSpace(string(data))
+			if ae.message == "" {
+				ae.message = http.StatusText(resp.StatusCode)
+			}
+		}
+		return ae
+	}
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("admin API: malformed answer: %w", err)
+		}
+	}
+	return nil
+}
+
+type userEntry struct {
+	Username string    `json:"username"`
+	Created  time.Time `json:"created"`
+}
+
+func runUsers(ctx context.Context, g *globals, e *env, args []string) error {
+	// Users go through the admin API, which has its own credentials
+	// (--admin-user/--admin-password): here --password is the new user's.
+	fs := newFlagSet("users", "add NAME [--password P] | list [--json] | remove NAME", g, e, "password")
+	password := fs.String("password", "", "users add: the new user's password (default: prompt on a terminal, else the first line of stdin)")
+	asJSON := fs.Bool("json", false, "users list: print JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usagef("users needs a subcommand: add NAME, list or remove NAME")
+	}
+	a, err := g.adminClient(e)
+	if err != nil {
+		return err
+	}
+	sub, pos := pos[0], pos[1:]
+	switch sub {
+	case "list", "ls":
+		if len(pos) > 0 {
+			return usagef("users list takes no argument")
+		}
+		var out struct {
+			Users []userEntry `json:"users"`
+		}
+		if err := a.do(ctx, http.MethodGet, "/admin/api/users", nil, &out); err != nil {
+			return err
+		}
+		if out.Users == nil {
+			out.Users = []userEntry{}
+		}
+		if *asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(out)
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "USERNAME\tCREATED")
+		for _, u := range out.Users {
+			fmt.Fprintf(tw, "%s\t%s\n", u.Username, u.Created.UTC().Format(time.RFC3339))
+		}
+		return tw.Flush()
+	case "add":
+		if len(pos) != 1 {
+			return usagef("users add takes exactly one NAME")
+		}
+		pw := *password
+		if pw == "" {
+			if pw, err = readNewPassword(e); err != nil {
+				return err
+			}
+		}
+		if pw == "" {
+			return usagef("empty password")
+		}
+		body := map[string]string{"username": pos[0], "password": pw}
+		if err := a.do(ctx, http.MethodPost, "/admin/api/users", body, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "user %s added\n", pos[0])
+		return nil
+	case "remove", "rm", "delete":
+		if len(pos) != 1 {
+			return usagef("users remove takes exactly one NAME")
+		}
+		if err := a.do(ctx, http.MethodDelete, "/admin/api/users/"+url.PathEscape(pos[0]), nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "user %s removed\n", pos[0])
+		return nil
+	}
+	return usagef("unknown users subcommand %q (add, list, remove)", sub)
+}
+
+// readNewPassword prompts twice (without echo) when stdin is a terminal,
+// and otherwise reads the first line of stdin.
+func readNewPassword(e *env) (string, error) {
+	f, isFile := e.stdin.(*os.File)
+	if isFile && isTerminal(f) {
+		restore := noEcho(f)
+		defer restore()
+		r := bufio.NewReader(f)
+		fmt.Fprint(e.stderr, "New password: ")
+		p1, err := r.ReadString('\n')
+		fmt.Fprintln(e.stderr)
+		if err != nil {
+			return "", fmt.Errorf("read password: %w", err)
+		}
+		fmt.Fprint(e.stderr, "Repeat password: ")
+		p2, err := r.ReadString('\n')
+		fmt.Fprintln(e.stderr)
+		if err != nil {
+			return "", fmt.Errorf("read password: %w", err)
+		}
+		p1, p2 = strings.TrimRight(p1, "\r\n"), strings.TrimRight(p2, "\r\n")
+		if p1 != p2 {
+			return "", fmt.Errorf("the passwords do not match")
+		}
+		return p1, nil
+	}
+	line, err := bufio.NewReader(e.stdin).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return "", fmt.Errorf("read password from stdin: %w", err)
+	}
+	return strings.TrimRight(line, "\r\n"), nil
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// noEcho turns terminal echo off with stty (the standard library has no
+// terminal control) and returns the function that turns it back on. If
+// stty is missing, the password is echoed.
+func noEcho(f *os.File) func() {
+	cmd := exec.Command("stty", "-echo")
+	cmd.Stdin = f
+	if err := cmd.Run(); err != nil {
+		return func() {}
+	}
+	return func() {
+		cmd := exec.Command("stty", "echo")
+		cmd.Stdin = f
+		_ = cmd.Run()
+	}
+}
