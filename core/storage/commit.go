@@ -26,6 +26,30 @@ import (
 // otherwise be committed alone and pay a full fsync each. The wait is
 // bounded by a quarter of the recent fsync time (and 250µs), and a single
 // appender never waits.
+//
+// Lifecycle. The committer goroutine exists only while there is work: an
+// idle partition owns no goroutine and no running timer. Work is recorded
+// under mu — records pending (pendRecs), Sync requests, a journal write
+// awaiting its fsync (jSyncDue, FsyncAlways), a retention pass (retainDue),
+// an interval fsync whose time has come (ivDue), Close — and in the same
+// critical section claimLocked claims the committer role unless a
+// committer is running; the claimer starts the goroutine right after
+// unlocking (so the goroutine creation is not inside the critical
+// section), and a timer callback, already on its own goroutine, simply
+// runs the committer loop itself.
+// The committer loops while workLocked reports work and, when it finds
+// none, clears running under mu and exits. Since both the producer's check
+// and the committer's final check happen under mu, a wake-up is never
+// lost and there are never two committers. The committer that handles
+// Close closes loopDone and leaves running set, so none starts again.
+//
+// FsyncInterval keeps its promise with a one-shot timer instead of a
+// ticker: whoever leaves the log or journal dirty (a commit, a direct
+// append, Settle/AppendState) arms it unless it is armed already; when it
+// fires it marks ivDue and becomes the committer, which fsyncs and re-arms
+// only if something was written meanwhile. Retention.MaxAge likewise arms
+// a timer after each retention pass for the moment the oldest sealed
+// segment expires, and only while there is a sealed segment.
 
 // batch is a run of encoded records bound for one segment.
 type batch struct {
@@ -101,56 +125,152 @@ func (p *Partition) enqueue(data []byte, ts int64, cb func(uint64, error)) (uint
 	p.actRecs++
 	p.pendBytes += n
 	p.pendRecs++
-	kick := p.pendRecs == 1
+	start := p.claimLocked()
 	sig := b.sig
 	p.mu.Unlock()
-	if kick {
-		p.kick()
+	if start {
+		go p.commitLoop()
 	}
 	return off, sig, nil
 }
 
-// kick wakes the committer without blocking.
-func (p *Partition) kick() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
+// claimLocked makes sure a committer will see the work the caller has
+// just recorded. If a committer is running it will (it re-checks
+// workLocked under mu before it exits) and claimLocked returns false;
+// otherwise it marks one running and returns true, and the caller must
+// start it with go p.commitLoop() once it has released mu. Caller holds mu.
+func (p *Partition) claimLocked() bool {
+	if p.running {
+		return false
 	}
+	p.running = true
+	return true
 }
 
+// workLocked reports whether the committer has anything to do. Caller
+// holds mu.
+func (p *Partition) workLocked() bool {
+	return p.pendRecs > 0 || len(p.syncReqs) > 0 || p.jSyncDue || p.ivDue || p.retainDue || p.closing
+}
+
+// commitLoop is the committer goroutine: it commits until no work is left,
+// then exits (see "Lifecycle" above).
 func (p *Partition) commitLoop() {
-	defer close(p.loopDone)
-	var tick, retTick <-chan time.Time
-	if p.opts.Fsync == FsyncInterval {
-		t := time.NewTicker(p.opts.FsyncInterval)
-		defer t.Stop()
-		tick = t.C
-	}
-	if r := p.opts.Retention; r.ByLimits && r.MaxAge > 0 {
-		t := time.NewTicker(min(max(r.MaxAge/8, 10*time.Millisecond), time.Second))
-		defer t.Stop()
-		retTick = t.C
-	}
 	for {
-		interval := false
-		select {
-		case <-p.wake:
-		case <-tick:
-			interval = true
-		case <-retTick:
-			p.mu.Lock()
-			p.retainDue = true
-			p.mu.Unlock()
-		}
 		if p.opts.Fsync == FsyncAlways {
 			p.gather()
 		}
 		p.wmu.Lock()
-		closing := p.commitOnce(interval)
+		closing := p.commitOnce()
 		p.wmu.Unlock()
 		if closing {
+			close(p.loopDone)
 			return
 		}
+		p.mu.Lock()
+		more := p.workLocked()
+		if !more {
+			p.running = false
+		}
+		p.mu.Unlock()
+		if !more {
+			return
+		}
+	}
+}
+
+// armIntervalLocked schedules the FsyncInterval fsync after a write left
+// the log or journal dirty, unless one is scheduled or due already (that
+// one happens after this write, so it covers it). Caller holds mu.
+func (p *Partition) armIntervalLocked() {
+	if p.ivArmed || p.ivDue || p.closing || p.closed || p.failErr != nil {
+		return
+	}
+	p.ivArmed = true
+	if p.ivTimer == nil {
+		p.ivTimer = time.AfterFunc(p.opts.FsyncInterval, p.intervalFired)
+	} else {
+		p.ivTimer.Reset(p.opts.FsyncInterval)
+	}
+}
+
+func (p *Partition) intervalFired() {
+	p.mu.Lock()
+	start := false
+	if p.ivArmed { // else stopped by Close
+		p.ivArmed = false
+		if !p.closing && !p.closed && p.failErr == nil {
+			p.ivDue = true
+			start = p.claimLocked()
+		}
+	}
+	p.mu.Unlock()
+	if start {
+		p.commitLoop() // on the timer's own goroutine
+	}
+}
+
+// Bounds of the MaxAge timer: it fires when the oldest sealed segment
+// expires, but at least this often while one exists (record timestamps are
+// wall-clock time, the timer is monotonic: a clock step is noticed within
+// ageWaitMax), and not more often than ageWaitMin.
+const (
+	ageWaitMin = 10 * time.Millisecond
+	ageWaitMax = time.Minute
+)
+
+// armAgeLocked (re)arms the MaxAge timer for the moment the oldest sealed
+// segment expires, or stops it when no sealed segment is left. It runs
+// after every retention pass. Caller holds mu.
+func (p *Partition) armAgeLocked() {
+	r := p.opts.Retention
+	if !r.ByLimits || r.MaxAge <= 0 {
+		return
+	}
+	if len(p.segs) < 2 || !p.segs[0].hasTs || p.closing || p.closed || p.failErr != nil {
+		if p.ageArmed {
+			p.ageTimer.Stop()
+			p.ageArmed = false
+		}
+		return
+	}
+	// exceededLocked deletes once maxTs < now - MaxAge.
+	expires := p.segs[0].maxTs + r.MaxAge.Milliseconds() + 1
+	d := time.Duration(expires-p.opts.Now().UnixMilli()) * time.Millisecond
+	d = min(max(d, ageWaitMin), ageWaitMax)
+	p.ageArmed = true
+	if p.ageTimer == nil {
+		p.ageTimer = time.AfterFunc(d, p.ageFired)
+	} else {
+		p.ageTimer.Reset(d)
+	}
+}
+
+func (p *Partition) ageFired() {
+	p.mu.Lock()
+	start := false
+	if p.ageArmed { // else stopped or superseded
+		p.ageArmed = false
+		if !p.closing && !p.closed && p.failErr == nil {
+			p.retainDue = true
+			start = p.claimLocked()
+		}
+	}
+	p.mu.Unlock()
+	if start {
+		p.commitLoop() // on the timer's own goroutine
+	}
+}
+
+// stopTimersLocked stops both timers (Close). Caller holds mu.
+func (p *Partition) stopTimersLocked() {
+	if p.ivArmed {
+		p.ivTimer.Stop()
+		p.ivArmed = false
+	}
+	if p.ageArmed {
+		p.ageTimer.Stop()
+		p.ageArmed = false
 	}
 }
 
@@ -182,8 +302,10 @@ func (p *Partition) gather() {
 
 // commitOnce writes every pending batch, fsyncs as the policy demands,
 // releases waiters, and runs retention when due. It reports whether the
-// partition is closing (the loop then exits).
-func (p *Partition) commitOnce(interval bool) bool {
+// partition is closing (the loop then exits). Every work item it takes is
+// cleared here, under mu, before it is acted on, so work recorded later
+// is seen by workLocked.
+func (p *Partition) commitOnce() bool {
 	p.mu.Lock()
 	take := append(p.take[:0], p.batches...)
 	p.cur = nil
@@ -194,6 +316,9 @@ func (p *Partition) commitOnce(interval bool) bool {
 	err := p.failErr
 	retain := p.retainDue
 	p.retainDue = false
+	interval := p.ivDue
+	p.ivDue = false
+	p.jSyncDue = false
 	p.mu.Unlock()
 
 	if err == nil && len(take) > 0 {
@@ -210,6 +335,15 @@ func (p *Partition) commitOnce(interval bool) bool {
 			if serr := p.syncAll(); serr != nil {
 				err = p.fail(serr)
 			}
+		}
+		// Whatever is still dirty (written without an fsync in this
+		// commit, or journal writes racing with it) gets its interval
+		// fsync scheduled. A journal write after the dirty check arms the
+		// timer itself (noteJournal).
+		if err == nil && p.opts.Fsync == FsyncInterval && (p.logDirty || p.j.dirty()) {
+			p.mu.Lock()
+			p.armIntervalLocked()
+			p.mu.Unlock()
 		}
 	}
 
@@ -421,6 +555,9 @@ func (p *Partition) appendDirect(data []byte, ts int64) (off uint64, ok bool, er
 		act.noteRecord(off, ts, at, len(b.buf), p.opts.IndexEveryBytes)
 		p.written = off + 1
 		p.logDirty = true
+		if p.opts.Fsync == FsyncInterval {
+			p.armIntervalLocked()
+		}
 	}
 	p.batches = p.batches[:copy(p.batches, p.batches[1:])]
 	return off, true, err

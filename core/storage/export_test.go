@@ -9,3 +9,11 @@ func InJournal(p *Partition, offset uint64) bool {
 	defer p.j.mu.Unlock()
 	return p.j.set.contains(offset)
 }
+
+// Scheduled reports what p owns besides its files: a committer goroutine,
+// an armed FsyncInterval timer, an armed MaxAge retention timer.
+func Scheduled(p *Partition) (committer, fsyncTimer, ageTimer bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.running && !p.closed, p.ivArmed, p.ageArmed
+}

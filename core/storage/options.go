@@ -16,7 +16,8 @@ const (
 	// fsync covers the record. Concurrent appends share one fsync.
 	FsyncAlways FsyncPolicy = iota
 	// FsyncInterval: Append returns once the record is written to the OS; a
-	// timer fsyncs every Options.FsyncInterval.
+	// write that leaves the log or journal dirty schedules one fsync
+	// Options.FsyncInterval later (nothing is scheduled while all is synced).
 	FsyncInterval
 	// FsyncNone: Append returns once the record is written to the OS; the
 	// partition never fsyncs on its own except at segment roll, before a

@@ -17,7 +17,8 @@ type Record struct {
 
 // Partition is one durable partition: a directory holding a segmented
 // append-only record log and the state journal beside it, sharing one
-// group-commit loop. All methods are safe for concurrent use.
+// group committer. An idle partition owns no goroutine and no running
+// timer (see commit.go). All methods are safe for concurrent use.
 type Partition struct {
 	dir  string
 	opts Options
@@ -59,8 +60,20 @@ type Partition struct {
 	failErr      error
 	quarErr      error
 
-	wake     chan struct{}
-	loopDone chan struct{}
+	// Committer lifecycle (see commit.go): running is true while a
+	// committer goroutine exists (or is being started: see claimLocked);
+	// it is started when work is recorded and clears running itself, under mu, when it finds
+	// none. jSyncDue: a journal write awaits its fsync (FsyncAlways).
+	running  bool
+	jSyncDue bool
+	loopDone chan struct{} // closed by the committer that handled Close
+
+	// Timers, armed only while they have something to do (no ticker).
+	ivArmed  bool        // FsyncInterval: an fsync is scheduled
+	ivDue    bool        // ... and its time has come: the committer fsyncs
+	ivTimer  *time.Timer // reused
+	ageArmed bool        // Retention.MaxAge: a retention pass is scheduled
+	ageTimer *time.Timer
 }
 
 // OpenPartition creates or recovers the partition in dir. A *CorruptionError
@@ -76,7 +89,6 @@ func OpenPartition(dir string, opts Options) (*Partition, error) {
 		opts:     opts,
 		fs:       opts.FS,
 		log:      opts.Logger,
-		wake:     make(chan struct{}, 1),
 		loopDone: make(chan struct{}),
 	}
 	p.space.L = &p.mu
@@ -102,9 +114,13 @@ func OpenPartition(dir string, opts Options) (*Partition, error) {
 	}
 	p.j = j
 	p.j.durable = p.j.set.frontierFrom(p.segs[0].base)
-	p.retainDue = true
-	go p.commitLoop()
-	p.kick() // first retention pass
+	p.mu.Lock()
+	p.retainDue = true // first retention pass, in the background
+	start := p.claimLocked()
+	p.mu.Unlock()
+	if start {
+		go p.commitLoop()
+	}
 	return p, nil
 }
 
@@ -346,9 +362,9 @@ func scanChunk(s *segment, e idxEntry, from, segNext uint64, end int64, out []Re
 // Settle records offsets as settled (acked, dead-lettered or expired). The
 // journal entry is written to the OS before Settle returns, so a process
 // crash never loses it; it is fsynced with the next group commit
-// (FsyncAlways), the next interval tick (FsyncInterval), or only by Sync,
-// retention and Close (FsyncNone). Offsets not yet assigned are refused
-// with ErrOutOfRange; already settled offsets are ignored.
+// (FsyncAlways), by the interval fsync it schedules (FsyncInterval), or
+// only by Sync, retention and Close (FsyncNone). Offsets not yet assigned
+// are refused with ErrOutOfRange; already settled offsets are ignored.
 func (p *Partition) Settle(offsets ...uint64) error {
 	p.mu.Lock()
 	err := p.errLocked()
@@ -369,16 +385,28 @@ func (p *Partition) Settle(offsets ...uint64) error {
 	return nil
 }
 
-// noteJournal asks the committer to cover a journal write in its next
-// fsync (FsyncAlways) and to re-check queue retention after settlements.
+// noteJournal runs after a journal write: it asks the committer to cover
+// it with its next fsync (FsyncAlways) or schedules the interval fsync
+// (FsyncInterval), and has queue retention re-checked after settlements.
 func (p *Partition) noteJournal(settled bool) {
-	if settled && !p.opts.Retention.ByLimits {
-		p.mu.Lock()
-		p.retainDue = true
-		p.mu.Unlock()
+	queueRet := settled && !p.opts.Retention.ByLimits
+	if !queueRet && p.opts.Fsync == FsyncNone {
+		return
 	}
-	if p.opts.Fsync == FsyncAlways || settled {
-		p.kick()
+	p.mu.Lock()
+	if queueRet {
+		p.retainDue = true
+	}
+	switch p.opts.Fsync {
+	case FsyncAlways:
+		p.jSyncDue = true
+	case FsyncInterval:
+		p.armIntervalLocked()
+	}
+	start := (queueRet || p.opts.Fsync == FsyncAlways) && p.claimLocked()
+	p.mu.Unlock()
+	if start {
+		go p.commitLoop()
 	}
 }
 
@@ -469,8 +497,11 @@ func (p *Partition) Sync() error {
 		return err
 	}
 	p.syncReqs = append(p.syncReqs, ch)
+	start := p.claimLocked()
 	p.mu.Unlock()
-	p.kick()
+	if start {
+		go p.commitLoop()
+	}
 	return <-ch
 }
 
@@ -485,13 +516,19 @@ func (p *Partition) Close() error {
 	}
 	p.closing = true
 	p.space.Broadcast()
+	start := p.claimLocked() // else the running committer sees closing before it exits
 	p.mu.Unlock()
-	p.kick()
+	if start {
+		go p.commitLoop()
+	}
+	// Wait for the committer that handles closing; none starts after it
+	// (running stays set).
 	<-p.loopDone
 	p.retMu.Lock() // wait out an EnforceRetention in progress
 	defer p.retMu.Unlock()
 	p.mu.Lock()
 	p.closed = true
+	p.stopTimersLocked()
 	err := p.failErr
 	segs := p.segs
 	p.mu.Unlock()

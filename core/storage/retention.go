@@ -24,7 +24,8 @@ import (
 // so after a power loss the surviving segments are still a dense suffix.
 
 // EnforceRetention runs one retention pass now. It also runs by itself
-// after segment rolls and settlements and, with MaxAge, on a timer.
+// after segment rolls and settlements and, with MaxAge, when a timer says
+// the oldest sealed segment expires (armed only while one exists).
 func (p *Partition) EnforceRetention() error {
 	p.mu.Lock()
 	err := p.errLocked()
@@ -38,6 +39,11 @@ func (p *Partition) EnforceRetention() error {
 func (p *Partition) enforceRetention() error {
 	p.retMu.Lock()
 	defer p.retMu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.armAgeLocked()
+		p.mu.Unlock()
+	}()
 	r := p.opts.Retention
 	var durable uint64
 	if !r.ByLimits {

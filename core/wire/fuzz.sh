@@ -17,7 +17,7 @@ fi
 failed=()
 for t in $targets; do
 	echo "=== $t ($duration)"
-	if ! go test -run='^$' -fuzz="^${t}\$" -fuzztime="$duration" ./core/wire; then
+	if ! go test -run='^$' -fuzz="^${t}\$" -fuzztime="$duration" ${FUZZ_FLAGS:-} ./core/wire; then
 		failed+=("$t")
 	fi
 done

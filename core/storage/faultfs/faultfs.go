@@ -115,6 +115,26 @@ func (f *FS) Syncs() int {
 	return f.syncs
 }
 
+// Unsynced returns, for every file (by path) whose content has changed
+// since its last Sync, how many bytes a power loss could lose or garble
+// now: the span from the first changed byte to the end of the longer of
+// the current and the durable content. Files that are fully durable are
+// not listed. Directory entries are not considered.
+func (f *FS) Unsynced() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for p, d := range f.dirs {
+		for n, ino := range d.cur {
+			from := min(ino.dirtyFrom, len(ino.data), len(ino.durable))
+			if k := max(len(ino.data), len(ino.durable)) - from; k > 0 {
+				out[filepath.Join(p, n)] = k
+			}
+		}
+	}
+	return out
+}
+
 func (f *FS) lookupDir(path string) (*dir, string, error) {
 	d := f.dirs[filepath.Clean(filepath.Dir(path))]
 	if d == nil {

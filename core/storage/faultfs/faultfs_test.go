@@ -107,3 +107,34 @@ func TestInjectedFaultsAndDeadFS(t *testing.T) {
 		t.Fatalf("write after crash: %v", err)
 	}
 }
+
+func TestUnsynced(t *testing.T) {
+	f := New()
+	f.MkdirAll("/d", 0o755)
+	if u := f.Unsynced(); len(u) != 0 {
+		t.Fatalf("empty fs: %v", u)
+	}
+	write(t, f, "/d/a", []byte("0123456789"), true)
+	write(t, f, "/d/b", []byte("0123"), false)
+	if u := f.Unsynced(); len(u) != 1 || u["/d/b"] != 4 {
+		t.Fatalf("after writes: %v", u)
+	}
+	write(t, f, "/d/a", []byte("xyz"), false)
+	if u := f.Unsynced(); len(u) != 2 || u["/d/a"] != 3 {
+		t.Fatalf("after appending to a synced file: %v", u)
+	}
+	h, _ := f.OpenFile("/d/a", os.O_RDWR, 0)
+	h.Sync()
+	h.Truncate(4) // an unsynced truncation: 9 durable bytes could come back
+	if u := f.Unsynced(); u["/d/a"] != 9 {
+		t.Fatalf("after truncation: %v", u)
+	}
+	h.Sync()
+	h.Close()
+	h, _ = f.OpenFile("/d/b", os.O_RDWR, 0)
+	h.Sync()
+	h.Close()
+	if u := f.Unsynced(); len(u) != 0 {
+		t.Fatalf("after syncing everything: %v", u)
+	}
+}
