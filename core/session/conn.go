@@ -111,7 +111,7 @@ func (c *Conn) serve() {
 		return
 	}
 	go c.writeLoop()
-	max := c.srv.opts.MaxFrameBytes
+	max := c.srv.opts.maxBody()
 	for !c.stopReading {
 		h, body, err := wire.ReadFrame(c.br, c.rbuf[:0], max)
 		if err != nil {
@@ -139,7 +139,7 @@ func (c *Conn) readFailed(h wire.FrameHeader, err error) {
 	case errors.As(err, &tooBig):
 		// WIRE §7.3: ERROR 400 with that frame's request id, then close;
 		// the stream cannot be resynchronised.
-		c.log.Warn("frame larger than broker.max_frame_bytes", "announced", tooBig.Header.BodyLen, "max", tooBig.Max)
+		c.log.Warn("frame larger than broker.max_frame_bytes", "announced_body", tooBig.Header.BodyLen, "max_body", tooBig.Max)
 		c.srv.opts.Metrics.ConnErrors.WithLabelValues("frame_too_large").Inc()
 		if c.acquireSlot() {
 			c.enqueue(outFrame{op: wire.OpError, reqID: h.RequestID, slot: true, closeAfter: true,
@@ -286,7 +286,8 @@ func (c *Conn) openWindow() {
 }
 
 func frameTooLargeMsg(e *wire.FrameTooLargeError) string {
-	return fmt.Sprintf("frame of %d bytes exceeds broker.max_frame_bytes (%d)", e.Header.BodyLen, e.Max)
+	return fmt.Sprintf("frame of %d bytes exceeds broker.max_frame_bytes (%d)",
+		uint64(e.Header.BodyLen)+wire.HeaderSize, uint64(e.Max)+wire.HeaderSize)
 }
 
 // countingConn counts bytes for fibril_tcp_bytes_{in,out}_total.

@@ -51,7 +51,7 @@ type Options struct {
 	Settings        func() Settings          // nil = 5 s grace, 60 s restart TTL
 	Heartbeat       time.Duration            // broker PING interval H; idle timeout is 3H (S-11); default 5 s
 	FirstFrame      time.Duration            // a socket must send its HELLO within this (S-14); default 10 s
-	MaxFrameBytes   uint32                   // broker.max_frame_bytes
+	MaxFrameBytes   uint32                   // broker.max_frame_bytes: the whole frame, header included
 	MaxMessageBytes int                      // broker.max_message_bytes
 	ReplySlots      int                      // answers in flight per connection before its reader pauses; default 4096
 	Advertise       []wire.AdvertisedAddress // this broker's client-facing endpoints (partitioning-version fence)
@@ -60,6 +60,10 @@ type Options struct {
 	Metrics         *Metrics // nil = unregistered metrics
 	Now             func() time.Time
 }
+
+// maxBody is the largest body_len ReadFrame accepts: max_frame_bytes
+// counts the 20-byte header too.
+func (o *Options) maxBody() uint32 { return o.MaxFrameBytes - wire.HeaderSize }
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Queues == nil {
@@ -79,6 +83,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxFrameBytes == 0 {
 		o.MaxFrameBytes = 64 << 20
+	}
+	if o.MaxFrameBytes < wire.HeaderSize+64 {
+		return o, errors.New("session: MaxFrameBytes is too small to carry a HELLO")
 	}
 	if o.MaxMessageBytes <= 0 {
 		o.MaxMessageBytes = 16 << 20

@@ -103,10 +103,28 @@ func (c *Conn) writeRound(ping bool) bool {
 		return false
 	}
 	if finish {
-		c.close()
+		c.lingerClose()
 		return false
 	}
 	return true
+}
+
+// lingerClose ends a connection the broker is closing on purpose (a
+// shutdown) in order: half-close so the client reads every frame and then
+// EOF, discard what the client still sends for a moment, then close.
+// Closing with unread input would make the kernel answer with a reset.
+// Writer goroutine only, once the reader has stopped.
+func (c *Conn) lingerClose() {
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
+		var sink [4096]byte
+		for {
+			if _, err := c.nc.Read(sink[:]); err != nil {
+				break
+			}
+		}
+	}
+	c.close()
 }
 
 // takePushes takes the session's queued pushes if this connection is the

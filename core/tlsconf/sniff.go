@@ -133,6 +133,15 @@ func (c *replayConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
+// CloseWrite half-closes the wrapped connection when it can (TCP), so a
+// graceful close sends FIN after the last frame.
+func (c *replayConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // NetConn returns the wrapped connection (for TCP options), as tls.Conn
 // does.
 func (c *replayConn) NetConn() net.Conn { return c.Conn }
