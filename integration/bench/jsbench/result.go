@@ -1,0 +1,206 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Result is the outcome of one run. The JSON names are those of
+// `fibrilctl bench --json`, so the two can be compared field by field;
+// the JetStream-only fields come last. Latencies are in µs (0.1 µs
+// precision); rates are per second of the measured window (after
+// --warmup, until --duration ends; the drain is not counted); MB is 2^20
+// bytes of payload.
+type Result struct {
+	Mode       string  `json:"mode"`
+	Addr       string  `json:"addr"`
+	Topic      string  `json:"topic"` // the stream's subject
+	Partitions int     `json:"partitions"`
+	Size       int     `json:"size"`
+	Producers  int     `json:"producers"`
+	Consumers  int     `json:"consumers"`
+	Window     int     `json:"window"`
+	Confirmed  bool    `json:"confirm_mode"`
+	Prefetch   int     `json:"prefetch"`
+	AutoAck    bool    `json:"auto_ack"`
+	DurationS  float64 `json:"duration_s"`
+	WarmupS    float64 `json:"warmup_s"`
+	DrainS     float64 `json:"drain_s"`
+	Rate       float64 `json:"rate"`
+	MaxAhead   int64   `json:"max_ahead"`
+	Coalesce   bool    `json:"coalesce"` // always false: nats.go batches its writes by design
+
+	Interrupted       bool    `json:"interrupted,omitempty"`
+	ElapsedS          float64 `json:"elapsed_s"`
+	MsgsPerSec        float64 `json:"msgs_per_sec"`
+	MBPerSec          float64 `json:"mb_per_sec"`
+	PublishMsgsPerSec float64 `json:"publish_msgs_per_sec"`
+	DeliverMsgsPerSec float64 `json:"deliver_msgs_per_sec"`
+
+	Sent                 uint64   `json:"sent"`
+	ConfirmedN           uint64   `json:"confirmed"`
+	Delivered            uint64   `json:"delivered"`
+	Lost                 uint64   `json:"lost"`
+	Duplicates           uint64   `json:"duplicates"`
+	LossChecked          bool     `json:"loss_checked"`
+	DeliveredUnconfirmed uint64   `json:"delivered_unconfirmed"`
+	Foreign              uint64   `json:"foreign"`
+	PublishErrors        uint64   `json:"publish_errors"`
+	AckErrors            uint64   `json:"ack_errors"`
+	ConsumeErrors        uint64   `json:"consume_errors"`
+	Timeouts             uint64   `json:"timeouts,omitempty"`
+	ErrorSamples         []string `json:"error_samples,omitempty"`
+
+	ConfirmP50  float64 `json:"confirm_p50_us"`
+	ConfirmP90  float64 `json:"confirm_p90_us"`
+	ConfirmP99  float64 `json:"confirm_p99_us"`
+	ConfirmP999 float64 `json:"confirm_p999_us"`
+	ConfirmMax  float64 `json:"confirm_max_us"`
+	ConfirmMean float64 `json:"confirm_mean_us"`
+	ConfirmN    uint64  `json:"confirm_samples"`
+
+	E2EP50  float64 `json:"e2e_p50_us"`
+	E2EP90  float64 `json:"e2e_p90_us"`
+	E2EP99  float64 `json:"e2e_p99_us"`
+	E2EP999 float64 `json:"e2e_p999_us"`
+	E2EMax  float64 `json:"e2e_max_us"`
+	E2EMean float64 `json:"e2e_mean_us"`
+	E2EN    uint64  `json:"e2e_samples"`
+
+	SendLagP50 float64 `json:"send_lag_p50_us,omitempty"`
+	SendLagP99 float64 `json:"send_lag_p99_us,omitempty"`
+	SendLagMax float64 `json:"send_lag_max_us,omitempty"`
+
+	AckP50  float64 `json:"ack_p50_us,omitempty"`
+	AckP99  float64 `json:"ack_p99_us,omitempty"`
+	RTTP50  float64 `json:"rtt_p50_us,omitempty"`
+	RTTP90  float64 `json:"rtt_p90_us,omitempty"`
+	RTTP99  float64 `json:"rtt_p99_us,omitempty"`
+	RTTP999 float64 `json:"rtt_p999_us,omitempty"`
+	RTTMax  float64 `json:"rtt_max_us,omitempty"`
+	RTTMean float64 `json:"rtt_mean_us,omitempty"`
+
+	LoadAvgStart string  `json:"loadavg_start,omitempty"`
+	LoadAvgEnd   string  `json:"loadavg_end,omitempty"`
+	CPUPressure  float64 `json:"cpu_pressure_pct"`
+	IOPressure   float64 `json:"io_pressure_pct"`
+	// CPU time of the jsbench process over the measured window (getrusage),
+	// and per message of msgs_per_sec: the load generator's own cost.
+	CPUUserS    float64 `json:"cpu_user_s"`
+	CPUSysS     float64 `json:"cpu_sys_s"`
+	CPUPerMsgUS float64 `json:"cpu_per_msg_us"`
+
+	// JetStream specifics.
+	System        string `json:"system"` // "jetstream"
+	ServerVersion string `json:"server_version"`
+	Stream        string `json:"stream"`
+	Storage       string `json:"storage"`
+	Retention     string `json:"retention"`
+	ConsumerKind  string `json:"consumer_kind,omitempty"`
+	StreamMsgs    uint64 `json:"stream_msgs"` // messages in the stream at the end
+}
+
+// us converts ns to µs with 0.1 µs precision.
+func us(ns float64) float64 { return math.Round(ns/100) / 10 }
+
+type latency struct{ p50, p90, p99, p999, max, mean float64 }
+
+func summarize(h *Histogram) latency {
+	q := func(x float64) float64 { return us(float64(h.Quantile(x))) }
+	return latency{q(0.50), q(0.90), q(0.99), q(0.999), us(float64(h.Max())), us(h.Mean())}
+}
+
+func round1(v float64) float64 { return math.Round(v*10) / 10 }
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// loadAvg is the first three fields of /proc/loadavg ("" elsewhere).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// pressure is the "some avg10" of /proc/pressure/NAME (0 without PSI).
+func pressure(name string) float64 {
+	b, err := os.ReadFile("/proc/pressure/" + name)
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, "avg10="); ok {
+			x, _ := strconv.ParseFloat(v, 64)
+			return x
+		}
+	}
+	return 0
+}
+
+// WriteTable prints the human-readable summary.
+func (r *Result) WriteTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	p := func(format string, a ...any) { fmt.Fprintf(tw, format+"\n", a...) }
+	conf := "fire-and-forget"
+	if r.Confirmed {
+		conf = "confirmed"
+	}
+	rate := "unpaced"
+	if r.Rate > 0 {
+		rate = fmt.Sprintf("%.0f msgs/s", r.Rate)
+	}
+	p("mode\t%s (%s, %s)", r.Mode, conf, rate)
+	p("target\t%s %s, stream %s (%s storage, %s retention)", r.ServerVersion, r.Addr, r.Stream, r.Storage, r.Retention)
+	p("shape\t%d producers × window %d, %d consumers × prefetch %d (auto-ack %v), %d B, max-ahead %d",
+		r.Producers, r.Window, r.Consumers, r.Prefetch, r.AutoAck, r.Size, r.MaxAhead)
+	if r.Interrupted {
+		p("note\tinterrupted: stopped before --duration")
+	}
+	p("window\t%.2fs measured (warmup %.1fs, drain ≤ %.1fs)", r.ElapsedS, r.WarmupS, r.DrainS)
+	p("throughput\t%.0f msgs/s  %.2f MB/s  (publish %.0f/s, deliver %.0f/s)",
+		r.MsgsPerSec, r.MBPerSec, r.PublishMsgsPerSec, r.DeliverMsgsPerSec)
+	p("counts\tsent %d  confirmed %d  delivered %d  lost %d  duplicates %d  foreign %d  (stream holds %d)",
+		r.Sent, r.ConfirmedN, r.Delivered, r.Lost, r.Duplicates, r.Foreign, r.StreamMsgs)
+	if !r.LossChecked {
+		p("\t(no consumers: losses not checked)")
+	}
+	if r.PublishErrors+r.AckErrors+r.ConsumeErrors+r.Timeouts+r.DeliveredUnconfirmed > 0 {
+		p("errors\tpublish %d  ack %d  consume %d  timeouts %d  delivered-unconfirmed %d",
+			r.PublishErrors, r.AckErrors, r.ConsumeErrors, r.Timeouts, r.DeliveredUnconfirmed)
+	}
+	for _, e := range r.ErrorSamples {
+		p("\t%s", e)
+	}
+	p("latency (µs)\tp50\tp90\tp99\tp99.9\tmax\tmean\tsamples")
+	row := func(name string, l latency, n uint64) {
+		p("  %s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d", name, l.p50, l.p90, l.p99, l.p999, l.max, l.mean, n)
+	}
+	if r.ConfirmN > 0 {
+		row("confirm", latency{r.ConfirmP50, r.ConfirmP90, r.ConfirmP99, r.ConfirmP999, r.ConfirmMax, r.ConfirmMean}, r.ConfirmN)
+	}
+	if r.E2EN > 0 {
+		row("publish→deliver", latency{r.E2EP50, r.E2EP90, r.E2EP99, r.E2EP999, r.E2EMax, r.E2EMean}, r.E2EN)
+	}
+	if r.RTTP50 > 0 {
+		row("round trip", latency{r.RTTP50, r.RTTP90, r.RTTP99, r.RTTP999, r.RTTMax, r.RTTMean}, r.ConfirmN)
+		p("  ack write\t%.1f\t\t%.1f", r.AckP50, r.AckP99)
+	}
+	if r.Rate > 0 {
+		p("  send lag\t%.1f\t\t%.1f\t\t%.1f", r.SendLagP50, r.SendLagP99, r.SendLagMax)
+	}
+	if r.CPUPerMsgUS > 0 {
+		p("bench cpu\tuser %.2fs  sys %.2fs  (%.2f µs per message)", r.CPUUserS, r.CPUSysS, r.CPUPerMsgUS)
+	}
+	p("load\tstart %s, end %s; pressure (10 s) cpu %.0f%% io %.0f%%", r.LoadAvgStart, r.LoadAvgEnd, r.CPUPressure, r.IOPressure)
+	tw.Flush()
+}
