@@ -4,17 +4,20 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/storage/faultfs"
 )
 
 // BenchmarkAppend measures confirmed appends of 1 KiB records on the real
 // disk (b.TempDir()), with 1, 16 or 256 goroutines each calling Append in a
-// loop; b.N appends are split among them.
+// loop; b.N appends are split among them. cpu-µs/op is the CPU time of the
+// whole process (all goroutines, user + system) per append.
 func BenchmarkAppend(b *testing.B) {
 	for _, pol := range []storage.FsyncPolicy{storage.FsyncAlways, storage.FsyncInterval, storage.FsyncNone} {
 		for _, n := range []int{1, 16, 256} {
@@ -28,6 +31,7 @@ func BenchmarkAppend(b *testing.B) {
 				b.SetBytes(int64(len(data)))
 				b.ResetTimer()
 				start := time.Now()
+				u0, s0 := cpuTimes()
 				var left atomic.Int64
 				left.Store(int64(b.N))
 				var wg sync.WaitGroup
@@ -45,11 +49,79 @@ func BenchmarkAppend(b *testing.B) {
 				}
 				wg.Wait()
 				el := time.Since(start)
+				u1, s1 := cpuTimes()
 				b.StopTimer()
 				b.ReportMetric(float64(b.N)/el.Seconds(), "appends/s")
+				reportCPU(b, u1-u0, s1-s0)
 			})
 		}
 	}
+}
+
+// BenchmarkRoundTrip mimics the broker's one-message-at-a-time round trip
+// (fibrilctl bench --mode rtt) under FsyncAlways: publish = AppendAsync,
+// confirm = its done callback, then a second goroutine (the consumer's
+// session) reads the record (delivery) and settles it (ack); the next
+// round starts once both the confirm and the settle returned. So the ack
+// of record n is written just before record n+1 is appended, as in the
+// broker. Reports the round latency p50/p99 and the process CPU per round.
+//
+// "disk" runs on b.TempDir(); "memfs" on faultfs without sync delay, which
+// leaves only the software path (locks, goroutine hand-offs, encoding).
+func BenchmarkRoundTrip(b *testing.B) {
+	b.Run("disk", func(b *testing.B) { benchRoundTrip(b, b.TempDir(), nil) })
+	b.Run("memfs", func(b *testing.B) { benchRoundTrip(b, "/d", faultfs.New()) })
+}
+
+func benchRoundTrip(b *testing.B, dir string, fsys storage.FS) {
+	p := mustOpen(b, dir, storage.Options{Fsync: storage.FsyncAlways, FS: fsys})
+	defer p.Close()
+	data := make([]byte, 1024)
+	deliver := make(chan uint64)
+	acked := make(chan error)
+	go func() { // the consumer
+		for off := range deliver {
+			_, err := p.Read(off)
+			if err == nil {
+				err = p.Settle(off)
+			}
+			acked <- err
+		}
+	}()
+	defer close(deliver)
+	confirmed := make(chan error, 1)
+	done := func(_ uint64, err error) { confirmed <- err }
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	u0, s0 := cpuTimes()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		off, err := p.AppendAsync(data, 0, done)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := <-confirmed; err != nil {
+			b.Fatal(err)
+		}
+		deliver <- off
+		if err := <-acked; err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	u1, s1 := cpuTimes()
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	reportCPU(b, u1-u0, s1-s0)
+}
+
+// reportCPU reports the process CPU time per op, total and its system
+// part (on this VM an fsync costs tens of µs of system time by itself).
+func reportCPU(b *testing.B, user, sys time.Duration) {
+	b.ReportMetric(float64((user+sys).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(sys.Microseconds())/float64(b.N), "sys-µs/op")
 }
 
 // BenchmarkRawDiskFsync is the disk's own limit in the same kind of
@@ -70,5 +142,45 @@ func BenchmarkRawDiskFsync(b *testing.B) {
 		if err := f.Sync(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkRawDiskFsync1K is the latency floor of one confirm: append
+// 1 KiB, fsync (or, with fdatasync, what the partition uses on Linux),
+// repeat; p50/p99 per write+sync.
+func BenchmarkRawDiskFsync1K(b *testing.B) {
+	for _, mode := range []string{"fsync", "fdatasync"} {
+		b.Run(mode, func(b *testing.B) {
+			f, err := os.Create(filepath.Join(b.TempDir(), "raw"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			buf := make([]byte, 1024)
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			u0, s0 := cpuTimes()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if _, err := f.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if mode == "fsync" {
+					err = f.Sync()
+				} else {
+					err = rawDataSync(f)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			u1, s1 := cpuTimes()
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			reportCPU(b, u1-u0, s1-s0)
+		})
 	}
 }

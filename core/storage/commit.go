@@ -14,11 +14,21 @@ import (
 // under Partition.mu (no per-record allocation once buffers are warm) and
 // wait on the batch's signal; one committer goroutine takes every pending
 // batch at once, writes each with a single WriteAt, and — under
-// FsyncAlways — fsyncs once for all of them before releasing every waiter
-// and calling AppendAsync callbacks in offset order. Settle and AppendState
-// write their journal entry themselves (so it reaches the OS before they
-// return) and only ask the committer to cover the journal in its next
-// fsync.
+// FsyncAlways — fsyncs the log once for all of them before releasing every
+// waiter and calling AppendAsync callbacks in offset order. Settle and
+// AppendState write their journal entry themselves (so it reaches the OS
+// before they return) and leave the journal's fsync to the committer.
+//
+// Journal fsync under FsyncAlways. A commit that carries records fsyncs
+// only the log: that is all its confirms need. A dirty journal (jSyncDue,
+// since jDirtyAt) is fsynced by the committer separately, after the
+// waiters of the commit in hand were released: once the committer has had
+// no work for committerLinger (it is about to exit), or when the journal
+// has been dirty for journalSyncDelay, whichever comes first; and with
+// every Sync and Close. Retention fsyncs the journal itself before it
+// deletes a segment whose settlement it relies on (retention.go). So in a
+// publish/ack/publish loop the ack of record n no longer adds a second
+// fsync to the commit of record n+1.
 //
 // Under FsyncAlways the committer also waits briefly before taking a batch
 // when fewer records are pending than it committed last time ("gather"):
@@ -27,21 +37,26 @@ import (
 // bounded by a quarter of the recent fsync time (and 250µs), and a single
 // appender never waits.
 //
-// Lifecycle. The committer goroutine exists only while there is work: an
-// idle partition owns no goroutine and no running timer. Work is recorded
-// under mu — records pending (pendRecs), Sync requests, a journal write
-// awaiting its fsync (jSyncDue, FsyncAlways), a retention pass (retainDue),
-// an interval fsync whose time has come (ivDue), Close — and in the same
-// critical section claimLocked claims the committer role unless a
-// committer is running; the claimer starts the goroutine right after
-// unlocking (so the goroutine creation is not inside the critical
-// section), and a timer callback, already on its own goroutine, simply
-// runs the committer loop itself.
-// The committer loops while workLocked reports work and, when it finds
-// none, clears running under mu and exits. Since both the producer's check
-// and the committer's final check happen under mu, a wake-up is never
-// lost and there are never two committers. The committer that handles
-// Close closes loopDone and leaves running set, so none starts again.
+// Lifecycle. The committer goroutine exists only while there is work, and
+// for committerLinger after it: an idle partition owns no goroutine and no
+// running timer. Work is recorded under mu — records pending (pendRecs),
+// Sync requests, a retention pass (retainDue), an interval fsync whose time
+// has come (ivDue), Close, and under FsyncAlways a journal write awaiting
+// its fsync (jSyncDue) — and in the same critical section kickLocked either
+// claims the committer role (no committer is running: the claimer starts
+// the goroutine right after unlocking, so the goroutine creation is not
+// inside the critical section; a timer callback, already on its own
+// goroutine, simply runs the committer loop itself) or, if the running
+// committer is waiting for work, wakes it through p.wake.
+// The committer loops while work is due; with none it waits on p.wake and
+// a timer (no busy wait) until committerLinger has passed since its last
+// commit, fsyncs a dirty journal (FsyncAlways), and then, finding nothing
+// under mu, clears running and exits. Since both the producer's check and
+// the committer's final check happen under mu, a wake-up is never lost and
+// there are never two committers. The committer that handles Close closes
+// loopDone and leaves running set, so none starts again. Keeping the
+// committer for committerLinger spares a goroutine start and exit per
+// record when records come one at a time.
 //
 // FsyncInterval keeps its promise with a one-shot timer instead of a
 // ticker: whoever leaves the log or journal dirty (a commit, a direct
@@ -50,6 +65,20 @@ import (
 // only if something was written meanwhile. Retention.MaxAge likewise arms
 // a timer after each retention pass for the moment the oldest sealed
 // segment expires, and only while there is a sealed segment.
+
+const (
+	// committerLinger is how long an idle committer waits for more work
+	// before it exits. Long enough to span the gap between the records of
+	// a one-at-a-time producer (a network round trip), short enough that
+	// an idle partition soon owns no goroutine again.
+	committerLinger = 2 * time.Millisecond
+	// journalSyncDelay bounds, under FsyncAlways, how long a journal entry
+	// (settlement, engine state) may stay written but not fsynced while
+	// the committer is busy with records: it is the window of
+	// acknowledgements a power loss may forget (those messages are
+	// delivered again). It does not affect confirmed records.
+	journalSyncDelay = 10 * time.Millisecond
+)
 
 // batch is a run of encoded records bound for one segment.
 type batch struct {
@@ -125,7 +154,7 @@ func (p *Partition) enqueue(data []byte, ts int64, cb func(uint64, error)) (uint
 	p.actRecs++
 	p.pendBytes += n
 	p.pendRecs++
-	start := p.claimLocked()
+	start := p.kickLocked()
 	sig := b.sig
 	p.mu.Unlock()
 	if start {
@@ -134,49 +163,97 @@ func (p *Partition) enqueue(data []byte, ts int64, cb func(uint64, error)) (uint
 	return off, sig, nil
 }
 
-// claimLocked makes sure a committer will see the work the caller has
-// just recorded. If a committer is running it will (it re-checks
-// workLocked under mu before it exits) and claimLocked returns false;
-// otherwise it marks one running and returns true, and the caller must
-// start it with go p.commitLoop() once it has released mu. Caller holds mu.
-func (p *Partition) claimLocked() bool {
-	if p.running {
-		return false
+// kickLocked makes sure a committer will see the work the caller has just
+// recorded. If a committer is running it will (it re-checks for work under
+// mu before it waits or exits): kickLocked wakes it if it is waiting and
+// returns false. Otherwise it marks one running and returns true, and the
+// caller must start it with go p.commitLoop() once it has released mu.
+// Caller holds mu.
+func (p *Partition) kickLocked() bool {
+	if !p.running {
+		p.running = true
+		return true
 	}
-	p.running = true
-	return true
+	if p.waiting {
+		p.waiting = false
+		select {
+		case p.wake <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
+	return false
 }
 
-// workLocked reports whether the committer has anything to do. Caller
+// workLocked reports whether the committer has something to do now (a
+// dirty journal under FsyncAlways waits; see journalDueLocked). Caller
 // holds mu.
 func (p *Partition) workLocked() bool {
-	return p.pendRecs > 0 || len(p.syncReqs) > 0 || p.jSyncDue || p.ivDue || p.retainDue || p.closing
+	return p.pendRecs > 0 || len(p.syncReqs) > 0 || p.ivDue || p.retainDue || p.closing
 }
 
-// commitLoop is the committer goroutine: it commits until no work is left,
-// then exits (see "Lifecycle" above).
+// journalDueLocked reports whether the journal's fsync (FsyncAlways) can
+// wait no longer. Caller holds mu.
+func (p *Partition) journalDueLocked(now time.Time) bool {
+	return p.jSyncDue && now.Sub(p.jDirtyAt) >= journalSyncDelay
+}
+
+// commitLoop is the committer goroutine: it commits while work is due,
+// lingers for committerLinger without work, then exits (see "Lifecycle"
+// above).
 func (p *Partition) commitLoop() {
+	idleFrom := time.Now()
 	for {
-		if p.opts.Fsync == FsyncAlways {
+		p.mu.Lock()
+		p.waiting = false
+		now := time.Now()
+		jsync := p.journalDueLocked(now)
+		if !jsync && !p.workLocked() {
+			until := idleFrom.Add(committerLinger)
+			if j := p.jDirtyAt.Add(journalSyncDelay); p.jSyncDue && j.Before(until) {
+				until = j
+			}
+			if wait := until.Sub(now); wait > 0 {
+				p.waiting = true
+				p.mu.Unlock()
+				p.sleep(wait)
+				continue
+			}
+			if !p.jSyncDue {
+				p.running = false
+				p.mu.Unlock()
+				return
+			}
+			jsync = true // quiet: fsync the journal before exiting
+		}
+		pend := p.pendRecs > 0
+		p.mu.Unlock()
+		if pend && p.opts.Fsync == FsyncAlways {
 			p.gather()
 		}
 		p.wmu.Lock()
-		closing := p.commitOnce()
+		closing := p.commitOnce(jsync)
 		p.wmu.Unlock()
 		if closing {
 			close(p.loopDone)
 			return
 		}
-		p.mu.Lock()
-		more := p.workLocked()
-		if !more {
-			p.running = false
-		}
-		p.mu.Unlock()
-		if !more {
-			return
-		}
+		idleFrom = time.Now()
 	}
+}
+
+// sleep blocks until kickLocked wakes the committer or d has passed. Only
+// the committer calls it (there is one at a time), so the timer is its own.
+func (p *Partition) sleep(d time.Duration) {
+	if p.linger == nil {
+		p.linger = time.NewTimer(d)
+	} else {
+		p.linger.Reset(d)
+	}
+	select {
+	case <-p.wake:
+	case <-p.linger.C:
+	}
+	p.linger.Stop()
 }
 
 // armIntervalLocked schedules the FsyncInterval fsync after a write left
@@ -201,7 +278,7 @@ func (p *Partition) intervalFired() {
 		p.ivArmed = false
 		if !p.closing && !p.closed && p.failErr == nil {
 			p.ivDue = true
-			start = p.claimLocked()
+			start = p.kickLocked()
 		}
 	}
 	p.mu.Unlock()
@@ -253,7 +330,7 @@ func (p *Partition) ageFired() {
 		p.ageArmed = false
 		if !p.closing && !p.closed && p.failErr == nil {
 			p.retainDue = true
-			start = p.claimLocked()
+			start = p.kickLocked()
 		}
 	}
 	p.mu.Unlock()
@@ -301,11 +378,12 @@ func (p *Partition) gather() {
 }
 
 // commitOnce writes every pending batch, fsyncs as the policy demands,
-// releases waiters, and runs retention when due. It reports whether the
-// partition is closing (the loop then exits). Every work item it takes is
-// cleared here, under mu, before it is acted on, so work recorded later
-// is seen by workLocked.
-func (p *Partition) commitOnce() bool {
+// releases waiters, fsyncs the journal when jsync (FsyncAlways: see the top
+// of the file) or when a Sync, Close or interval fsync demands it, and runs
+// retention when due. It reports whether the partition is closing (the
+// loop then exits). Every work item it takes is cleared here, under mu,
+// before it is acted on, so work recorded later is seen by workLocked.
+func (p *Partition) commitOnce(jsync bool) bool {
 	p.mu.Lock()
 	take := append(p.take[:0], p.batches...)
 	p.cur = nil
@@ -318,7 +396,11 @@ func (p *Partition) commitOnce() bool {
 	p.retainDue = false
 	interval := p.ivDue
 	p.ivDue = false
-	p.jSyncDue = false
+	// Everything but a records-only FsyncAlways commit covers the journal.
+	jsync = jsync || len(reqs) > 0 || closing || interval
+	if jsync {
+		p.jSyncDue = false
+	}
 	p.mu.Unlock()
 
 	if err == nil && len(take) > 0 {
@@ -327,23 +409,11 @@ func (p *Partition) commitOnce() bool {
 		}
 	}
 	if err == nil {
-		jdirty := p.j.dirty()
-		need := len(reqs) > 0 || closing ||
-			(p.opts.Fsync == FsyncAlways && (len(take) > 0 || jdirty)) ||
-			(interval && (p.logDirty || jdirty))
-		if need {
-			if serr := p.syncAll(); serr != nil {
+		// The log: what the confirms of this commit need.
+		if p.logDirty && (len(reqs) > 0 || closing || interval || p.opts.Fsync == FsyncAlways) {
+			if serr := p.syncLog(); serr != nil {
 				err = p.fail(serr)
 			}
-		}
-		// Whatever is still dirty (written without an fsync in this
-		// commit, or journal writes racing with it) gets its interval
-		// fsync scheduled. A journal write after the dirty check arms the
-		// timer itself (noteJournal).
-		if err == nil && p.opts.Fsync == FsyncInterval && (p.logDirty || p.j.dirty()) {
-			p.mu.Lock()
-			p.armIntervalLocked()
-			p.mu.Unlock()
 		}
 	}
 
@@ -355,6 +425,23 @@ func (p *Partition) commitOnce() bool {
 		for _, cb := range b.cbs {
 			cb.fn(cb.off, err)
 		}
+	}
+
+	// The journal, after the records' waiters were released: its fsync
+	// delays no confirm of this commit.
+	if err == nil && jsync {
+		if serr := p.j.sync(p.first.Load()); serr != nil {
+			err = p.fail(serr)
+		}
+	}
+	// Whatever is still dirty (written without an fsync in this commit, or
+	// journal writes racing with it) gets its interval fsync scheduled. A
+	// journal write after the dirty check arms the timer itself
+	// (noteJournal).
+	if err == nil && p.opts.Fsync == FsyncInterval && (p.logDirty || p.j.dirty()) {
+		p.mu.Lock()
+		p.armIntervalLocked()
+		p.mu.Unlock()
 	}
 	for _, r := range reqs {
 		r <- err
@@ -411,9 +498,10 @@ func (p *Partition) writeBatches(take []*batch) error {
 		}
 		act := p.act
 		at := act.size // only the committer changes size
-		if _, err := act.f.WriteAt(b.buf, at); err != nil {
+		if _, err := writeFile(act.f, b.buf, at); err != nil {
 			return fmt.Errorf("write %s at %d: %w", act.path, at, err)
 		}
+		statAppends.Add(uint64(b.n))
 		p.logDirty = true
 		p.mu.Lock()
 		for i := 0; i < b.n; i++ {
@@ -442,7 +530,7 @@ func (p *Partition) writeBatches(take []*batch) error {
 func (p *Partition) roll(base uint64) error {
 	old := p.act
 	if p.logDirty {
-		if err := old.f.Sync(); err != nil {
+		if err := syncFile(old.f); err != nil {
 			return fmt.Errorf("fsync %s: %w", old.path, err)
 		}
 		p.logDirty = false
@@ -458,8 +546,8 @@ func (p *Partition) roll(base uint64) error {
 	if err != nil {
 		return err
 	}
-	s.f = f
-	if _, err := f.WriteAt(encodeSegHeader(base), 0); err != nil {
+	s.setFile(f)
+	if _, err := writeFile(f, encodeSegHeader(base), 0); err != nil {
 		f.Close()
 		return fmt.Errorf("write %s: %w", s.path, err)
 	}
@@ -473,22 +561,18 @@ func (p *Partition) roll(base uint64) error {
 	p.retainDue = true
 	p.mu.Unlock()
 	p.act = s
+	old.seal() // its file now lives in the cache of sealed segments
 	return nil
 }
 
-// syncAll fsyncs the active segment (when written since its last fsync)
-// and the journal (when dirty).
-func (p *Partition) syncAll() error {
+// syncLog fsyncs the active segment (written since its last fsync) and
+// keeps the recent fsync time for gather.
+func (p *Partition) syncLog() error {
 	start := time.Now()
-	if p.logDirty {
-		if err := p.act.f.Sync(); err != nil {
-			return fmt.Errorf("fsync %s: %w", p.act.path, err)
-		}
-		p.logDirty = false
+	if err := syncFile(p.act.f); err != nil {
+		return fmt.Errorf("fsync %s: %w", p.act.path, err)
 	}
-	if err := p.j.sync(p.first.Load()); err != nil {
-		return err
-	}
+	p.logDirty = false
 	d := time.Since(start)
 	p.mu.Lock()
 	p.syncDur = (3*p.syncDur + d) / 4
@@ -544,7 +628,7 @@ func (p *Partition) appendDirect(data []byte, ts int64) (off uint64, ok bool, er
 
 	act := p.act
 	at := act.size
-	_, werr := act.f.WriteAt(b.buf, at)
+	_, werr := writeFile(act.f, b.buf, at)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if werr != nil {
@@ -553,6 +637,7 @@ func (p *Partition) appendDirect(data []byte, ts int64) (off uint64, ok bool, er
 		err = p.failLocked(fmt.Errorf("write %s at %d: %w", act.path, at, werr))
 	} else {
 		act.noteRecord(off, ts, at, len(b.buf), p.opts.IndexEveryBytes)
+		statAppends.Add(1)
 		p.written = off + 1
 		p.logDirty = true
 		if p.opts.Fsync == FsyncInterval {

@@ -28,9 +28,12 @@ import (
 //     that an appender wrote;
 //   - every append confirmed before the crash is present and intact, or was
 //     deleted by retention after being settled (queue mode);
-//   - every settlement covered by a completed Sync is still in force, and no
-//     record is settled that nobody settled (stale settlements of lost
-//     offsets must not attach to new records);
+//   - every settlement covered by a completed Sync or by a later journal
+//     fsync (the journal's synced sequence passed the one Settle left), and
+//     under FsyncAlways every settlement older than a generous multiple of
+//     the journal fsync bound, is still in force; and no record is settled
+//     that nobody settled (stale settlements of lost offsets must not
+//     attach to new records);
 //   - engine state: snapshot then a contiguous run of entries, covering
 //     every entry covered by a completed Sync.
 //
@@ -51,6 +54,7 @@ type harness struct {
 	assigned    []offID             // async appends (maybe unconfirmed), for early settles
 	settleCalls map[uint64][]uint64 // offset -> ids that were settled at that offset
 	settleLog   []offID             // settles in return order
+	settleInfo  []settleInfo        // settleLog[i]'s journal sequence and return time
 	durableSet  int                 // settleLog[:durableSet] is covered by a completed Sync
 	stateSeq    uint64              // last engine entry appended (serialized by stateMu)
 	durableSt   uint64              // entries <= durableSt are covered by a completed Sync
@@ -59,9 +63,26 @@ type harness struct {
 	nextID  atomic.Uint64
 	ops     atomic.Int64
 	crashed atomic.Bool
+
+	// Tail epochs (FsyncAlways): see epoch.
+	tailMark atomic.Int64 // unix ns; an appender counts Appends started after it
+	tailDone atomic.Bool  // some appender completed three of them
 }
 
 type offID struct{ off, id uint64 }
+
+// settleInfo: when a Settle returned, and the journal's write sequence
+// then (its entry is at or below it).
+type settleInfo struct {
+	seq uint64
+	at  time.Time
+}
+
+// settleAgeBound: under FsyncAlways a settlement that returned this long
+// before the crash must have been fsynced — the journal fsync bound
+// (storage.JournalSyncDelay) with a wide margin for a loaded machine and
+// the race detector.
+const settleAgeBound = 50 * storage.JournalSyncDelay
 
 func newHarness(t *testing.T, seed uint64, policy storage.FsyncPolicy) *harness {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
@@ -87,9 +108,23 @@ func newHarness(t *testing.T, seed uint64, policy storage.FsyncPolicy) *harness 
 // epoch runs the workload on p until ~target operations completed, then
 // crashes fsys and returns the surviving filesystem plus the snapshot of
 // what was promised before the crash.
-func (h *harness) epoch(p *storage.Partition, fsys *faultfs.FS, target int64) (*faultfs.FS, promised) {
+//
+// A tail epoch (FsyncAlways) checks the bound on unsynced settlements
+// while the partition is busy: at the target the syncer and the state
+// writer stop (so neither a Sync nor a compaction covers what follows),
+// the settler makes a few more settlements and stops, and the appenders
+// keep the committer busy with records; once one appender has completed
+// three Appends that started storage.JournalSyncDelay after that, the
+// committer has passed the journal's deadline and finished the commit
+// that fsyncs it (commit.go), so every settlement must survive the crash.
+// (Mutation check: with the deadline removed from commit.go this fails.)
+func (h *harness) epoch(p *storage.Partition, fsys *faultfs.FS, target int64, tail bool) (*faultfs.FS, promised) {
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	noSync := make(chan struct{}) // stops the syncer and the state writer (compactions fsync)
+	side := make(chan struct{})   // stops the settler
+	var wg, wgSide, wgSync sync.WaitGroup
+	h.tailMark.Store(0)
+	h.tailDone.Store(false)
 	fail := func(what string, err error) bool {
 		if err == nil {
 			return false
@@ -107,15 +142,33 @@ func (h *harness) epoch(p *storage.Partition, fsys *faultfs.FS, target int64) (*
 			return false
 		}
 	}
+	sideStopped := func() bool {
+		select {
+		case <-side:
+			return true
+		default:
+			return stopped()
+		}
+	}
+	syncStopped := func() bool {
+		select {
+		case <-noSync:
+			return true
+		default:
+			return stopped()
+		}
+	}
 	for a := 0; a < 3; a++ {
 		wg.Add(1)
 		go func(seed uint64) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seed, 1))
-			for i := 0; i < 400 && !stopped(); i++ {
+			tailCount := 0
+			for i := 0; (i < 400 || tail) && !stopped(); i++ {
 				id := h.nextID.Add(1)
 				d := idData(id)
-				if r.IntN(3) == 0 {
+				t0 := time.Now()
+				if r.IntN(3) == 0 && !tail {
 					off, err := p.AppendAsync(d, 0, func(off uint64, err error) {
 						if err == nil {
 							h.mu.Lock()
@@ -140,16 +193,24 @@ func (h *harness) epoch(p *storage.Partition, fsys *faultfs.FS, target int64) (*
 					h.confirmed[off] = id
 					h.known[off] = id
 					h.mu.Unlock()
+					if m := h.tailMark.Load(); m != 0 && t0.UnixNano() > m {
+						if tailCount++; tailCount >= 3 {
+							h.tailDone.Store(true)
+						}
+					}
 				}
 				h.ops.Add(1)
 			}
 		}(h.rng.Uint64())
 	}
 	wg.Add(3)
+	wgSide.Add(1)
+	wgSync.Add(2)
 	go func(seed uint64) { // settler: mostly confirmed offsets, sometimes not-yet-durable ones
 		defer wg.Done()
+		defer wgSide.Done()
 		r := rand.New(rand.NewPCG(seed, 2))
-		for i := 0; i < 600 && !stopped(); i++ {
+		for i := 0; (i < 600 || tail) && !sideStopped(); i++ {
 			h.mu.Lock()
 			var pick []offID
 			if r.IntN(2) == 0 { // in order from the frontier, so whole segments get settled
@@ -185,10 +246,13 @@ func (h *harness) epoch(p *storage.Partition, fsys *faultfs.FS, target int64) (*
 			if fail("Settle", p.Settle(offs...)) {
 				return
 			}
+			seq, _ := storage.JournalSeq(p)
+			info := settleInfo{seq, time.Now()}
 			h.mu.Lock()
 			for _, x := range pick {
 				h.settleCalls[x.off] = append(h.settleCalls[x.off], x.id)
 				h.settleLog = append(h.settleLog, x)
+				h.settleInfo = append(h.settleInfo, info)
 			}
 			h.mu.Unlock()
 			for range r.IntN(20) {
@@ -199,8 +263,9 @@ func (h *harness) epoch(p *storage.Partition, fsys *faultfs.FS, target int64) (*
 	compactEvery := 5 << h.rng.IntN(8)
 	go func(seed uint64) { // engine state with compactions
 		defer wg.Done()
+		defer wgSync.Done()
 		r := rand.New(rand.NewPCG(seed, 3))
-		for i := 0; i < 300 && !stopped(); i++ {
+		for i := 0; i < 300 && !syncStopped(); i++ {
 			h.stateMu.Lock()
 			var err error
 			if r.IntN(compactEvery) == 0 {
@@ -223,7 +288,8 @@ func (h *harness) epoch(p *storage.Partition, fsys *faultfs.FS, target int64) (*
 	syncGap := 20 << h.rng.IntN(10) // some seeds sync rarely: long unsynced windows
 	go func() {                     // syncer: everything returned before Sync started is durable after it
 		defer wg.Done()
-		for i := 0; i < 200 && !stopped(); i++ {
+		defer wgSync.Done()
+		for i := 0; i < 200 && !syncStopped(); i++ {
 			h.mu.Lock()
 			n := len(h.settleLog)
 			h.mu.Unlock()
@@ -249,12 +315,49 @@ func (h *harness) epoch(p *storage.Partition, fsys *faultfs.FS, target int64) (*
 	for h.ops.Load() < target && time.Now().Before(deadline) {
 		runtime.Gosched()
 	}
+	if tail {
+		close(noSync)
+		wgSync.Wait()
+		// A few more settlements that no Sync covers.
+		h.mu.Lock()
+		n0 := len(h.settleLog)
+		h.mu.Unlock()
+		for limit := time.Now().Add(200 * time.Millisecond); time.Now().Before(limit); runtime.Gosched() {
+			h.mu.Lock()
+			n := len(h.settleLog)
+			h.mu.Unlock()
+			if n >= n0+3 {
+				break
+			}
+		}
+		close(side)
+		wgSide.Wait()
+		h.tailMark.Store(time.Now().Add(storage.JournalSyncDelay).UnixNano())
+		for limit := time.Now().Add(10 * time.Second); !h.tailDone.Load(); runtime.Gosched() {
+			if time.Now().After(limit) {
+				h.t.Fatalf("tail epoch: the appenders made no progress")
+			}
+		}
+	}
 	// Snapshot the promises first: everything in it was durable before the
 	// crash instant below.
+	_, jsynced := storage.JournalSeq(p)
+	now := time.Now()
 	h.mu.Lock()
 	pr := promised{confirmed: make(map[uint64]uint64, len(h.confirmed)), settles: slices.Clone(h.settleLog[:h.durableSet])}
 	for o, id := range h.confirmed {
 		pr.confirmed[o] = id
+	}
+	for i := h.durableSet; i < len(h.settleLog); i++ {
+		in := h.settleInfo[i]
+		switch {
+		case tail || h.policy == storage.FsyncAlways && now.Sub(in.at) > settleAgeBound:
+			pr.settles = append(pr.settles, h.settleLog[i])
+			stats.settlesByAge.Add(1)
+		case in.seq <= jsynced: // a journal fsync after it completed
+			pr.settles = append(pr.settles, h.settleLog[i])
+			stats.settlesBySync.Add(1)
+		}
 	}
 	h.mu.Unlock()
 	h.stateMu.Lock()
@@ -268,7 +371,11 @@ func (h *harness) epoch(p *storage.Partition, fsys *faultfs.FS, target int64) (*
 	return after, pr
 }
 
-var stats struct{ checked, records, trimmed, settlesChecked atomic.Int64 }
+var stats struct {
+	checked, records, trimmed, settlesChecked atomic.Int64
+	settlesBySync, settlesByAge               atomic.Int64 // checked although no Sync covered them
+	tailEpochs                                atomic.Int64
+}
 
 type promised struct {
 	confirmed map[uint64]uint64
@@ -329,7 +436,7 @@ func (h *harness) check(fsys *faultfs.FS, pr promised) (*storage.Partition, int)
 	stats.settlesChecked.Add(int64(len(pr.settles)))
 	for _, s := range pr.settles {
 		if s.off >= first && got[s.off] == s.id && !p.IsSettled(s.off) {
-			t.Errorf("settlement of %d was synced but is gone", s.off)
+			t.Errorf("settlement of %d was fsynced (Sync, journal fsync or age) but is gone", s.off)
 		}
 	}
 	for off := first; off < next; off++ {
@@ -368,7 +475,7 @@ func (h *harness) check(fsys *faultfs.FS, pr promised) (*storage.Partition, int)
 	// The next epoch's promises start afresh (recorded ids stay for the
 	// settlement checks above).
 	h.mu.Lock()
-	h.confirmed, h.assigned, h.settleLog, h.durableSet = map[uint64]uint64{}, nil, nil, 0
+	h.confirmed, h.assigned, h.settleLog, h.settleInfo, h.durableSet = map[uint64]uint64{}, nil, nil, nil, 0
 	h.known = got
 	for off, id := range got {
 		if off >= first && pr.confirmed[off] == id {
@@ -395,7 +502,11 @@ func runPowerLoss(t *testing.T, seed uint64, policy storage.FsyncPolicy, epochs 
 		if h.rng.IntN(3) == 0 {
 			fsys.SetSyncDelay(time.Duration(h.rng.IntN(80)) * time.Microsecond)
 		}
-		fsys, pr = h.epoch(p, fsys, int64(1+h.rng.IntN(400)))
+		tail := policy == storage.FsyncAlways && h.rng.IntN(6) == 0
+		fsys, pr = h.epoch(p, fsys, int64(1+h.rng.IntN(400)), tail)
+		if tail {
+			stats.tailEpochs.Add(1)
+		}
 		var l int
 		p, l = h.check(fsys, pr)
 		lost += l
@@ -423,8 +534,9 @@ func TestPowerLossAlways(t *testing.T) {
 			t.Fatalf("seed %d failed", s)
 		}
 	}
-	t.Logf("%d seeds: checked %d confirmed appends and %d synced settlements; %d records recovered; %d epochs had trimmed the head",
-		s, stats.checked.Load(), stats.settlesChecked.Load(), stats.records.Load(), stats.trimmed.Load())
+	t.Logf("%d seeds: checked %d confirmed appends and %d fsynced settlements (%d of them covered by a journal fsync but no Sync, %d only by age: tail epochs or older than %v); %d tail epochs; %d records recovered; %d epochs had trimmed the head",
+		s, stats.checked.Load(), stats.settlesChecked.Load(), stats.settlesBySync.Load(), stats.settlesByAge.Load(), settleAgeBound,
+		stats.tailEpochs.Load(), stats.records.Load(), stats.trimmed.Load())
 }
 
 // TestPowerLossNoneLoses runs the same harness without fsync and asserts

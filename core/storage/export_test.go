@@ -17,3 +17,24 @@ func Scheduled(p *Partition) (committer, fsyncTimer, ageTimer bool) {
 	defer p.mu.Unlock()
 	return p.running && !p.closed, p.ivArmed, p.ageArmed
 }
+
+// SetMaxOpenSealed sets the process-wide bound on open sealed-segment
+// files and returns the previous one.
+func SetMaxOpenSealed(n int) int { return sealedFDs.setMax(n) }
+
+// OpenSealed returns the number of sealed-segment files held open by the
+// process-wide cache.
+func OpenSealed() int { return sealedFDs.open() }
+
+// JournalSeq returns the journal's write sequence (bumped by every entry
+// written, snapshots included) and the sequence its last successful fsync
+// covered: an entry written at or below synced is on disk.
+func JournalSeq(p *Partition) (written, synced uint64) {
+	p.j.mu.Lock()
+	defer p.j.mu.Unlock()
+	return p.j.seq, p.j.synced
+}
+
+// JournalSyncDelay is the bound (FsyncAlways) on how long a journal entry
+// stays written but not fsynced while the partition is busy.
+const JournalSyncDelay = journalSyncDelay

@@ -12,7 +12,9 @@ import (
 // that models power loss (see package faultfs).
 //
 // The durability model the partition relies on is the POSIX one:
-//   - File.Sync makes the file's content (and size) durable;
+//   - File.Sync makes the file's content and size durable (every byte
+//     written before the call can be read back after a power loss); it need
+//     not make other metadata (timestamps) durable — fdatasync suffices;
 //   - creating, renaming or removing a directory entry is durable only after
 //     SyncDir of the parent directory.
 type FS interface {
@@ -35,6 +37,8 @@ type FS interface {
 type File interface {
 	io.ReaderAt
 	io.WriterAt
+	// Sync makes the content and size durable (see FS). OSFS implements it
+	// with fdatasync on Linux, fsync elsewhere.
 	Sync() error
 	Truncate(size int64) error
 	Size() (int64, error)
@@ -45,6 +49,10 @@ type File interface {
 type OSFS struct{}
 
 type osFile struct{ *os.File }
+
+// Sync implements File with dataSync: fdatasync on Linux (fs_linux.go),
+// fsync elsewhere. Directories keep a real fsync (SyncDir).
+func (f osFile) Sync() error { return dataSync(f.File) }
 
 func (f osFile) Size() (int64, error) {
 	st, err := f.File.Stat()

@@ -160,6 +160,7 @@ type journal struct {
 	set     rangeSet
 	durable uint64 // settled frontier as of the last successful fsync
 	buf     []byte
+	pl      []byte // settle payload scratch
 	spans   []span
 	offs    []uint64
 }
@@ -207,7 +208,7 @@ func openJournal(fsys FS, dir string, names []string, log *slog.Logger, next uin
 		if err := j.write(kindReset, binary.AppendUvarint(nil, next)); err != nil {
 			return nil, err
 		}
-		if err := j.f.Sync(); err != nil {
+		if err := syncFile(j.f); err != nil {
 			return nil, err
 		}
 		j.synced = j.seq
@@ -293,7 +294,7 @@ func (j *journal) tryOpen(g uint64, path string) (bool, error) {
 			f.Close()
 			return false, err
 		}
-		if err := f.Sync(); err != nil {
+		if err := syncFile(f); err != nil {
 			f.Close()
 			return false, err
 		}
@@ -336,11 +337,11 @@ func (j *journal) create(g uint64, engine []byte, hasEngine bool) error {
 		p = append(p, 0)
 	}
 	b := appendEntry(encodeJHeader(g), kindSnapshot, p)
-	if _, err := f.WriteAt(b, 0); err != nil {
+	if _, err := writeFile(f, b, 0); err != nil {
 		f.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := syncFile(f); err != nil {
 		f.Close()
 		return fmt.Errorf("fsync %s: %w", path, err)
 	}
@@ -364,7 +365,7 @@ func (j *journal) create(g uint64, engine []byte, hasEngine bool) error {
 // write appends one entry with a single write. Caller holds mu.
 func (j *journal) write(kind byte, payload []byte) error {
 	j.buf = appendEntry(j.buf[:0], kind, payload)
-	if _, err := j.f.WriteAt(j.buf, j.size); err != nil {
+	if _, err := writeFile(j.f, j.buf, j.size); err != nil {
 		return fmt.Errorf("write %s: %w", j.path, err)
 	}
 	j.size += int64(len(j.buf))
@@ -372,8 +373,10 @@ func (j *journal) write(kind byte, payload []byte) error {
 	return nil
 }
 
-// settle records offsets (all below the log end) as settled.
-func (j *journal) settle(offs []uint64) error {
+// settle records offsets (all below the log end) as settled. It reports
+// whether it wrote an entry (not when every offset was settled already)
+// and the settled frontier from first afterwards.
+func (j *journal) settle(offs []uint64, first uint64) (bool, uint64, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.offs = j.offs[:0]
@@ -383,17 +386,17 @@ func (j *journal) settle(offs []uint64) error {
 		}
 	}
 	if len(j.offs) == 0 {
-		return nil
+		return false, 0, nil
 	}
 	j.spans = offsetsToSpans(j.offs, j.spans[:0])
-	pl := appendRanges(nil, j.spans)
-	if err := j.write(kindSettle, pl); err != nil {
-		return err
+	j.pl = appendRanges(j.pl[:0], j.spans)
+	if err := j.write(kindSettle, j.pl); err != nil {
+		return false, 0, err
 	}
 	for _, s := range j.spans {
 		j.set.add(s.start, s.end)
 	}
-	return nil
+	return true, j.set.frontierFrom(first), nil
 }
 
 func (j *journal) appendEngine(entry []byte) error {
@@ -421,7 +424,7 @@ func (j *journal) sync(first uint64) error {
 	if clean {
 		return nil
 	}
-	if err := f.Sync(); err != nil {
+	if err := syncFile(f); err != nil {
 		return fmt.Errorf("fsync %s: %w", j.path, err)
 	}
 	j.mu.Lock()

@@ -61,11 +61,17 @@ type Partition struct {
 	quarErr      error
 
 	// Committer lifecycle (see commit.go): running is true while a
-	// committer goroutine exists (or is being started: see claimLocked);
-	// it is started when work is recorded and clears running itself, under mu, when it finds
-	// none. jSyncDue: a journal write awaits its fsync (FsyncAlways).
+	// committer goroutine exists (or is being started: see kickLocked);
+	// it is started when work is recorded and clears running itself, under
+	// mu, when it has found none for committerLinger. waiting: it is
+	// blocked in sleep, to be woken through wake. jSyncDue: a journal write
+	// awaits its fsync (FsyncAlways), the oldest since jDirtyAt.
 	running  bool
+	waiting  bool
+	wake     chan struct{} // capacity 1
+	linger   *time.Timer   // the committer's wait timer (reused)
 	jSyncDue bool
+	jDirtyAt time.Time
 	loopDone chan struct{} // closed by the committer that handled Close
 
 	// Timers, armed only while they have something to do (no ticker).
@@ -89,6 +95,7 @@ func OpenPartition(dir string, opts Options) (*Partition, error) {
 		opts:     opts,
 		fs:       opts.FS,
 		log:      opts.Logger,
+		wake:     make(chan struct{}, 1),
 		loopDone: make(chan struct{}),
 	}
 	p.space.L = &p.mu
@@ -116,7 +123,7 @@ func OpenPartition(dir string, opts Options) (*Partition, error) {
 	p.j.durable = p.j.set.frontierFrom(p.segs[0].base)
 	p.mu.Lock()
 	p.retainDue = true // first retention pass, in the background
-	start := p.claimLocked()
+	start := p.kickLocked()
 	p.mu.Unlock()
 	if start {
 		go p.commitLoop()
@@ -212,11 +219,16 @@ func (p *Partition) Read(offset uint64) (Record, error) {
 	end := s.size
 	s.ioMu.RLock()
 	p.mu.Unlock()
-	rec, err := s.readOne(int64(e.pos), s.base+uint64(e.rel), offset, end)
-	if _, bad := err.(*CorruptionError); bad && e.pos != segHeaderLen {
-		// The index is only an accelerator (it can be stale after a power
-		// loss): before calling the log corrupt, walk it from the header.
-		rec, err = s.readOne(segHeaderLen, s.base, offset, end)
+	f, err := s.readFile(p.fs)
+	var rec Record
+	if err == nil {
+		rec, err = s.readOne(f, int64(e.pos), s.base+uint64(e.rel), offset, end)
+		if _, bad := err.(*CorruptionError); bad && e.pos != segHeaderLen {
+			// The index is only an accelerator (it can be stale after a
+			// power loss): before calling the log corrupt, walk it from
+			// the header.
+			rec, err = s.readOne(f, segHeaderLen, s.base, offset, end)
+		}
 	}
 	s.ioMu.RUnlock()
 	if err != nil {
@@ -319,10 +331,12 @@ func (p *Partition) Scan(from uint64, fn func(Record) bool) error {
 			end, segNext := s.size, s.next
 			s.ioMu.RLock()
 			p.mu.Unlock()
-			var err error
-			recs, err = scanChunk(s, e, from, segNext, end, recs)
-			if _, bad := err.(*CorruptionError); bad && e.pos != segHeaderLen {
-				recs, err = scanChunk(s, idxEntry{0, segHeaderLen}, from, segNext, end, recs[:0])
+			f, err := s.readFile(p.fs)
+			if err == nil {
+				recs, err = scanChunk(s, f, e, from, segNext, end, recs)
+				if _, bad := err.(*CorruptionError); bad && e.pos != segHeaderLen {
+					recs, err = scanChunk(s, f, idxEntry{0, segHeaderLen}, from, segNext, end, recs[:0])
+				}
 			}
 			s.ioMu.RUnlock()
 			if err != nil {
@@ -338,9 +352,10 @@ func (p *Partition) Scan(from uint64, fn func(Record) bool) error {
 	}
 }
 
-// scanChunk reads up to ~1 MiB of records of s starting at offset from.
-func scanChunk(s *segment, e idxEntry, from, segNext uint64, end int64, out []Record) ([]Record, error) {
-	r := newRecReader(s.f, int64(e.pos), end)
+// scanChunk reads up to ~1 MiB of records of s (through its read handle f)
+// starting at offset from.
+func scanChunk(s *segment, f File, e idxEntry, from, segNext uint64, end int64, out []Record) ([]Record, error) {
+	r := newRecReader(f, int64(e.pos), end)
 	bytes := 0
 	for off := s.base + uint64(e.rel); off < segNext && bytes < 1<<20; off++ {
 		rec, pos, bad, err := r.next(off)
@@ -361,10 +376,11 @@ func scanChunk(s *segment, e idxEntry, from, segNext uint64, end int64, out []Re
 
 // Settle records offsets as settled (acked, dead-lettered or expired). The
 // journal entry is written to the OS before Settle returns, so a process
-// crash never loses it; it is fsynced with the next group commit
-// (FsyncAlways), by the interval fsync it schedules (FsyncInterval), or
-// only by Sync, retention and Close (FsyncNone). Offsets not yet assigned
-// are refused with ErrOutOfRange; already settled offsets are ignored.
+// crash never loses it; it is fsynced by the committer within
+// journalSyncDelay (FsyncAlways, see commit.go), by the interval fsync it
+// schedules (FsyncInterval), or only by Sync, retention and Close
+// (FsyncNone). Offsets not yet assigned are refused with ErrOutOfRange;
+// already settled offsets are ignored.
 func (p *Partition) Settle(offsets ...uint64) error {
 	p.mu.Lock()
 	err := p.errLocked()
@@ -378,32 +394,43 @@ func (p *Partition) Settle(offsets ...uint64) error {
 			return fmt.Errorf("%w: settle offset %d, next %d", ErrOutOfRange, o, next)
 		}
 	}
-	if err := p.j.settle(offsets); err != nil {
+	wrote, frontier, err := p.j.settle(offsets, p.first.Load())
+	if err != nil {
 		return p.fail(err)
 	}
-	p.noteJournal(true)
+	if wrote {
+		p.noteJournal(true, frontier)
+	}
 	return nil
 }
 
-// noteJournal runs after a journal write: it asks the committer to cover
-// it with its next fsync (FsyncAlways) or schedules the interval fsync
-// (FsyncInterval), and has queue retention re-checked after settlements.
-func (p *Partition) noteJournal(settled bool) {
-	queueRet := settled && !p.opts.Retention.ByLimits
-	if !queueRet && p.opts.Fsync == FsyncNone {
+// noteJournal runs after a journal write: it makes sure a committer will
+// fsync it (FsyncAlways: one is running, it needs no wake-up) or schedules
+// the interval fsync (FsyncInterval), and after settlements that complete
+// the oldest segment (frontier past the second segment's base) has a queue
+// retention pass run.
+func (p *Partition) noteJournal(settled bool, frontier uint64) {
+	queueMode := settled && !p.opts.Retention.ByLimits
+	if !queueMode && p.opts.Fsync == FsyncNone {
 		return
 	}
 	p.mu.Lock()
-	if queueRet {
+	start := false
+	if queueMode && len(p.segs) > 1 && frontier >= p.segs[1].base {
 		p.retainDue = true
+		start = p.kickLocked()
 	}
 	switch p.opts.Fsync {
 	case FsyncAlways:
-		p.jSyncDue = true
+		if !p.jSyncDue {
+			p.jSyncDue, p.jDirtyAt = true, time.Now()
+		}
+		if !p.running { // a running committer fsyncs it in time unwoken
+			start = p.kickLocked()
+		}
 	case FsyncInterval:
 		p.armIntervalLocked()
 	}
-	start := (queueRet || p.opts.Fsync == FsyncAlways) && p.claimLocked()
 	p.mu.Unlock()
 	if start {
 		go p.commitLoop()
@@ -445,7 +472,7 @@ func (p *Partition) AppendState(entry []byte) error {
 	if err := p.j.appendEngine(entry); err != nil {
 		return p.fail(err)
 	}
-	p.noteJournal(false)
+	p.noteJournal(false, 0)
 	return nil
 }
 
@@ -497,7 +524,7 @@ func (p *Partition) Sync() error {
 		return err
 	}
 	p.syncReqs = append(p.syncReqs, ch)
-	start := p.claimLocked()
+	start := p.kickLocked()
 	p.mu.Unlock()
 	if start {
 		go p.commitLoop()
@@ -516,7 +543,7 @@ func (p *Partition) Close() error {
 	}
 	p.closing = true
 	p.space.Broadcast()
-	start := p.claimLocked() // else the running committer sees closing before it exits
+	start := p.kickLocked() // else the running committer sees closing before it exits
 	p.mu.Unlock()
 	if start {
 		go p.commitLoop()
@@ -533,11 +560,9 @@ func (p *Partition) Close() error {
 	segs := p.segs
 	p.mu.Unlock()
 	for _, s := range segs {
-		s.ioMu.Lock()
-		if cerr := s.f.Close(); cerr != nil && err == nil {
+		if cerr := s.closeFile(); cerr != nil && err == nil {
 			err = cerr
 		}
-		s.ioMu.Unlock()
 	}
 	if cerr := p.j.close(); cerr != nil && err == nil {
 		err = cerr

@@ -51,13 +51,13 @@ func (p *Partition) openLog(names []string) error {
 		if err != nil {
 			return err
 		}
-		s.f = f
+		s.setFile(f)
 		if err := p.writeSegHeader(s); err != nil {
-			f.Close()
+			s.closeFile()
 			return err
 		}
 		if err := p.fs.SyncDir(p.dir); err != nil {
-			f.Close()
+			s.closeFile()
 			return err
 		}
 		p.segs = []*segment{s}
@@ -70,12 +70,15 @@ func (p *Partition) openLog(names []string) error {
 			p.closeSegs()
 			return err
 		}
-		s.f = f
+		s.setFile(f)
 		p.segs = append(p.segs, s)
 		newest := i == len(bases)-1
 		if err := p.recoverSegment(s, newest, idx[base] != ""); err != nil {
 			p.closeSegs()
 			return err
+		}
+		if !newest {
+			s.seal() // the cache may close it; reads reopen it
 		}
 		if i > 0 {
 			if prev := p.segs[i-1]; prev.next != base {
@@ -90,18 +93,16 @@ func (p *Partition) openLog(names []string) error {
 
 func (p *Partition) closeSegs() {
 	for _, s := range p.segs {
-		if s.f != nil {
-			s.f.Close()
-		}
+		s.closeFile()
 	}
 	p.segs = nil
 }
 
 func (p *Partition) writeSegHeader(s *segment) error {
-	if _, err := s.f.WriteAt(encodeSegHeader(s.base), 0); err != nil {
+	if _, err := writeFile(s.f, encodeSegHeader(s.base), 0); err != nil {
 		return err
 	}
-	return s.f.Sync()
+	return syncFile(s.f)
 }
 
 // recoverSegment establishes s.size, s.next, s.index and s.maxTs.
@@ -171,7 +172,7 @@ func (p *Partition) recoverSegment(s *segment, newest, hasIdx bool) error {
 			if err := s.f.Truncate(pos); err != nil {
 				return err
 			}
-			if err := s.f.Sync(); err != nil {
+			if err := syncFile(s.f); err != nil {
 				return err
 			}
 			break

@@ -117,9 +117,7 @@ func (p *Partition) exceededLocked(now int64) bool {
 }
 
 func (p *Partition) deleteSegment(s *segment) error {
-	s.ioMu.Lock() // wait for readers still using the file
-	s.f.Close()
-	s.ioMu.Unlock()
+	s.closeFile() // waits for readers still using the file
 	if err := p.fs.Remove(s.path); err != nil {
 		return fmt.Errorf("storage: remove %s: %w", s.path, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // A segment is one file of the log, named by the offset of its first record
@@ -16,7 +17,11 @@ type segment struct {
 	base    uint64
 	path    string
 	idxPath string
-	f       File
+	// f is the writable file of the active segment, used by the writer
+	// role (and by recovery); nil once the segment is sealed. Readers go
+	// through h (see fdcache.go): the same file while the segment is
+	// active, a lazily opened, cached one once it is sealed.
+	f File
 
 	// Guarded by Partition.mu; written only by the committer (and by
 	// recovery before the partition is shared).
@@ -27,9 +32,14 @@ type segment struct {
 	index   []idxEntry // sparse index: first entry is always {0, segHeaderLen}
 	lastIdx int64      // file position of the last index entry
 
-	// ioMu keeps the file open while a reader uses it outside
-	// Partition.mu: readers RLock, retention Locks before Close.
-	ioMu sync.RWMutex
+	// ioMu keeps the read handle open while a reader uses it outside
+	// Partition.mu: readers RLock; whoever closes it (retention, Close,
+	// the descriptor cache's eviction) holds it for writing.
+	ioMu   sync.RWMutex
+	h      atomic.Pointer[fileHandle] // read handle; nil while closed
+	openMu sync.Mutex                 // serializes lazy opens of h
+	used   atomic.Bool                // read since the last eviction sweep
+	slot   int                        // index in sealedFDs.ring, or -1 (sealedFDs.mu)
 }
 
 func segmentName(base uint64) string { return fmt.Sprintf("%020d.log", base) }
@@ -54,6 +64,7 @@ func newSegment(dir string, base uint64) *segment {
 		next:    base,
 		index:   []idxEntry{{rel: 0, pos: segHeaderLen}},
 		lastIdx: segHeaderLen,
+		slot:    -1,
 	}
 }
 
@@ -89,14 +100,14 @@ func (s *segment) lookup(off uint64) idxEntry {
 // readOne reads the record with offset want, walking headers forward from
 // a known record boundary (pos, off). end bounds the walk. Every header on
 // the way must carry the next dense offset; the target record's CRC is
-// verified. Caller holds s.ioMu (read).
-func (s *segment) readOne(pos int64, off, want uint64, end int64) (Record, error) {
+// verified. f is s's read handle; caller holds s.ioMu (read).
+func (s *segment) readOne(f File, pos int64, off, want uint64, end int64) (Record, error) {
 	var h [recHeaderLen]byte
 	for {
 		if pos+recHeaderLen > end {
 			return Record{}, s.corrupt(pos, off, "record runs past the written end")
 		}
-		if _, err := s.f.ReadAt(h[:], pos); err != nil {
+		if _, err := f.ReadAt(h[:], pos); err != nil {
 			return Record{}, fmt.Errorf("storage: read %s at %d: %w", s.path, pos, err)
 		}
 		hd := decodeHeader(h[:])
@@ -105,7 +116,7 @@ func (s *segment) readOne(pos int64, off, want uint64, end int64) (Record, error
 		}
 		if off == want {
 			buf := make([]byte, recHeaderLen+int(hd.length))
-			if _, err := s.f.ReadAt(buf, pos); err != nil {
+			if _, err := f.ReadAt(buf, pos); err != nil {
 				return Record{}, fmt.Errorf("storage: read %s at %d: %w", s.path, pos, err)
 			}
 			if why := checkRecord(buf, want); why != "" {

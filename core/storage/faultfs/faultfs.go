@@ -62,7 +62,8 @@ type FS struct {
 	dirs    map[string]*dir
 	crashed bool
 
-	syncs, writes       int // operations so far
+	syncs, writes       int            // operations so far
+	fileSyncs           map[string]int // successful File.Sync calls by name extension
 	syncDelay           time.Duration
 	failSync, failWrite int // 1-based operation number that fails; 0 = none
 	failSticky          bool
@@ -113,6 +114,15 @@ func (f *FS) Syncs() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.syncs
+}
+
+// FileSyncs returns the number of successful File.Sync calls so far on
+// files whose name has extension ext (as filepath.Ext reports it, e.g.
+// ".log"). Directory syncs are not counted.
+func (f *FS) FileSyncs(ext string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fileSyncs[ext]
 }
 
 // Unsynced returns, for every file (by path) whose content has changed
@@ -422,6 +432,10 @@ func (h *File) Sync() error {
 	d := min(ino.dirtyFrom, len(ino.durable))
 	ino.durable = append(ino.durable[:d], ino.data[d:]...)
 	ino.dirtyFrom = len(ino.data)
+	if h.fs.fileSyncs == nil {
+		h.fs.fileSyncs = map[string]int{}
+	}
+	h.fs.fileSyncs[filepath.Ext(h.name)]++
 	return nil
 }
 
