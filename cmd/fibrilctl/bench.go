@@ -13,7 +13,7 @@ import (
 
 const benchArgs = `--topic T [--partitions N] [--size BYTES] [--producers P] [--consumers C] [--window W] [--confirmed]
        [--prefetch N] [--auto-ack] [--duration D] [--warmup D] [--drain D] [--rate R] [--max-ahead N]
-       [--mode throughput|rtt|fsync] [--fsync-dir DIR] [--coalesce] [--json] [--progress=false]`
+       [--mode throughput|rtt|fsync] [--fsync-dir DIR] [--json] [--progress=false]`
 
 func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 	fs := newFlagSet("bench", benchArgs, g, e)
@@ -24,7 +24,7 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 	fs.IntVar(&cfg.Size, "size", 1024, fmt.Sprintf("payload bytes (at least %d: the stamp header)", bench.HeaderSize))
 	fs.IntVar(&cfg.Producers, "producers", 1, "publishing connections")
 	fs.IntVar(&cfg.Consumers, "consumers", 1, "consuming connections, each subscribed to every partition")
-	fs.IntVar(&cfg.Window, "window", 1, "confirmed publishes in flight per producer")
+	fs.IntVar(&cfg.Window, "window", 1, "confirmed publishes in flight per producer (PublishAsync)")
 	fs.BoolVar(&cfg.Confirmed, "confirmed", false, "wait for PUBLISH_OK (default: fire and forget)")
 	fs.IntVar(&cfg.Prefetch, "prefetch", 256, "unsettled deliveries per partition and consumer")
 	fs.BoolVar(&cfg.AutoAck, "auto-ack", false, "auto-ack subscriptions (default: ack every delivery)")
@@ -34,7 +34,7 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 	fs.Float64Var(&cfg.Rate, "rate", 0, "total offered msgs/s, paced open loop (0 = as fast as the window allows)")
 	fs.Int64Var(&cfg.MaxAhead, "max-ahead", 0, "producers wait while sent − delivered ≥ N (0 = no bound)")
 	fs.StringVar(&cfg.Mode, "mode", "throughput", "throughput, rtt (one message at a time) or fsync (local disk baseline)")
-	fs.BoolVar(&cfg.Coalesce, "coalesce", false, "batch the client's frame writes into few syscalls (the SDK writes each frame on its own)")
+	coalesce := fs.Bool("coalesce", false, "deprecated, no effect: the client always batches its writes")
 	fsyncDir := fs.String("fsync-dir", os.TempDir(), "--mode fsync: directory to write in (use the broker's data_dir file system)")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
 	progress := fs.Bool("progress", true, "print progress to stderr once a second")
@@ -45,6 +45,9 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 	}
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q", pos[0])
+	}
+	if *coalesce {
+		fmt.Fprintln(e.stderr, "fibrilctl bench: --coalesce is deprecated and has no effect: core/client batches its writes")
 	}
 
 	if cfg.Mode == "fsync" {

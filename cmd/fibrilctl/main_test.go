@@ -386,10 +386,23 @@ func checkComplete(t *testing.T, m map[string]any, confirmed bool) {
 
 func TestBenchConfirmed(t *testing.T) {
 	m := benchJSON(t, "--topic", "bench-confirmed", "--partitions", "2", "--producers", "2", "--consumers", "2",
-		"--window", "32", "--confirmed", "--prefetch", "64", "--duration", "2s", "--max-ahead", "256", "--warmup", "200ms", "--coalesce")
+		"--window", "32", "--confirmed", "--prefetch", "64", "--duration", "2s", "--max-ahead", "256", "--warmup", "200ms")
 	checkComplete(t, m, true)
 	if num(m, "partitions") != 2 || m["confirm_mode"] != true || m["coalesce"] != true {
 		t.Fatalf("parameters: %v", m)
+	}
+	// The client batched its writes: fewer write(2) calls than frames.
+	cs, _ := m["client_stats"].(map[string]any)
+	if num(cs, "coalesced_frames") == 0 || num(cs, "coalesced_syscalls") == 0 || num(cs, "coalesced_syscalls") > num(cs, "coalesced_frames") {
+		t.Fatalf("client write stats: %v", m["client_stats"])
+	}
+	if num(m, "cpu_per_msg_us") <= 0 {
+		t.Fatalf("no CPU per message: %v", m)
+	}
+	// --coalesce is a deprecated no-op (scripts may still pass it).
+	r := ctl(t, "", "bench", "--coalesce", "--json", "--progress=false", "--consumers", "0", "--duration", "200ms")
+	if r.code != 0 || !strings.Contains(r.stderr, "--coalesce is deprecated") {
+		t.Fatalf("--coalesce: %+v", r)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -20,6 +21,7 @@ type Client struct {
 	pool   *pool
 	topo   *topoCache
 	stats  statCounters
+	async  *completer // callbacks of PublishAsync
 
 	resumeMu sync.Mutex
 	resume   map[string]wire.ResumeIdentity // per endpoint address (§8.4)
@@ -56,11 +58,19 @@ type Stats struct {
 	IgnoredFrames uint64
 	// Reconnects counts successful connects after the first, per endpoint.
 	Reconnects uint64
+
+	// Write batching (not broker behaviour): frames queued on the
+	// connections (a merged ACK counts once), Write calls that carried them
+	// to the sockets, bytes written, and ACKs merged into the ACK queued
+	// just before them.
+	FramesQueued, WriteCalls, BytesWritten, AcksMerged uint64
 }
 
 type statCounters struct {
 	prefetchViolations, protocolViolations, uncorrelatedErrors, unmatchedReplies,
 	unknownSubDeliveries, droppedDeliveries, staleSettles, ignoredFrames, reconnects atomic.Uint64
+
+	framesQueued, writeCalls, bytesWritten, acksMerged atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -76,6 +86,10 @@ func (c *Client) Stats() Stats {
 		StaleSettles:         s.staleSettles.Load(),
 		IgnoredFrames:        s.ignoredFrames.Load(),
 		Reconnects:           s.reconnects.Load(),
+		FramesQueued:         s.framesQueued.Load(),
+		WriteCalls:           s.writeCalls.Load(),
+		BytesWritten:         s.bytesWritten.Load(),
+		AcksMerged:           s.acksMerged.Load(),
 	}
 }
 
@@ -94,6 +108,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		topo:   newTopoCache(),
 		resume: make(map[string]wire.ResumeIdentity),
 		subs:   make(map[*Subscription]struct{}),
+		async:  newCompleter(),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	boot := newEndpoint(c, opts.Addrs[0])
@@ -124,9 +139,11 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	return c, nil
 }
 
-// Close closes every connection and subscription. Requests in flight fail
-// with an error matching ErrOutcomeUnknown; later calls fail with
-// ErrClosed.
+// Close closes every connection and subscription. Each connection first
+// hands the frames already queued (acks, unconfirmed publishes) to its
+// socket, for at most 2s. Requests in flight then fail with an error
+// matching ErrOutcomeUnknown (and PublishAsync callbacks run with it);
+// later calls fail with ErrClosed.
 func (c *Client) Close() error {
 	c.subsMu.Lock()
 	subs := make([]*Subscription, 0, len(c.subs))
@@ -173,7 +190,7 @@ func (c *Client) connConfig(resume *wire.ResumeIdentity, rc *wire.ReconcileClien
 		ClientName: o.ClientName, ClientVersion: o.ClientVersion,
 		Username: o.Username, Password: o.Password,
 		TLS: o.TLS, Heartbeat: o.Heartbeat, Dial: o.Dial, Logger: o.Logger,
-		Resume: resume, Reconcile: rc, OnPush: ep.onPush,
+		Resume: resume, Reconcile: rc, OnPush: ep.onPush, WriteBufferSize: o.WriteBufferSize,
 	}
 }
 
@@ -206,58 +223,197 @@ type opSpec struct {
 	afterRedirect func(ctx context.Context, r *wire.Redirect)
 }
 
-// roundTrip sends a request and returns its success reply, applying the
-// §7.3 client column: re-send a request that was never written, or that
-// was answered with REDIRECT (at most MaxRedirects), 409 (when retry409)
-// or 503, within ctx (or OperationTimeout when ctx has no deadline);
-// never re-send after a 504 or after the connection died with the request
-// in flight (ErrOutcomeUnknown). Other error codes are returned as *Error.
-func (c *Client) roundTrip(ctx context.Context, spec opSpec) (Frame, error) {
+// waitCtx is the context for the blocking steps of an operation (dialing,
+// backoff, topology refreshes). When the caller's context has no
+// deadline the operation is bounded by OperationTimeout: the derived
+// context (and its timer) is only created if such a step is needed, and
+// replies are bounded by the connections' sweep instead.
+type waitCtx struct {
+	parent   context.Context
+	deadline time.Time // zero: parent has its own deadline
+	ctx      context.Context
+	cancel   context.CancelFunc
+}
+
+func (c *Client) newWaitCtx(ctx context.Context) waitCtx {
+	w := waitCtx{parent: ctx}
 	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.opts.OperationTimeout)
-		defer cancel()
+		w.deadline = time.Now().Add(c.opts.OperationTimeout)
 	}
-	redirects, attempt := 0, 0
-	var lastErr error
-	retry := func(err error) bool {
-		lastErr = err
-		ok := sleepCtx(ctx, c.opts.backoff(attempt))
-		attempt++
-		return ok
+	return w
+}
+
+func (w *waitCtx) get() context.Context {
+	if w.deadline.IsZero() {
+		return w.parent
 	}
-	giveUp := func(err error) error {
-		if lastErr != nil {
-			return lastErr
-		}
+	if w.ctx == nil {
+		w.ctx, w.cancel = context.WithDeadline(w.parent, w.deadline)
+	}
+	return w.ctx
+}
+
+// err is the context error of the operation: the parent's, or
+// DeadlineExceeded once its OperationTimeout passed.
+func (w *waitCtx) err() error {
+	if err := w.parent.Err(); err != nil {
 		return err
 	}
+	if !w.deadline.IsZero() && !time.Now().Before(w.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (w *waitCtx) release() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+}
+
+// resendState is the §7.3 bookkeeping of one operation across attempts.
+type resendState struct {
+	redirects, attempt int
+	lastErr            error
+}
+
+// backoff records err as the last error and sleeps the next backoff; false
+// when the operation's deadline ended first.
+func (c *Client) backoff(w *waitCtx, st *resendState, err error) bool {
+	st.lastErr = err
+	ok := sleepCtx(w.get(), c.opts.backoff(st.attempt))
+	st.attempt++
+	return ok
+}
+
+// giveUp returns the last broker answer if there was one, else err.
+func (st *resendState) giveUp(err error) error {
+	if st.lastErr != nil {
+		return st.lastErr
+	}
+	return err
+}
+
+// afterConnErr decides what to do when no connection could be had for an
+// attempt: retry (true) or fail with the returned error.
+func (c *Client) afterConnErr(w *waitCtx, ep *endpoint, key *routeKey, st *resendState, err error) (bool, error) {
+	switch {
+	case errors.Is(err, ErrClosed) && c.ctx.Err() != nil:
+		return false, ErrClosed
+	case errors.Is(err, errRetired) && w.err() == nil:
+		return true, nil // routed again from the updated cache
+	case w.err() != nil:
+		return false, st.giveUp(err)
+	case fatalDialError(err):
+		return false, err
+	}
+	if key != nil && ep != c.pool.boot {
+		// The owner is unreachable: it may have moved or died.
+		c.refreshTopology(w.get(), key.topic, key.group)
+	}
+	if !c.backoff(w, st, err) {
+		return false, st.giveUp(err)
+	}
+	return true, nil
+}
+
+// afterReply applies the §7.3 client column to one attempt's outcome: a
+// success reply is returned (retry false, err nil); a never-written
+// request, a REDIRECT (at most MaxRedirects), a 409 (when retry409) and a
+// 503 are re-sent (retry true) within the deadline, after the backoff or
+// topology refresh they call for; anything else is final.
+func (c *Client) afterReply(w *waitCtx, spec *opSpec, key *routeKey, st *resendState, f Frame, err error) (bool, error) {
+	if err != nil {
+		if isNotWritten(err) {
+			// Never reached the broker: re-send while the deadline allows,
+			// else report the last broker answer if there was one.
+			if w.err() != nil || !c.backoff(w, st, err) {
+				return false, st.giveUp(err)
+			}
+			return true, nil
+		}
+		return false, err
+	}
+	switch f.Op {
+	case wire.OpRedirect:
+		var r wire.Redirect
+		if err := f.Decode(&r); err != nil {
+			c.stats.protocolViolations.Add(1)
+			return false, protocolErrorf("malformed REDIRECT: %v", err)
+		}
+		if key != nil && (r.Topic != key.topic || r.Partition != key.partition || r.Group != key.group) {
+			c.stats.protocolViolations.Add(1)
+			return false, protocolErrorf("REDIRECT for (%q, %d, %v) answering %v for (%q, %d, %v)",
+				r.Topic, r.Partition, r.Group, spec.op, key.topic, key.partition, key.group)
+		}
+		st.redirects++
+		last := ""
+		if len(r.Owners) > 0 {
+			last = r.Owners[0].String()
+		}
+		if st.redirects > c.opts.MaxRedirects {
+			return false, &RedirectError{Op: spec.op, Last: last, N: st.redirects}
+		}
+		// The REDIRECT is the freshest word on this partition: apply it
+		// after any refresh it triggers, so the refresh cannot undo it.
+		if spec.afterRedirect != nil {
+			spec.afterRedirect(w.get(), &r)
+		}
+		c.topo.applyRedirect(&r)
+		return true, nil
+	case wire.OpError, wire.OpSubscribeErr:
+		err := errorFromBody(spec.op, f.Body)
+		var be *Error
+		if !errors.As(err, &be) {
+			return false, err
+		}
+		switch {
+		case be.Code == wire.CodeConflict && spec.retry409:
+			if key != nil {
+				c.refreshTopology(w.get(), key.topic, key.group)
+			}
+			if !c.backoff(w, st, be) {
+				return false, be
+			}
+			return true, nil
+		case be.Code == wire.CodeUnavailable:
+			if !c.backoff(w, st, be) {
+				return false, be
+			}
+			return true, nil
+		}
+		return false, be // 504 matches ErrOutcomeUnknown and is never replayed
+	}
+	return false, nil
+}
+
+// roundTrip sends a request and returns its success reply, applying the
+// §7.3 client column (afterReply) within ctx (or OperationTimeout when ctx
+// has no deadline): re-send a request that was never written, or that was
+// answered with REDIRECT, 409 (when retry409) or 503; never re-send after
+// a 504 or after the connection died with the request in flight
+// (ErrOutcomeUnknown). Other error codes are returned as *Error.
+func (c *Client) roundTrip(ctx context.Context, spec opSpec) (Frame, error) {
+	w := c.newWaitCtx(ctx)
+	defer w.release()
+	var st resendState
 	for {
 		if c.ctx.Err() != nil {
 			return Frame{}, ErrClosed
 		}
 		key, body := spec.prepare()
 		ep := c.route(key)
-		conn, _, err := ep.get(ctx)
-		if err != nil {
-			switch {
-			case errors.Is(err, ErrClosed) && c.ctx.Err() != nil:
-				return Frame{}, ErrClosed
-			case errors.Is(err, errRetired) && ctx.Err() == nil:
-				continue // routed again from the updated cache
-			case ctx.Err() != nil:
-				return Frame{}, giveUp(err)
-			case fatalDialError(err):
+		conn, _ := ep.live()
+		if conn == nil {
+			var err error
+			conn, _, err = ep.get(w.get())
+			if err != nil {
+				retry, err := c.afterConnErr(&w, ep, key, &st, err)
+				if retry {
+					continue
+				}
 				return Frame{}, err
 			}
-			if key != nil && ep != c.pool.boot {
-				// The owner is unreachable: it may have moved or died.
-				c.refreshTopology(ctx, key.topic, key.group)
-			}
-			if !retry(err) {
-				return Frame{}, giveUp(err)
-			}
-			continue
 		}
 		if spec.onConn != nil {
 			spec.onConn(ep)
@@ -266,100 +422,47 @@ func (c *Client) roundTrip(ctx context.Context, spec opSpec) (Frame, error) {
 		if spec.hook != nil {
 			hook = func(f Frame) { spec.hook(ep, conn, f) }
 		}
-		f, err := conn.do(ctx, spec.op, body, hook)
-		if err != nil {
-			if isNotWritten(err) {
-				// Never reached the broker: re-send while the deadline allows,
-				// else report the last broker answer if there was one.
-				if ctx.Err() != nil || !retry(err) {
-					return Frame{}, giveUp(err)
-				}
-				continue
-			}
-			return Frame{}, err
-		}
-		switch f.Op {
-		case wire.OpRedirect:
-			var r wire.Redirect
-			if err := f.Decode(&r); err != nil {
-				c.stats.protocolViolations.Add(1)
-				return Frame{}, protocolErrorf("malformed REDIRECT: %v", err)
-			}
-			if key != nil && (r.Topic != key.topic || r.Partition != key.partition || r.Group != key.group) {
-				c.stats.protocolViolations.Add(1)
-				return Frame{}, protocolErrorf("REDIRECT for (%q, %d, %v) answering %v for (%q, %d, %v)",
-					r.Topic, r.Partition, r.Group, spec.op, key.topic, key.partition, key.group)
-			}
-			redirects++
-			last := ""
-			if len(r.Owners) > 0 {
-				last = r.Owners[0].String()
-			}
-			if redirects > c.opts.MaxRedirects {
-				return Frame{}, &RedirectError{Op: spec.op, Last: last, N: redirects}
-			}
-			// The REDIRECT is the freshest word on this partition: apply it
-			// after any refresh it triggers, so the refresh cannot undo it.
-			if spec.afterRedirect != nil {
-				spec.afterRedirect(ctx, &r)
-			}
-			c.topo.applyRedirect(&r)
+		f, err := conn.do(ctx, spec.op, body, hook, w.deadline)
+		retry, err := c.afterReply(&w, &spec, key, &st, f, err)
+		if retry {
 			continue
-		case wire.OpError, wire.OpSubscribeErr:
-			err := errorFromBody(spec.op, f.Body)
-			var be *Error
-			if !errors.As(err, &be) {
-				return Frame{}, err
-			}
-			switch {
-			case be.Code == wire.CodeConflict && spec.retry409:
-				if key != nil {
-					c.refreshTopology(ctx, key.topic, key.group)
-				}
-				if !retry(be) {
-					return Frame{}, be
-				}
-				continue
-			case be.Code == wire.CodeUnavailable:
-				if !retry(be) {
-					return Frame{}, be
-				}
-				continue
-			}
-			return Frame{}, be // 504 matches ErrOutcomeUnknown and is never replayed
+		}
+		if err != nil {
+			return Frame{}, err
 		}
 		return f, nil
 	}
 }
 
-// sendFireAndForget writes a request that has no reply (unconfirmed
-// publish), re-sending only while it was never written.
+// sendFireAndForget queues a request that has no reply (unconfirmed
+// publish), re-sending only while it could not be queued.
 func (c *Client) sendFireAndForget(ctx context.Context, op wire.Op, key *routeKey, body wire.Encoder) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.opts.OperationTimeout)
-		defer cancel()
-	}
-	var lastErr error
-	for attempt := 0; ; attempt++ {
+	w := c.newWaitCtx(ctx)
+	defer w.release()
+	var st resendState
+	for {
 		if c.ctx.Err() != nil {
 			return ErrClosed
 		}
-		conn, _, err := c.route(key).get(ctx)
+		ep := c.route(key)
+		conn, _ := ep.live()
+		var err error
+		if conn == nil {
+			conn, _, err = ep.get(w.get())
+		}
 		if err == nil {
-			if err = conn.Send(op, 0, body); err == nil {
+			if err = conn.queueFrame(w.get(), op, conn.NextID(), body, nil, false); err == nil {
 				return nil
 			}
 		}
-		if errors.Is(err, errRetired) && ctx.Err() == nil {
+		if errors.Is(err, errRetired) && w.err() == nil {
 			continue // routed again from the updated cache
 		}
 		if fatalDialError(err) || (errors.Is(err, ErrClosed) && c.ctx.Err() != nil) {
 			return err
 		}
-		lastErr = err
-		if ctx.Err() != nil || !sleepCtx(ctx, c.opts.backoff(attempt)) {
-			return lastErr
+		if w.err() != nil || !c.backoff(&w, &st, err) {
+			return err
 		}
 	}
 }

@@ -2,13 +2,16 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,6 +101,9 @@ type ConnConfig struct {
 	// reader goroutine. It must not block for long: nothing else is read
 	// while it runs. PINGs are answered by the connection itself.
 	OnPush func(c *Conn, f Frame)
+	// WriteBufferSize bounds the bytes queued for writing before callers
+	// wait for the writer (default DefaultWriteBufferSize).
+	WriteBufferSize int
 }
 
 // Handshake is what the broker said during the handshake.
@@ -106,41 +112,123 @@ type Handshake struct {
 	Reconcile *wire.ReconcileResult // nil when no RECONCILE_CLIENT was sent
 }
 
+// replyHandler receives the outcome of one registered request, exactly
+// once: the reply frame (err nil), or a *notWrittenError (the frame never
+// reached the socket: it may be re-sent) or an *OutcomeUnknownError. f.Body
+// is only valid during the call. It must not block: it runs on the reader
+// goroutine, on the writer goroutine (connection death), on a context
+// watcher or on the sweep.
+type replyHandler interface {
+	onReply(f Frame, err error)
+}
+
+// pendingReq is one request awaiting its reply. The connection's pending
+// map owns it: whoever removes it from the map (the reply, the death of
+// the connection) completes it, so its handler runs exactly once. A
+// request whose caller gave up (context, deadline) is marked abandoned and
+// stays in the map without a handler, so that its late reply is
+// recognised rather than taken for an uncorrelated one.
 type pendingReq struct {
+	id   uint64
 	op   wire.Op
-	ch   chan Frame // capacity 1
-	hook func(Frame)
+	h    replyHandler
+	hook func(Frame) // reader goroutine, before h, even when abandoned
+	// ctx, when set, is watched for cancellation (async requests); sync
+	// callers watch their own ctx.
+	ctx    context.Context
+	done   <-chan struct{} // ctx.Done() while the watch is counted
+	expire int64           // unix nanos after which the sweep gives up; 0 = never
+	// end is the stream offset just past the request's frame (guarded by
+	// wmu; 0 = not queued). The request was written iff end ≤ the offset
+	// handed to the socket's Write.
+	end       uint64
+	dead      bool // guarded by wmu: given up before it was queued; never queue it
+	abandoned bool // guarded by mu
+}
+
+// ctxWatch is one context.AfterFunc shared by every pending request with
+// the same Done channel on a connection.
+type ctxWatch struct {
+	ctx  context.Context
+	n    int // pending requests counted on it
+	stop func() bool
 }
 
 // Conn is one broker connection whose handshake is done: a request/reply
 // multiplexer (correlated by opcode, then request id, §2.2), a PING/PONG
-// responder and a heartbeat monitor. Most programs use Client; Conn is the
-// low-level layer underneath it, handy for tools and tests.
+// responder, a heartbeat monitor and a batching writer.
+//
+// Writes: frames are appended to a per-connection buffer and one writer
+// goroutine hands whatever accumulated to the socket in a single Write.
+// When the writer is idle a frame goes out at once; while a Write is in
+// progress later frames accumulate and leave together with the next one.
+// There is no timer and no added delay. The buffer is bounded (backpressure:
+// callers wait while it holds Options.WriteBufferSize bytes or more);
+// PING, PONG and TOPOLOGY_UPDATE_ACK never wait.
+//
+// A request counts as written once its frame was handed to the socket's
+// Write (minus the tail of a Write that failed part-way: those bytes never
+// left). If the connection dies, requests still buffered were never
+// written and may be re-sent; written ones have an unknown outcome.
+//
+// Most programs use Client; Conn is the low-level layer underneath it,
+// handy for tools and tests.
 type Conn struct {
 	addr  string
 	nc    net.Conn
 	br    *bufio.Reader
+	rbuf  []byte // reader scratch: bodies that fit are read here and borrowed
 	log   *slog.Logger
 	hb    time.Duration
 	hs    Handshake
 	push  func(*Conn, Frame)
 	stats *statCounters
 
-	wmu  sync.Mutex
-	wbuf []byte
+	// Write side, guarded by wmu.
+	wmu        sync.Mutex
+	wcond      sync.Cond     // the writer waits here for frames
+	wbuf       []byte        // queued frames, not yet handed to Write
+	wspare     []byte        // the other buffer, reused
+	wmax       int           // bound on len(wbuf) before callers wait
+	wbase      uint64        // stream offset of wbuf[0]
+	whanded    uint64        // stream offset handed to Write (final once the writer exited)
+	wwaiting   bool          // the writer is waiting on wcond
+	wwriting   bool          // the writer is inside Write
+	wclosed    bool          // no more frames are accepted
+	wdrain     chan struct{} // set by Close: no more frames; closed once all are handed to Write
+	werr       error         // why (set with wclosed)
+	wspace     chan struct{} // closed when the buffer empties (callers waiting for room)
+	lastAck    ackTail       // the ACK that ends wbuf, for merging
+	ackScratch wire.Ack      // encoding scratch for queueAck
 
 	nextID   atomic.Uint64
-	waiting  atomic.Int32 // Do calls waiting for a reply
 	lastRecv atomic.Int64 // unix nanos of the last frame received
 	blocked  atomic.Int32 // >0 while the reader waits for a full consumer
 
 	mu      sync.Mutex
 	pending map[uint64]*pendingReq
+	live    int // pending requests not abandoned
+	watch   map[<-chan struct{}]*ctxWatch
 	err     error
 	done    chan struct{}
 
 	startOnce sync.Once
 }
+
+// ackTail describes the ACK frame at the end of wbuf (valid only while it
+// is the last frame and has not been handed to the writer).
+type ackTail struct {
+	valid     bool
+	start     int // offset of its header in wbuf
+	count     int // offset of its tag count in wbuf
+	n         int // tags so far
+	topic     string
+	group     wire.Option[string]
+	partition uint32
+}
+
+// maxMergedTags bounds the tags of one merged ACK (32 KiB of tags).
+const maxMergedTags = 4096
 
 // DialConn connects to addr, runs the handshake of §8.1 strictly (§8.2) and
 // starts reading. Any frame other than the expected reply during the
@@ -156,6 +244,7 @@ func DialConn(ctx context.Context, addr string, cfg ConnConfig) (*Conn, error) {
 
 // dialConn connects and handshakes but does not start the reader, so that
 // the caller can install the reconcile verdicts before any push is read.
+// The writer runs from here on: frames queued before Start go out at once.
 func dialConn(ctx context.Context, addr string, cfg ConnConfig, stats *statCounters) (*Conn, error) {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
@@ -172,6 +261,9 @@ func dialConn(ctx context.Context, addr string, cfg ConnConfig, stats *statCount
 	}
 	if cfg.ClientVersion == "" {
 		cfg.ClientVersion = DefaultClientVersion
+	}
+	if cfg.WriteBufferSize <= 0 {
+		cfg.WriteBufferSize = DefaultWriteBufferSize
 	}
 	if stats == nil {
 		stats = new(statCounters)
@@ -190,13 +282,16 @@ func dialConn(ctx context.Context, addr string, cfg ConnConfig, stats *statCount
 		addr:    addr,
 		nc:      nc,
 		br:      bufio.NewReaderSize(nc, 64<<10),
+		rbuf:    make([]byte, 0, readScratch),
 		log:     cfg.Logger.With("broker", addr),
 		hb:      cfg.Heartbeat,
 		push:    cfg.OnPush,
 		stats:   stats,
+		wmax:    cfg.WriteBufferSize,
 		pending: make(map[uint64]*pendingReq),
 		done:    make(chan struct{}),
 	}
+	c.wcond.L = &c.wmu
 	c.nextID.Store(firstRequestID)
 	hs, err := c.handshake(ctx, &cfg)
 	if err != nil {
@@ -205,8 +300,13 @@ func dialConn(ctx context.Context, addr string, cfg ConnConfig, stats *statCount
 	}
 	c.hs = hs
 	c.lastRecv.Store(time.Now().UnixNano())
+	go c.writeLoop()
 	return c, nil
 }
+
+// readScratch is the reader's reusable body buffer; larger bodies are
+// allocated per frame.
+const readScratch = 64 << 10
 
 // Start begins reading frames and sending heartbeats. DialConn calls it;
 // it is idempotent.
@@ -234,17 +334,65 @@ func (c *Conn) Err() error {
 	return c.err
 }
 
-// Close ends the connection. Requests still in flight fail with
-// ErrOutcomeUnknown.
+// Close ends the connection. It first stops accepting frames and lets
+// the writer hand what is already queued (acks, unconfirmed publishes,
+// requests) to the socket, for at most closeFlushTimeout; then requests
+// still waiting for a reply fail with ErrOutcomeUnknown (those that could
+// not be written in time, as never written).
 func (c *Conn) Close() error {
+	c.wmu.Lock()
+	if !c.wclosed && c.wdrain == nil {
+		c.wdrain = make(chan struct{})
+		c.checkDrainedLocked()
+	}
+	drained := c.wdrain
+	c.wmu.Unlock()
+	if drained != nil {
+		t := time.NewTimer(closeFlushTimeout)
+		select {
+		case <-drained:
+		case <-c.done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	c.fail(ErrClosed)
+	return nil
+}
+
+// closeFlushTimeout bounds the flush of Close.
+const closeFlushTimeout = 2 * time.Second
+
+// checkDrainedLocked signals a closing connection whose queued frames are
+// all handed to the socket.
+func (c *Conn) checkDrainedLocked() {
+	if c.wdrain != nil && len(c.wbuf) == 0 && !c.wwriting {
+		select {
+		case <-c.wdrain:
+		default:
+			close(c.wdrain)
+		}
+	}
+}
+
+// refuseLocked is the error for a frame queued after the end (or the
+// Close) of the connection.
+func (c *Conn) refuseLocked() error {
+	if c.wclosed {
+		return &notWrittenError{err: c.werr}
+	}
+	if c.wdrain != nil {
+		return &notWrittenError{err: ErrClosed}
+	}
 	return nil
 }
 
 // NextID hands out the next request id (ids count up from 4, §2.2).
 func (c *Conn) NextID() uint64 { return c.nextID.Add(1) - 1 }
 
-// fail ends the connection once, recording the first reason.
+// fail ends the connection once, recording the first reason. The writer
+// then stops (a Write in progress is interrupted by closing the socket)
+// and completes every pending request (resolvePending).
 func (c *Conn) fail(err error) {
 	c.mu.Lock()
 	if c.err != nil {
@@ -254,9 +402,25 @@ func (c *Conn) fail(err error) {
 	c.err = err
 	close(c.done)
 	c.mu.Unlock()
+	c.wmu.Lock()
+	c.closeWritesLocked(err)
+	c.wmu.Unlock()
 	c.nc.Close()
 	if !errors.Is(err, ErrClosed) {
 		c.log.Debug("connection ended", "err", err)
+	}
+}
+
+func (c *Conn) closeWritesLocked(err error) {
+	if c.wclosed {
+		return
+	}
+	c.wclosed = true
+	c.werr = err
+	c.wcond.Broadcast()
+	if c.wspace != nil {
+		close(c.wspace)
+		c.wspace = nil
 	}
 }
 
@@ -269,29 +433,6 @@ func (c *Conn) closed() bool {
 	}
 }
 
-// writeFrame writes one complete frame. A failed write leaves the broker
-// with at most a truncated frame, which it cannot act on: the error is a
-// *notWrittenError (safe to re-send elsewhere) and the connection is
-// ended, since the byte stream is now unusable.
-func (c *Conn) writeFrame(op wire.Op, id uint64, body wire.Encoder) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if c.closed() {
-		return &notWrittenError{err: c.connErr()}
-	}
-	c.wbuf = wire.AppendFrame(c.wbuf[:0], op, id, body)
-	c.nc.SetWriteDeadline(time.Now().Add(max(10*time.Second, 3*c.hb)))
-	_, err := c.nc.Write(c.wbuf)
-	if cap(c.wbuf) > 1<<20 {
-		c.wbuf = nil // do not pin a large payload buffer
-	}
-	if err != nil {
-		c.fail(fmt.Errorf("%w: write: %v", ErrConnectionLost, err))
-		return &notWrittenError{err: err}
-	}
-	return nil
-}
-
 func (c *Conn) connErr() error {
 	if err := c.Err(); err != nil {
 		return err
@@ -299,77 +440,505 @@ func (c *Conn) connErr() error {
 	return ErrConnectionLost
 }
 
-// Send writes a fire-and-forget frame (ACK, NACK, unconfirmed PUBLISH,
+// --- write side -----------------------------------------------------------
+
+// waitRoomLocked waits (wmu held, released while waiting) until the buffer
+// has room: it holds less than wmax bytes. A frame is then accepted whole,
+// so the buffer overshoots the bound by at most one frame. The error is a
+// *notWrittenError (connection closed, or ctx ended while waiting).
+func (c *Conn) waitRoomLocked(ctx context.Context) error {
+	for !c.wclosed && c.wdrain == nil && len(c.wbuf) >= c.wmax {
+		ch := c.wspace
+		if ch == nil {
+			ch = make(chan struct{})
+			c.wspace = ch
+		}
+		c.wmu.Unlock()
+		var done <-chan struct{}
+		if ctx != nil {
+			done = ctx.Done()
+		}
+		select {
+		case <-ch:
+			c.wmu.Lock()
+		case <-done:
+			c.wmu.Lock()
+			return &notWrittenError{err: ctx.Err()}
+		}
+	}
+	return c.refuseLocked()
+}
+
+// queueFrame appends one frame for the writer. p, when set, records the
+// frame's end offset (for the written / not-written decision). Control
+// frames (PING, PONG, TOPOLOGY_UPDATE_ACK) skip the bound, so that the
+// reader and the heartbeat never wait for room.
+func (c *Conn) queueFrame(ctx context.Context, op wire.Op, id uint64, body wire.Encoder, p *pendingReq, control bool) error {
+	c.wmu.Lock()
+	var err error
+	if control {
+		err = c.refuseLocked()
+	} else {
+		err = c.waitRoomLocked(ctx)
+	}
+	if err != nil {
+		c.wmu.Unlock()
+		return err
+	}
+	if p != nil && p.dead {
+		c.wmu.Unlock()
+		return &notWrittenError{err: context.DeadlineExceeded}
+	}
+	c.wbuf = wire.AppendFrame(c.wbuf, op, id, body)
+	c.lastAck.valid = false
+	if p != nil {
+		p.end = c.wbase + uint64(len(c.wbuf))
+	}
+	c.wakeWriterLocked()
+	c.wmu.Unlock()
+	c.stats.framesQueued.Add(1)
+	return nil
+}
+
+// queueAck queues an ACK for tags, merging it into the ACK that ends the
+// buffer when that one settles the same (topic, partition, group): the
+// merged frame keeps the request id of its first DELIVER (the broker does
+// not read it, §10.5).
+func (c *Conn) queueAck(ctx context.Context, id uint64, topic string, group wire.Option[string], partition uint32, tags []uint64) error {
+	c.wmu.Lock()
+	if err := c.refuseLocked(); err != nil {
+		c.wmu.Unlock()
+		return err
+	}
+	if la := &c.lastAck; la.valid && la.partition == partition && la.topic == topic && la.group == group &&
+		la.n+len(tags) <= maxMergedTags {
+		for _, t := range tags {
+			c.wbuf = binary.BigEndian.AppendUint64(c.wbuf, t)
+		}
+		la.n += len(tags)
+		binary.BigEndian.PutUint32(c.wbuf[la.count:], uint32(la.n))
+		binary.BigEndian.PutUint32(c.wbuf[la.start:], uint32(len(c.wbuf)-la.start-wire.HeaderSize))
+		// The buffer was not empty, so the writer is already due.
+		c.wmu.Unlock()
+		c.stats.acksMerged.Add(1)
+		return nil
+	}
+	if err := c.waitRoomLocked(ctx); err != nil {
+		c.wmu.Unlock()
+		return err
+	}
+	start := len(c.wbuf)
+	c.ackScratch = wire.Ack{Topic: topic, Group: group, Partition: partition, Tags: tags}
+	c.wbuf = wire.AppendFrame(c.wbuf, wire.OpAck, id, &c.ackScratch)
+	c.ackScratch = wire.Ack{}
+	c.lastAck = ackTail{valid: true, start: start, count: len(c.wbuf) - 8*len(tags) - 4, n: len(tags),
+		topic: topic, group: group, partition: partition}
+	c.wakeWriterLocked()
+	c.wmu.Unlock()
+	c.stats.framesQueued.Add(1)
+	return nil
+}
+
+func (c *Conn) wakeWriterLocked() {
+	if c.wwaiting {
+		c.wwaiting = false
+		c.wcond.Signal()
+	}
+}
+
+// writeLoop is the connection's only writer: it hands everything queued
+// to one Write, then looks again. When the connection ends it completes
+// the pending requests.
+func (c *Conn) writeLoop() {
+	defer c.resolvePending()
+	deadline := max(10*time.Second, 3*c.hb)
+	for {
+		c.wmu.Lock()
+		for len(c.wbuf) == 0 && !c.wclosed {
+			c.wwaiting = true
+			c.wcond.Wait()
+		}
+		if c.wclosed {
+			c.wmu.Unlock()
+			return
+		}
+		b := c.wbuf
+		start := c.wbase
+		c.wbase += uint64(len(b))
+		c.whanded = c.wbase // from here on these frames count as written
+		c.wbuf, c.wspare = c.wspare[:0], nil
+		c.wwriting = true
+		c.lastAck.valid = false
+		if c.wspace != nil {
+			close(c.wspace)
+			c.wspace = nil
+		}
+		c.wmu.Unlock()
+
+		c.nc.SetWriteDeadline(time.Now().Add(deadline))
+		n, err := c.nc.Write(b)
+		c.stats.writeCalls.Add(1)
+		c.stats.bytesWritten.Add(uint64(n))
+
+		c.wmu.Lock()
+		c.wwriting = false
+		c.checkDrainedLocked()
+		if err != nil {
+			// The bytes past n never left: a frame cut there was not
+			// written (the broker sees at most a truncated frame and the
+			// stream ends), nor were the frames after it.
+			c.whanded = start + uint64(n)
+			c.wmu.Unlock()
+			c.fail(fmt.Errorf("%w: write: %v", ErrConnectionLost, err))
+			return
+		}
+		if cap(b) <= 2*c.wmax {
+			c.wspare = b[:0]
+		}
+		c.wmu.Unlock()
+	}
+}
+
+// resolvePending completes every request still pending once the writer
+// has stopped, so the written / not-written boundary is final: requests
+// whose frame was handed to Write get ErrOutcomeUnknown, the others a
+// not-written error (re-sendable). Never-written async publishes are
+// re-sent together, in their original order.
+func (c *Conn) resolvePending() {
+	c.mu.Lock()
+	pend := c.pending
+	c.pending = make(map[uint64]*pendingReq)
+	c.live = 0
+	for _, w := range c.watch {
+		w.stop()
+	}
+	c.watch = nil
+	cause := c.err
+	c.mu.Unlock()
+	if cause == nil {
+		cause = ErrConnectionLost
+	}
+	if len(pend) == 0 {
+		return
+	}
+	list := make([]*pendingReq, 0, len(pend))
+	c.wmu.Lock()
+	written := c.whanded
+	for _, p := range pend {
+		if !p.abandoned {
+			list = append(list, p)
+		}
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].end < list[j].end })
+	var resend []*pubOp
+	var fates []bool // written?
+	for _, p := range list {
+		fates = append(fates, p.end != 0 && p.end <= written)
+	}
+	c.wmu.Unlock()
+	for i, p := range list {
+		p.done = nil
+		if fates[i] {
+			p.h.onReply(Frame{}, &OutcomeUnknownError{Op: p.op, Cause: cause})
+			continue
+		}
+		if op, ok := p.h.(*pubOp); ok {
+			resend = append(resend, op)
+			continue
+		}
+		p.h.onReply(Frame{}, &notWrittenError{err: cause})
+	}
+	if len(resend) > 0 {
+		go resendNeverWritten(resend, cause)
+	}
+}
+
+// waitRoom waits until the write buffer has room (before a request is
+// registered, so that a context ending during the wait simply fails the
+// call).
+func (c *Conn) waitRoom(ctx context.Context) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.waitRoomLocked(ctx)
+}
+
+// --- requests ---------------------------------------------------------------
+
+// register gives p a request id and adds it to the pending map. It fails
+// with a *notWrittenError once the connection has ended.
+func (c *Conn) register(p *pendingReq) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return &notWrittenError{err: c.err}
+	}
+	p.id = c.NextID()
+	p.end = 0
+	p.dead = false
+	p.abandoned = false
+	p.done = nil
+	if p.ctx != nil {
+		if d := p.ctx.Done(); d != nil {
+			w := c.watch[d]
+			if w == nil {
+				if c.watch == nil {
+					c.watch = make(map[<-chan struct{}]*ctxWatch)
+				}
+				w = &ctxWatch{ctx: p.ctx}
+				w.stop = context.AfterFunc(p.ctx, func() { c.ctxEnded(d) })
+				c.watch[d] = w
+			}
+			w.n++
+			p.done = d
+		}
+	}
+	c.pending[p.id] = p
+	c.live++
+	return nil
+}
+
+// releaseLocked uncounts p (taken from the map, or abandoned).
+func (c *Conn) releaseLocked(p *pendingReq) {
+	c.live--
+	if p.done != nil {
+		if w := c.watch[p.done]; w != nil {
+			w.n--
+		}
+		p.done = nil
+	}
+}
+
+// unregister removes p (registered under id) if it is still pending;
+// false means someone else (the reply or the connection's death) took it
+// and completes it. p's fields are only read once it is known to be still
+// ours: a taken request may already be registered elsewhere (a re-send).
+func (c *Conn) unregister(id uint64, p *pendingReq) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending[id] != p || p.abandoned {
+		return false
+	}
+	delete(c.pending, id)
+	c.releaseLocked(p)
+	return true
+}
+
+// abandon marks p (registered under id) as given up by its caller if it
+// is still pending; its entry stays so that a late reply is recognised.
+// False means the reply (or the death of the connection) got there first
+// and completes it.
+func (c *Conn) abandon(id uint64, p *pendingReq) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending[id] != p || p.abandoned {
+		return false
+	}
+	p.abandoned = true
+	c.releaseLocked(p)
+	return true
+}
+
+// ctxEnded gives up every request watched on the context whose Done
+// channel is d: their outcome is unknown (the frame may be written yet).
+func (c *Conn) ctxEnded(d <-chan struct{}) {
+	c.mu.Lock()
+	w := c.watch[d]
+	if w == nil {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.watch, d)
+	var out []*pendingReq
+	for _, p := range c.pending {
+		if p.done == d && !p.abandoned {
+			p.abandoned = true
+			c.live--
+			p.done = nil
+			out = append(out, p)
+		}
+	}
+	queued := c.markDead(out)
+	c.mu.Unlock()
+	c.giveUp(out, queued, w.ctx.Err())
+}
+
+// markDead (mu held) tells which of the given-up requests were queued;
+// the others are marked so that they never will be.
+func (c *Conn) markDead(ps []*pendingReq) []bool {
+	if len(ps) == 0 {
+		return nil
+	}
+	queued := make([]bool, len(ps))
+	c.wmu.Lock()
+	for i, p := range ps {
+		queued[i] = p.end != 0
+		if !queued[i] {
+			p.dead = true
+		}
+	}
+	c.wmu.Unlock()
+	return queued
+}
+
+// giveUp completes requests given up by their context or deadline: an
+// unknown outcome once queued (the frame may be on its way), else never
+// written.
+func (c *Conn) giveUp(ps []*pendingReq, queued []bool, cause error) {
+	for i, p := range ps {
+		if queued[i] {
+			p.h.onReply(Frame{}, &OutcomeUnknownError{Op: p.op, Cause: cause})
+		} else {
+			p.h.onReply(Frame{}, &notWrittenError{err: cause})
+		}
+	}
+}
+
+// sweep gives up requests whose expiry passed (operations whose context
+// has no deadline are bounded by OperationTimeout this way, without a
+// timer per call) and drops context watches nobody uses.
+func (c *Conn) sweep(now time.Time) {
+	ns := now.UnixNano()
+	c.mu.Lock()
+	var out []*pendingReq
+	for _, p := range c.pending {
+		if p.expire != 0 && p.expire <= ns && !p.abandoned {
+			p.abandoned = true
+			c.releaseLocked(p)
+			out = append(out, p)
+		}
+	}
+	for d, w := range c.watch {
+		if w.n <= 0 {
+			w.stop()
+			delete(c.watch, d)
+		}
+	}
+	queued := c.markDead(out)
+	c.mu.Unlock()
+	c.giveUp(out, queued, context.DeadlineExceeded)
+}
+
+// start registers p and queues its frame. On error nothing was queued and
+// p's handler will not run, except when the connection's death took p
+// first: then the handler runs (with a not-written error) and start
+// returns nil.
+func (c *Conn) start(ctx context.Context, p *pendingReq, body wire.Encoder) error {
+	if err := c.waitRoom(ctx); err != nil {
+		return err
+	}
+	if err := c.register(p); err != nil {
+		return err
+	}
+	id := p.id
+	if err := c.queueFrame(ctx, p.op, id, body, p, false); err != nil {
+		if c.unregister(id, p) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Send queues a fire-and-forget frame (ACK, NACK, unconfirmed PUBLISH,
 // TOPOLOGY_UPDATE_ACK, PONG) with the given request id; 0 allocates one.
-// It returns once the frame is written.
+// It returns once the frame is queued for writing, waiting while the
+// write buffer is full; a frame still queued when the connection dies is
+// never written, and nobody is told.
 func (c *Conn) Send(op wire.Op, id uint64, body wire.Encoder) error {
 	if id == 0 {
 		id = c.NextID()
 	}
-	return c.writeFrame(op, id, body)
+	return c.queueFrame(context.Background(), op, id, body, nil, false)
 }
 
-// sendAsync writes a frame without blocking the reader goroutine: if the
-// reader waited on a write while the broker waits on its own write to us,
-// full TCP buffers on both sides would deadlock the connection.
-func (c *Conn) sendAsync(op wire.Op, id uint64, body wire.Encoder) {
-	go func() {
-		if err := c.Send(op, id, body); err != nil {
-			c.log.Debug("frame not written", "op", op, "err", err)
-		}
-	}()
+// sendControl queues a frame that must never wait for room (it is sent
+// from the reader or the heartbeat).
+func (c *Conn) sendControl(op wire.Op, id uint64, body wire.Encoder) {
+	if err := c.queueFrame(nil, op, id, body, nil, true); err != nil {
+		c.log.Debug("frame not written", "op", op, "err", err)
+	}
 }
+
+// syncCall is a request whose caller waits for its reply.
+type syncCall struct {
+	pendingReq
+	ch chan syncResult // capacity 1
+}
+
+type syncResult struct {
+	f   Frame
+	err error
+}
+
+func (s *syncCall) onReply(f Frame, err error) {
+	if err == nil {
+		f.Body = bytes.Clone(f.Body) // the reader reuses its buffer
+	}
+	s.ch <- syncResult{f, err}
+}
+
+var syncCalls = sync.Pool{New: func() any {
+	s := &syncCall{ch: make(chan syncResult, 1)}
+	s.h = s
+	return s
+}}
 
 // Do sends a request and waits for its reply frame (any of the legal reply
 // ops for that request, ERROR and REDIRECT included; the caller interprets
 // them). A reply op that cannot answer this request fails with
-// ErrProtocol. If the frame could not be written the error is retryable;
+// ErrProtocol. If the frame was never written the error is retryable;
 // once written, a lost connection or an expired ctx gives an error
 // matching ErrOutcomeUnknown: the request is never replayed.
 func (c *Conn) Do(ctx context.Context, op wire.Op, body wire.Encoder) (Frame, error) {
-	return c.do(ctx, op, body, nil)
+	return c.do(ctx, op, body, nil, time.Time{})
 }
 
 // do is Do with a hook run on the reader goroutine when the reply arrives,
 // before any later frame is read (used to register a new sub_id before
 // its first DELIVER is dispatched). The hook also runs if the caller has
-// already given up.
-func (c *Conn) do(ctx context.Context, op wire.Op, body wire.Encoder, hook func(Frame)) (Frame, error) {
+// already given up. A non-zero expire bounds the wait without a timer
+// (the heartbeat's sweep gives up after it).
+func (c *Conn) do(ctx context.Context, op wire.Op, body wire.Encoder, hook func(Frame), expire time.Time) (Frame, error) {
 	if err := ctx.Err(); err != nil {
 		return Frame{}, &notWrittenError{err: err}
 	}
-	c.waiting.Add(1)
-	defer c.waiting.Add(-1)
-	id := c.NextID()
-	p := &pendingReq{op: op, ch: make(chan Frame, 1), hook: hook}
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return Frame{}, &notWrittenError{err: c.connErr()}
-	}
-	c.pending[id] = p
-	c.mu.Unlock()
-	if err := c.writeFrame(op, id, body); err != nil {
-		c.mu.Lock()
-		delete(c.pending, id)
-		c.mu.Unlock()
+	if err := c.waitRoom(ctx); err != nil {
 		return Frame{}, err
 	}
-	select {
-	case f := <-p.ch:
-		return checkReply(op, f)
-	case <-c.done:
-		select {
-		case f := <-p.ch: // the reply raced the close
-			return checkReply(op, f)
-		default:
-		}
-		return Frame{}, &OutcomeUnknownError{Op: op, Cause: c.connErr()}
-	case <-ctx.Done():
-		// The entry stays registered (without a waiter) so that a late
-		// reply is recognised as ours rather than as an uncorrelated one.
-		return Frame{}, &OutcomeUnknownError{Op: op, Cause: ctx.Err()}
+	s := syncCalls.Get().(*syncCall)
+	s.op, s.hook, s.ctx, s.expire = op, hook, nil, 0
+	if !expire.IsZero() {
+		s.expire = expire.UnixNano()
 	}
+	if err := c.register(&s.pendingReq); err != nil {
+		s.hook = nil
+		syncCalls.Put(s)
+		return Frame{}, err
+	}
+	id := s.id
+	if err := c.queueFrame(ctx, op, id, body, &s.pendingReq, false); err != nil && c.unregister(id, &s.pendingReq) {
+		s.hook = nil
+		syncCalls.Put(s)
+		return Frame{}, err
+	}
+	var r syncResult
+	select {
+	case r = <-s.ch:
+	case <-ctx.Done():
+		if c.abandon(id, &s.pendingReq) {
+			// The entry stays registered (without a waiter) so that a late
+			// reply is recognised as ours; s is not reused.
+			return Frame{}, &OutcomeUnknownError{Op: op, Cause: ctx.Err()}
+		}
+		r = <-s.ch // the reply raced the cancellation
+	}
+	if !s.abandoned { // given up by the sweep: its entry stays registered
+		s.hook = nil
+		syncCalls.Put(s)
+	}
+	if r.err != nil {
+		return Frame{}, r.err
+	}
+	return checkReply(op, r.f)
 }
 
 func checkReply(op wire.Op, f Frame) (Frame, error) {
@@ -379,15 +948,19 @@ func checkReply(op wire.Op, f Frame) (Frame, error) {
 	return f, nil
 }
 
+// --- read side ----------------------------------------------------------------
+
 func (c *Conn) readLoop() {
 	for {
-		h, body, err := wire.ReadFrame(c.br, nil, math.MaxUint32)
+		h, body, err := wire.ReadFrame(c.br, c.rbuf, math.MaxUint32)
 		if err != nil {
 			c.fail(fmt.Errorf("%w: read: %v", ErrConnectionLost, err))
 			return
 		}
 		c.lastRecv.Store(time.Now().UnixNano())
-		c.dispatch(Frame{Op: h.Op, RequestID: h.RequestID, Body: body})
+		// Bodies that fit the scratch buffer are borrowed; the rest were
+		// allocated for this frame.
+		c.dispatch(Frame{Op: h.Op, RequestID: h.RequestID, Body: body}, int(h.BodyLen) <= cap(c.rbuf))
 		if c.closed() {
 			return
 		}
@@ -395,12 +968,18 @@ func (c *Conn) readLoop() {
 }
 
 // dispatch routes one frame: opcode first, then request id (§2.2).
-func (c *Conn) dispatch(f Frame) {
+// borrowed tells that f.Body is the reader's scratch buffer.
+func (c *Conn) dispatch(f Frame, borrowed bool) {
 	switch {
 	case isReplyOp(f.Op):
 		c.mu.Lock()
 		p := c.pending[f.RequestID]
-		delete(c.pending, f.RequestID)
+		if p != nil {
+			delete(c.pending, f.RequestID)
+			if !p.abandoned {
+				c.releaseLocked(p)
+			}
+		}
 		c.mu.Unlock()
 		if p == nil {
 			if f.Op == wire.OpError {
@@ -421,13 +1000,18 @@ func (c *Conn) dispatch(f Frame) {
 		if p.hook != nil {
 			p.hook(f)
 		}
-		p.ch <- f
+		if !p.abandoned {
+			p.h.onReply(f, nil)
+		}
 	case f.Op == wire.OpPing:
-		c.sendAsync(wire.OpPong, f.RequestID, nil)
+		c.sendControl(wire.OpPong, f.RequestID, nil)
 	case f.Op == wire.OpPong:
 		// Liveness only (already counted by lastRecv).
 	case isPushOp(f.Op):
 		if c.push != nil {
+			if borrowed {
+				f.Body = bytes.Clone(f.Body) // pushes own their body
+			}
 			c.push(c, f)
 		}
 	default:
@@ -439,14 +1023,24 @@ func (c *Conn) dispatch(f Frame) {
 
 // heartbeatLoop sends a PING every interval and declares the connection
 // dead when nothing arrived for more than 3 intervals (§8.6). Time spent
-// with the reader parked on a full auto-ack consumer does not count.
+// with the reader parked on a full auto-ack consumer does not count. It
+// also runs the sweep of expired requests, at least once a second.
 func (c *Conn) heartbeatLoop() {
 	t := time.NewTicker(c.hb)
 	defer t.Stop()
+	var sweepC <-chan time.Time
+	if c.hb > time.Second {
+		st := time.NewTicker(time.Second)
+		defer st.Stop()
+		sweepC = st.C
+	}
 	for {
 		select {
 		case <-c.done:
 			return
+		case now := <-sweepC:
+			c.sweep(now)
+			continue
 		case <-t.C:
 		}
 		if c.blocked.Load() == 0 {
@@ -456,7 +1050,8 @@ func (c *Conn) heartbeatLoop() {
 				return
 			}
 		}
-		if err := c.Send(wire.OpPing, 0, nil); err != nil {
+		c.sweep(time.Now())
+		if err := c.queueFrame(nil, wire.OpPing, c.NextID(), nil, nil, true); err != nil {
 			return
 		}
 	}
@@ -472,6 +1067,10 @@ func (c *Conn) parkReader() func() {
 	}
 }
 
-// waiters is the number of Do calls still waiting for a reply (requests
+// waiters is the number of requests still waiting for a reply (requests
 // whose caller gave up do not count).
-func (c *Conn) waiters() int { return int(c.waiting.Load()) }
+func (c *Conn) waiters() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.live
+}

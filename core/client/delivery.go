@@ -35,6 +35,7 @@ type Delivery struct {
 	group   wire.Option[string]
 	autoAck bool
 	settled atomic.Bool
+	tag     [1]uint64 // ACK encoding scratch (no allocation per ack)
 }
 
 func newDelivery(ep *endpoint, sess *session, frameID uint64, d *wire.Deliver, autoAck bool) *Delivery {
@@ -73,9 +74,13 @@ func unixMillis(ms uint64) time.Time {
 	return time.UnixMilli(int64(ms))
 }
 
-// Ack acknowledges the delivery (ACK, §10.5).
+// Ack acknowledges the delivery (ACK, §10.5). It returns once the ACK is
+// queued for writing. Consecutive ACKs for the same partition that are
+// still queued together travel as one ACK frame with several tags. An ACK
+// lost with its connection leaves the delivery unsettled: the broker
+// redelivers it once its lease expires (at-least-once).
 func (d *Delivery) Ack(ctx context.Context) error {
-	return d.settle(ctx, wire.OpAck, &wire.Ack{Topic: d.Topic, Group: d.group, Partition: d.Partition, Tags: []uint64{d.Tag}})
+	return d.settle(ctx, wire.OpAck, nil)
 }
 
 // Retry makes the message deliverable again (NACK requeue=1, §10.6), not
@@ -94,8 +99,8 @@ func (d *Delivery) Fail(ctx context.Context) error {
 	return d.settle(ctx, wire.OpNack, &wire.Nack{Topic: d.Topic, Group: d.group, Partition: d.Partition, Tags: []uint64{d.Tag}})
 }
 
-// settle sends ACK/NACK with the DELIVER's request id on the session that
-// delivered it. Deliveries of auto-ack subscriptions were settled by the
+// settle queues ACK/NACK with the DELIVER's request id on the session that
+// delivered it (body is nil for ACK, which is encoded in place). Deliveries of auto-ack subscriptions were settled by the
 // broker, so nothing is sent. A delivery from a session that was not
 // resumed returns ErrStaleDelivery and sends nothing (§8.4). If the
 // connection is down, settle waits (within ctx) for the reconnect to tell
@@ -125,7 +130,12 @@ func (d *Delivery) settle(ctx context.Context, op wire.Op, body wire.Encoder) er
 			d.ep.cl.stats.staleSettles.Add(1)
 			return ErrStaleDelivery
 		}
-		err = conn.Send(op, d.frameID, body)
+		if op == wire.OpAck {
+			d.tag[0] = d.Tag
+			err = conn.queueAck(ctx, d.frameID, d.Topic, d.group, d.Partition, d.tag[:])
+		} else {
+			err = conn.queueFrame(ctx, op, d.frameID, body, nil, false)
+		}
 		if err == nil {
 			return nil
 		}

@@ -16,8 +16,11 @@
 //	if err != nil { return err }
 //	defer c.Close()
 //	c.DeclareQueue(ctx, client.QueueSpec{Topic: "orders", Partitions: 4})
-//	off, err := c.Publisher("orders", client.PublisherOptions{}).
-//		PublishConfirmed(ctx, client.Message{Key: []byte("order-42"), Payload: []byte("hi")})
+//	pub := c.Publisher("orders", client.PublisherOptions{})
+//	off, err := pub.PublishConfirmed(ctx, client.Message{Key: []byte("order-42"), Payload: []byte("hi")})
+//	err = pub.PublishAsync(ctx, client.Message{Payload: []byte("hey")}, func(off uint64, err error) {
+//		// runs once, on the client's callback goroutine
+//	})
 //	sub, err := c.Subscribe(ctx, "orders", client.SubscribeOptions{Prefetch: 16})
 //	d, err := sub.Next(ctx)
 //	err = d.Ack(ctx)
@@ -35,6 +38,47 @@
 // within the caller's deadline. It is never re-sent after a 504 or after
 // its connection died with it in flight; such calls return an error
 // matching ErrOutcomeUnknown, and the caller decides.
+//
+// # Writes
+//
+// Each connection has one writer goroutine and a bounded buffer
+// (Options.WriteBufferSize, 1 MiB by default). Callers append complete
+// frames to the buffer; the writer hands everything that accumulated to
+// the socket in one Write. An idle writer writes a frame at once; frames
+// queued while a Write is in progress go out together in the next one, so
+// under load many publishes and acks share a write(2), with no timer and
+// no added delay. A full buffer makes callers wait (backpressure); PING,
+// PONG and TOPOLOGY_UPDATE_ACK never wait. Frames leave in the order they
+// were queued. Stats reports FramesQueued, WriteCalls, BytesWritten and
+// AcksMerged.
+//
+// "Written" in the §7.3 sense means handed to the socket's Write (minus
+// the tail of a Write that failed part-way). When a connection dies,
+// requests still in the buffer were never written: confirmed publishes
+// and other requests among them are re-sent after the reconnect (or fail
+// as not written when the deadline does not allow it); the others have an
+// unknown outcome. Fire-and-forget frames (unconfirmed publishes, ACK,
+// NACK) return once queued and are simply lost with a dying connection:
+// unconfirmed publishes are at most once, and an unsettled delivery comes
+// back when its lease expires. Close flushes the buffer (for at most 2s)
+// before closing the socket.
+//
+// Delivery.Ack coalesces: an ACK queued right after an ACK for the same
+// (topic, partition, group) that is still in the buffer is merged into it
+// (one frame, several tags, §10.5), so a consumer that acks each delivery
+// sends few ACK frames under load.
+//
+// # Publishing without waiting
+//
+// Publisher.PublishAsync queues a confirmed publish and returns; its
+// callback runs exactly once with the offset or the error, with the same
+// re-send rules as PublishConfirmed (which is PublishAsync plus a wait).
+// There is no goroutine and no timer per publish: the confirm is matched
+// on the connection's reader, callbacks run one at a time on a goroutine
+// of the Client, and an operation whose context has no deadline is
+// bounded by OperationTimeout through a periodic sweep of each
+// connection. A window of W publishes in flight is one goroutine and a
+// semaphore released by the callback.
 //
 // Connections send PING every Options.Heartbeat and are declared dead
 // after three intervals of silence (§8.6). A lost connection is

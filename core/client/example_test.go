@@ -228,3 +228,52 @@ func ExampleSubscription_C() {
 }
 
 func process([]byte) bool { return true }
+
+// Keep a window of confirmed publishes in flight from one goroutine: the
+// callback gives the slot back. Each slot owns its payload, which the
+// client may re-send until the callback has run.
+func ExamplePublisher_PublishAsync() {
+	addr, stop := startExampleBroker()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{Addrs: []string{addr}, Dial: loopbackOnly})
+	if err != nil {
+		fmt.Println("dial:", err)
+		return
+	}
+	defer c.Close()
+	pub := c.Publisher("events", client.PublisherOptions{})
+
+	const window = 4
+	type slot struct{ payload []byte }
+	free := make(chan *slot, window)
+	for range window {
+		free <- &slot{payload: make([]byte, 16)}
+	}
+	var mu sync.Mutex
+	var confirmed, failed int
+	for i := range 100 {
+		s := <-free // waits while window publishes are in flight
+		copy(s.payload, fmt.Sprintf("event %d", i))
+		err := pub.PublishAsync(ctx, client.Message{Payload: s.payload}, func(off uint64, err error) {
+			mu.Lock()
+			if err != nil {
+				failed++
+			} else {
+				confirmed++
+			}
+			mu.Unlock()
+			free <- s
+		})
+		if err != nil { // refused: nothing was sent and no callback will run
+			fmt.Println("publish:", err)
+			free <- s
+		}
+	}
+	for range window { // wait for the last callbacks
+		<-free
+	}
+	fmt.Println("confirmed:", confirmed, "failed:", failed)
+	// Output: confirmed: 100 failed: 0
+}

@@ -20,6 +20,7 @@ const (
 	DefaultDialTimeout      = 10 * time.Second
 	DefaultOperationTimeout = 30 * time.Second
 	DefaultPrefetch         = 32
+	DefaultWriteBufferSize  = 1 << 20
 	DefaultClientName       = "fibril-go"
 	DefaultClientVersion    = "0.1.0"
 )
@@ -73,8 +74,13 @@ type Options struct {
 	// DialTimeout bounds one connect plus handshake. Default 10s.
 	DialTimeout time.Duration
 	// OperationTimeout bounds an operation (with its re-sends) whose context
-	// has no deadline. Default 30s.
+	// has no deadline. Default 30s. It is enforced without a timer per call:
+	// each connection sweeps its expired requests at least once a second.
 	OperationTimeout time.Duration
+	// WriteBufferSize bounds the bytes queued on one connection and not yet
+	// handed to the socket; callers that queue more wait for the writer
+	// (backpressure). Default 1 MiB.
+	WriteBufferSize int
 }
 
 func (o Options) withDefaults() Options {
@@ -98,6 +104,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.WriteBufferSize <= 0 {
+		o.WriteBufferSize = DefaultWriteBufferSize
 	}
 	if o.OperationTimeout <= 0 {
 		o.OperationTimeout = DefaultOperationTimeout

@@ -57,6 +57,17 @@ func (ep *endpoint) currentAddr() string {
 	return ep.addr
 }
 
+// live returns the live connection, or nil when there is none (no dial
+// is started).
+func (ep *endpoint) live() (*Conn, *session) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.retired || ep.conn == nil || ep.conn.closed() {
+		return nil, nil
+	}
+	return ep.conn, ep.sess
+}
+
 // get returns the live connection, dialing (or joining a dial in progress)
 // if there is none. A failed dial returns its error; the caller decides
 // whether to back off and try again.
@@ -392,7 +403,15 @@ func (p *pool) shutdown() {
 		eps = append(eps, ep)
 	}
 	p.mu.Unlock()
+	// Each connection flushes what is queued before it closes: in
+	// parallel, so that one stuck socket does not delay the others.
+	var wg sync.WaitGroup
 	for _, ep := range eps {
-		ep.shutdown()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ep.shutdown()
+		}()
 	}
+	wg.Wait()
 }

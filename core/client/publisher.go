@@ -1,10 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -165,17 +167,35 @@ func (p *Publisher) confirmed(ctx context.Context, m *Message, notBefore *time.T
 
 // PublishConfirmed publishes and waits for PUBLISH_OK, returning the
 // message's offset in its partition. It follows REDIRECTs and re-sends
-// after 409 or 503 within ctx; a 504 or a connection lost with the
-// publish in flight returns an error matching ErrOutcomeUnknown (the
-// message may or may not be stored, and it is not re-sent).
+// after 409 or 503, and a publish still queued when its connection died,
+// within ctx (OperationTimeout when ctx has no deadline); a 504 or a
+// connection lost with the publish written returns an error matching
+// ErrOutcomeUnknown (the message may or may not be stored, and it is not
+// re-sent). It is PublishAsync plus the wait: many goroutines may share a
+// Publisher, and their publishes share the connection's writes.
 //
 // Reserved headers (§9.7) are left for the broker to refuse (ERROR 400).
 func (p *Publisher) PublishConfirmed(ctx context.Context, m Message) (uint64, error) {
-	return p.confirmed(ctx, &m, nil)
+	if p.cl.ctx.Err() != nil {
+		return 0, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, &notWrittenError{err: err}
+	}
+	op := p.newOp(ctx, m, nil)
+	if err := op.send(); err != nil {
+		op.recycle()
+		return 0, err
+	}
+	r := <-op.wait
+	op.recycle()
+	return r.off, r.err
 }
 
 // Publish publishes without confirmation; it returns once the frame is
-// written. Broker-side failures are not reported (§7.3). Reserved headers
+// queued for writing (waiting while the write buffer is full). Nothing is
+// reported afterwards: neither broker-side failures (§7.3) nor the loss
+// of a frame still queued when its connection dies (at most once). Reserved headers
 // (§9.7) are refused locally, since the broker's ERROR 400 would arrive
 // uncorrelated and drop the connection.
 func (p *Publisher) Publish(ctx context.Context, m Message) error {
@@ -190,6 +210,7 @@ func (p *Publisher) Publish(ctx context.Context, m Message) error {
 // notBefore (§9.4). With confirm it waits for PUBLISH_OK and returns the
 // offset; without, it returns 0 once the frame is written. Delayed
 // publishes carry no TTL, so m.TTL must be 0.
+// Without confirm it returns once the frame is queued, as Publish does.
 func (p *Publisher) PublishDelayed(ctx context.Context, m Message, notBefore time.Time, confirm bool) (uint64, error) {
 	if m.TTL != 0 {
 		return 0, errors.New("fibril client: PublishDelayed: delayed publishes carry no TTL")
@@ -202,4 +223,262 @@ func (p *Publisher) PublishDelayed(ctx context.Context, m Message, notBefore tim
 	}
 	k, body, _ := p.build(&m, false, &notBefore)
 	return 0, p.cl.sendFireAndForget(ctx, wire.OpPublishDelayed, k, body)
+}
+
+// PublishAsync publishes with confirmation without waiting for it: it
+// returns once the PUBLISH is queued for writing, and f is called exactly
+// once later with the message's offset, or with the error that
+// PublishConfirmed would have returned. The re-send rules are
+// PublishConfirmed's (§7.3): a REDIRECT, a 409 or a 503 is re-sent, and so
+// is a publish still queued when its connection died (it was never
+// written), all within ctx's deadline (OperationTimeout when ctx has
+// none); a 504, or a connection lost after the frame was handed to the
+// socket, gives an error matching ErrOutcomeUnknown and no re-send. If ctx
+// ends before the confirm, f gets an error matching ErrOutcomeUnknown and
+// the context's error (the frame may already be on its way).
+//
+// When PublishAsync returns an error (the client is closed, ctx ended, no
+// connection could be had in time, or the broker refused to connect),
+// nothing was sent and f is never called. PublishAsync blocks while no
+// connection to the partition's owner is up (dialing) and while the
+// connection's write buffer is full (Options.WriteBufferSize): that is
+// the backpressure that bounds memory. The window of publishes in flight
+// is the caller's to bound (a semaphore released by f, for example).
+//
+// m's Payload, Key, Headers and Partition must not be modified until f has
+// been called: a re-send encodes them again.
+//
+// f runs on a goroutine of the client, one callback at a time for the
+// whole Client, in the order the outcomes were known (not necessarily the
+// publish order). It must not block for long, since it delays the other
+// callbacks, and must not wait for another callback. It may call
+// PublishAsync.
+//
+// Per call there is no goroutine and no timer: the confirm is matched on
+// the connection's reader goroutine, and a context without deadline is
+// bounded by the connections' periodic sweep.
+func (p *Publisher) PublishAsync(ctx context.Context, m Message, f func(offset uint64, err error)) error {
+	if f == nil {
+		return errors.New("fibril client: PublishAsync: nil callback")
+	}
+	cl := p.cl
+	if cl.ctx.Err() != nil {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return &notWrittenError{err: err}
+	}
+	op := p.newOp(ctx, m, f)
+	cl.async.begin()
+	if err := op.send(); err != nil {
+		cl.async.cancel()
+		op.recycle()
+		return err
+	}
+	return nil
+}
+
+// pubOp is one confirmed publish (PublishAsync, PublishConfirmed) across
+// its attempts. Its embedded pendingReq is registered with the connection
+// of each attempt; the outcome goes to cb through the completer, or to
+// wait for PublishConfirmed (cb nil).
+type pubOp struct {
+	pendingReq
+	p        *Publisher
+	ctx      context.Context
+	deadline time.Time // OperationTimeout bound when ctx has no deadline
+	m        Message
+	cb       func(uint64, error)
+	wait     chan pubResult // capacity 1, kept across reuses
+	body     wire.Publish
+	key      routeKey
+	version  uint64 // partitioning version of the last attempt
+	st       resendState
+	keep     bool // given up while registered: its entry may still be referenced
+}
+
+type pubResult struct {
+	off uint64
+	err error
+}
+
+var pubOps = sync.Pool{New: func() any {
+	op := &pubOp{wait: make(chan pubResult, 1)}
+	op.h = op
+	return op
+}}
+
+func (p *Publisher) newOp(ctx context.Context, m Message, cb func(uint64, error)) *pubOp {
+	op := pubOps.Get().(*pubOp)
+	op.p, op.ctx, op.m, op.cb = p, ctx, m, cb
+	if _, ok := ctx.Deadline(); !ok {
+		op.deadline = time.Now().Add(p.cl.opts.OperationTimeout)
+	}
+	return op
+}
+
+func (op *pubOp) recycle() {
+	if op.keep {
+		return
+	}
+	*op = pubOp{wait: op.wait}
+	op.h = op
+	pubOps.Put(op)
+}
+
+// prepare chooses the partition and encodes nothing yet: the body is
+// appended to the write buffer by the connection.
+func (op *pubOp) prepare() {
+	m := &op.m
+	part, version := op.p.choose(m)
+	op.key = routeKey{topic: op.p.topic, partition: part, group: op.p.group}
+	op.version = version
+	var key wire.Option[[]byte]
+	if m.Key != nil {
+		key = wire.Some(m.Key)
+	}
+	op.body = wire.Publish{
+		Topic: op.p.topic, Group: op.p.group, Partition: part, RequireConfirm: true,
+		ContentType: contentType(m.ContentType), Headers: headers(m.Headers),
+		PartitionKey: key, PartitioningVersion: version, Payload: m.Payload,
+	}
+	if m.TTL > 0 {
+		op.body.TTLMillis = wire.Some(uint64(max(1, m.TTL.Milliseconds())))
+	}
+}
+
+// send queues one attempt (and re-sends when it cannot be queued),
+// blocking while no connection is up. nil means queued: the outcome then
+// comes through onReply, and op must not be touched any more here (it may
+// already be completed and reused).
+func (op *pubOp) send() error {
+	cl := op.p.cl
+	w := waitCtx{parent: op.ctx, deadline: op.deadline}
+	defer w.release()
+	for {
+		if cl.ctx.Err() != nil {
+			return ErrClosed
+		}
+		if err := w.err(); err != nil {
+			return op.st.giveUp(&notWrittenError{err: err})
+		}
+		op.prepare()
+		ep := cl.route(&op.key)
+		conn, _ := ep.live()
+		if conn == nil {
+			var err error
+			conn, _, err = ep.get(w.get())
+			if err != nil {
+				retry, err := cl.afterConnErr(&w, ep, &op.key, &op.st, err)
+				if retry {
+					continue
+				}
+				return err
+			}
+		}
+		op.pendingReq.op = wire.OpPublish
+		op.pendingReq.ctx = op.ctx
+		op.pendingReq.hook = nil
+		op.pendingReq.expire = 0
+		if !op.deadline.IsZero() {
+			op.pendingReq.expire = op.deadline.UnixNano()
+		}
+		err := conn.start(op.ctx, &op.pendingReq, &op.body)
+		if err == nil {
+			return nil
+		}
+		retry, err := cl.afterReply(&w, op.spec(), &op.key, &op.st, Frame{}, err)
+		if !retry {
+			return err
+		}
+	}
+}
+
+func (op *pubOp) spec() *opSpec {
+	return &opSpec{
+		op:       wire.OpPublish,
+		retry409: true,
+		afterRedirect: func(ctx context.Context, r *wire.Redirect) {
+			if r.PartitioningVersion > op.version {
+				// Repartitioned: learn the new count before choosing again.
+				op.p.cl.refreshTopology(ctx, op.p.topic, op.p.group)
+			}
+		},
+	}
+}
+
+// onReply takes one attempt's outcome. It runs on the reader goroutine
+// (or wherever the connection completes the request) and never blocks:
+// confirms and final errors go to the completer; REDIRECT, 409, 503 and
+// malformed answers are dealt with on a goroutine of their own (rare).
+func (op *pubOp) onReply(f Frame, err error) {
+	if op.abandoned {
+		op.keep = true // its entry stays in the connection's pending map
+	}
+	switch {
+	case err != nil && !isNotWritten(err):
+		op.complete(0, err) // outcome unknown: never replayed
+		return
+	case err == nil && f.Op == wire.OpPublishOK:
+		var ok wire.PublishOK
+		if derr := ok.Decode(f.Body); derr != nil {
+			op.p.cl.stats.protocolViolations.Add(1)
+			op.complete(0, protocolErrorf("malformed PUBLISH_OK: %v", derr))
+			return
+		}
+		op.complete(ok.Offset, nil)
+		return
+	case err == nil && !acceptsReply(wire.OpPublish, f.Op):
+		op.complete(0, protocolErrorf("%v answered with %v (request id %d)", wire.OpPublish, f.Op, f.RequestID))
+		return
+	}
+	f.Body = bytes.Clone(f.Body)
+	go op.retry(f, err)
+}
+
+// retry applies the re-send rules to a REDIRECT, an ERROR or a
+// never-written attempt, then sends again or completes.
+func (op *pubOp) retry(f Frame, err error) {
+	cl := op.p.cl
+	w := waitCtx{parent: op.ctx, deadline: op.deadline}
+	again, err := cl.afterReply(&w, op.spec(), &op.key, &op.st, f, err)
+	w.release()
+	if again {
+		err = op.send()
+		if err == nil {
+			return
+		}
+	}
+	if err == nil {
+		err = protocolErrorf("%v answered with %v", wire.OpPublish, f.Op)
+	}
+	op.complete(0, err)
+}
+
+// complete hands the outcome to the completer, or to the waiting
+// PublishConfirmed (exactly once per op).
+func (op *pubOp) complete(off uint64, err error) {
+	if op.cb == nil {
+		op.wait <- pubResult{off, err} // the waiter recycles op
+		return
+	}
+	cl, cb := op.p.cl, op.cb
+	op.recycle()
+	cl.async.push(cb, off, err)
+}
+
+// resendNeverWritten re-sends, in their original order, the asynchronous
+// publishes that were still queued when their connection died: they never
+// reached the broker (§7.3). One backoff for the batch, then each is
+// routed and queued again (waiting for a connection within its deadline).
+func resendNeverWritten(ops []*pubOp, cause error) {
+	cl := ops[0].p.cl
+	sleepCtx(cl.ctx, cl.opts.backoff(0))
+	for _, op := range ops {
+		op.st.lastErr = &notWrittenError{err: cause}
+		op.st.attempt++
+		if err := op.send(); err != nil {
+			op.complete(0, err)
+		}
+	}
 }

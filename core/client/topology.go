@@ -239,7 +239,7 @@ func (c *Client) onTopologyUpdate(conn *Conn, f Frame) {
 	}
 	gen, applied := c.topo.apply(&up.Topology, true, wire.None[string](), wire.None[string]())
 	// Ack first: pruning may close this very connection.
-	conn.sendAsync(wire.OpTopologyUpdateAck, f.RequestID, &wire.TopologyUpdateAck{Generation: gen})
+	conn.sendControl(wire.OpTopologyUpdateAck, f.RequestID, &wire.TopologyUpdateAck{Generation: gen})
 	if applied {
 		c.pool.prune(c.topo.ownedEndpoints())
 	}

@@ -49,9 +49,6 @@ type Config struct {
 	Rate       float64       // total offered msgs/s; 0 = unpaced (closed loop)
 	MaxAhead   int64         // sent − delivered bound; 0 = none
 	Mode       string
-	// Coalesce batches the client's writes (see coalescingConn); off, the
-	// bench measures the SDK as it is, one write(2) per frame.
-	Coalesce bool
 
 	// Progress receives one line per second while running (nil = none).
 	Progress io.Writer
@@ -142,8 +139,8 @@ type run struct {
 
 	clients []*client.Client
 
-	connsMu sync.Mutex
-	conns   []*coalescingConn // --coalesce
+	// Process CPU time at the start and the end of the measured window.
+	cpu0, cpu1 cpuTimes
 }
 
 func newRunID() uint32 {
@@ -184,9 +181,6 @@ func (r *run) dial(ctx context.Context, name string) (*client.Client, error) {
 	opts := r.cfg.Client
 	if opts.ClientName == "" {
 		opts.ClientName = "fibrilctl-bench/" + name
-	}
-	if r.cfg.Coalesce {
-		opts.Dial = r.coalescingDial
 	}
 	c, err := client.Dial(ctx, opts)
 	if err != nil {
@@ -272,13 +266,16 @@ func (r *run) snap() snapshot {
 	return s
 }
 
-// producer is one publishing client with its window of workers.
+// producer is one publishing client, driven by one goroutine. Confirmed
+// publishes go out with PublishAsync, at most --window in flight.
 type producer struct {
-	idx   uint32
-	pub   *client.Publisher
-	seq   atomic.Uint64
-	hists []*Histogram // confirm latency, one per worker
-	lags  []*Histogram // send lag, one per worker (--rate)
+	idx  uint32
+	pub  *client.Publisher
+	seq  uint64
+	errs atomic.Uint64 // failed publishes, to back off a failing broker
+	ctx  context.Context
+	hist *Histogram // confirm latency, recorded by the client's callbacks
+	lag  *Histogram // send lag (--rate), recorded by the producer goroutine
 }
 
 func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
@@ -304,23 +301,13 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 		e2e[i] = new(Histogram)
 	}
 	prods := make([]*producer, cfg.Producers)
-	workers := cfg.Window
-	if !cfg.Confirmed {
-		workers = 1 // a fire-and-forget publish returns once written: one writer per connection
-	}
 	for i := range prods {
 		c, err := r.dial(setupCtx, fmt.Sprintf("producer-%d", i))
 		if err != nil {
 			return fmt.Errorf("connect producer %d: %w", i, err)
 		}
-		p := &producer{idx: uint32(i), pub: c.Publisher(cfg.Topic, client.PublisherOptions{Group: cfg.Group})}
-		for w := 0; w < workers; w++ {
-			p.hists = append(p.hists, new(Histogram))
-			if cfg.Rate > 0 {
-				p.lags = append(p.lags, new(Histogram))
-			}
-		}
-		prods[i] = p
+		prods[i] = &producer{idx: uint32(i), pub: c.Publisher(cfg.Topic, client.PublisherOptions{Group: cfg.Group}),
+			hist: new(Histogram), lag: new(Histogram)}
 	}
 
 	r.start = Now()
@@ -344,17 +331,12 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 	defer cancelPub()
 	var prodWG sync.WaitGroup
 	for _, p := range prods {
-		for w := range p.hists {
-			prodWG.Add(1)
-			go func() {
-				defer prodWG.Done()
-				var lag *Histogram
-				if p.lags != nil {
-					lag = p.lags[w]
-				}
-				r.publishLoop(pubCtx, p, uint64(w), p.hists[w], lag)
-			}()
-		}
+		p.ctx = pubCtx
+		prodWG.Add(1)
+		go func() {
+			defer prodWG.Done()
+			r.publishLoop(p)
+		}()
 	}
 
 	progDone := make(chan struct{})
@@ -369,10 +351,12 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 	// window is empty.)
 	sleepUntil(ctx, r.warmEnd)
 	s0 := r.snap()
+	r.cpu0 = processCPU()
 	if !sleepUntil(ctx, r.stopAt) {
 		fmt.Fprintln(cfg.Log, "interrupted: stopping early")
 	}
 	s1 := r.snap()
+	r.cpu1 = processCPU()
 	r.stop()
 	prodWG.Wait()
 
@@ -403,12 +387,8 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 	// Merge histograms.
 	var conf, lag, e2eAll Histogram
 	for _, p := range prods {
-		for w := range p.hists {
-			conf.Merge(p.hists[w])
-			if p.lags != nil {
-				lag.Merge(p.lags[w])
-			}
-		}
+		conf.Merge(p.hist)
+		lag.Merge(p.lag)
 	}
 	for _, h := range e2e {
 		e2eAll.Merge(h)
@@ -504,73 +484,131 @@ func (r *run) wake() {
 	}
 }
 
-// publishLoop is one in-flight slot of a producer: it publishes, waits for
-// the confirm (when confirmed), and goes again until the run stops. The
-// payload buffer is reused: the client has encoded it into its write
-// buffer by the time Publish/PublishConfirmed returns.
-func (r *run) publishLoop(ctx context.Context, p *producer, worker uint64, hist, lag *Histogram) {
+// slot is one publish of a producer's window: its payload buffer (the
+// client keeps referring to it until the callback, for re-sends) and
+// what the callback needs to account for it. Slots are allocated once, so
+// a publish allocates nothing in the bench.
+type slot struct {
+	r     *run
+	p     *producer
+	free  chan *slot
+	seq   uint64
+	stamp int64
+	part  uint32
+	msg   client.Message
+	done  func(uint64, error)
+}
+
+// publishLoop drives one producer. Confirmed: each publish takes a slot
+// (waiting while --window are in flight) and PublishAsync's callback
+// gives it back. Fire-and-forget: Publish returns once the frame is
+// queued, and the window does not apply.
+func (r *run) publishLoop(p *producer) {
 	cfg := &r.cfg
-	buf := make([]byte, cfg.Size)
-	for i := HeaderSize; i < len(buf); i++ {
-		buf[i] = byte(i)
+	window := cfg.Window
+	if !cfg.Confirmed {
+		window = 1
 	}
-	var part uint32
-	msg := client.Message{Partition: &part, Payload: buf}
+	free := make(chan *slot, window)
+	for range window {
+		s := &slot{r: r, p: p, free: free}
+		buf := make([]byte, cfg.Size)
+		for i := HeaderSize; i < len(buf); i++ {
+			buf[i] = byte(i)
+		}
+		s.msg = client.Message{Partition: &s.part, Payload: buf}
+		s.done = s.confirmed
+		free <- s
+	}
+	defer func() {
+		for range window { // every callback has run (the client bounds them by ctx)
+			<-free
+		}
+	}()
 	np := uint64(len(r.parts))
 	// Stagger the producers' schedules inside one interval.
 	offset := r.interval * int64(p.idx) / int64(max(1, cfg.Producers))
+	var seenErrs uint64
 	for {
+		if e := p.errs.Load(); e != seenErrs {
+			seenErrs = e
+			time.Sleep(10 * time.Millisecond) // do not spin on a failing broker
+		}
 		if !r.admit() {
 			return
 		}
-		seq := p.seq.Add(1) - 1
+		seq := p.seq
 		if seq >= MaxSeq {
 			return
 		}
+		p.seq++
+		s := <-free
 		var stamp int64
 		if r.interval > 0 {
 			stamp = r.start + int64(seq)*r.interval + offset
 			if stamp >= r.stopAt {
+				free <- s
 				return
 			}
 			if d := stamp - Now(); d > 0 {
 				time.Sleep(time.Duration(d))
 			}
 			if stamp >= r.warmEnd {
-				lag.Record(Now() - stamp)
+				p.lag.Record(Now() - stamp)
 			}
 		} else {
 			stamp = Now()
 			if stamp >= r.stopAt {
+				free <- s
 				return
 			}
 		}
-		Stamp{Sent: stamp, Run: r.runID, Producer: p.idx, Seq: seq}.Put(buf)
-		part = r.parts[(seq+uint64(p.idx))%np]
+		Stamp{Sent: stamp, Run: r.runID, Producer: p.idx, Seq: seq}.Put(s.msg.Payload)
+		s.seq, s.stamp, s.part = seq, stamp, r.parts[(seq+uint64(p.idx))%np]
 		r.sent.Add(1)
-		var err error
 		if cfg.Confirmed {
-			_, err = p.pub.PublishConfirmed(ctx, msg)
-		} else {
-			err = p.pub.Publish(ctx, msg)
-		}
-		if err != nil {
-			r.pubErrs.Add(1)
-			r.release()
-			if ctx.Err() != nil {
-				return
+			if err := p.pub.PublishAsync(p.ctx, s.msg, s.done); err != nil {
+				s.failed(err) // refused: no callback will come
 			}
-			r.noteErr("publish", err)
-			time.Sleep(10 * time.Millisecond) // do not spin on a failing broker
 			continue
 		}
-		t := Now()
+		err := p.pub.Publish(p.ctx, s.msg)
+		if err != nil {
+			s.failed(err)
+			continue
+		}
 		r.tr.Accept(p.idx, seq)
 		r.accepted.Add(1)
-		if cfg.Confirmed && stamp >= r.warmEnd {
-			hist.Record(t - stamp)
-		}
+		free <- s
 	}
+}
+
+// confirmed is the PublishAsync callback. Callbacks of one client run one
+// at a time, so the producer's histogram needs no lock.
+func (s *slot) confirmed(_ uint64, err error) {
+	if err != nil {
+		s.failed(err)
+		return
+	}
+	r, p := s.r, s.p
+	t := Now()
+	r.tr.Accept(p.idx, s.seq)
+	r.accepted.Add(1)
+	if s.stamp >= r.warmEnd {
+		p.hist.Record(t - s.stamp)
+	}
+	s.free <- s
+}
+
+func (s *slot) failed(err error) {
+	r, p := s.r, s.p
+	r.pubErrs.Add(1)
+	p.errs.Add(1)
+	r.release()
+	if p.ctx.Err() == nil {
+		r.noteErr("publish", err)
+	}
+	s.free <- s
 }
 
 // consume takes deliveries until ctx ends, checks them against the
@@ -677,7 +715,8 @@ func (r *run) fill(res *Result) {
 	res.Partitions, res.Size, res.Producers, res.Consumers = cfg.Partitions, cfg.Size, cfg.Producers, cfg.Consumers
 	res.Window, res.Confirmed, res.Prefetch, res.AutoAck = cfg.Window, cfg.Confirmed, cfg.Prefetch, cfg.AutoAck
 	res.DurationS, res.WarmupS, res.DrainS = cfg.Duration.Seconds(), cfg.Warmup.Seconds(), cfg.Drain.Seconds()
-	res.Rate, res.MaxAhead, res.Coalesce = cfg.Rate, cfg.MaxAhead, cfg.Coalesce
+	res.Rate, res.MaxAhead = cfg.Rate, cfg.MaxAhead
+	res.Coalesce = true // core/client batches its writes
 
 	res.Sent = r.sent.Load()
 	if cfg.Confirmed {
@@ -721,13 +760,22 @@ func (r *run) fill(res *Result) {
 		add("stale_settles", s.StaleSettles)
 		add("reconnects", s.Reconnects)
 	}
-	r.connsMu.Lock()
-	for _, c := range r.conns {
-		stats["coalesced_frames"] += c.writes.Load()
-		stats["coalesced_syscalls"] += c.flushes.Load()
-		stats["coalesced_bytes"] += c.bytes.Load()
+	for _, c := range r.clients {
+		// Write batching inside the client: frames asked for (each merged
+		// ACK counted), the write(2) calls that carried them, and bytes.
+		s := c.Stats()
+		stats["coalesced_frames"] += s.FramesQueued + s.AcksMerged
+		stats["coalesced_syscalls"] += s.WriteCalls
+		stats["coalesced_bytes"] += s.BytesWritten
+		if s.AcksMerged > 0 {
+			stats["acks_merged"] += s.AcksMerged
+		}
 	}
-	r.connsMu.Unlock()
+	if n := res.MsgsPerSec * res.ElapsedS; n > 0 && r.cpu1.ok {
+		user, sys := r.cpu1.user-r.cpu0.user, r.cpu1.sys-r.cpu0.sys
+		res.CPUUserS, res.CPUSysS = round3(user), round3(sys)
+		res.CPUPerMsgUS = round3((user + sys) * 1e6 / n)
+	}
 	if len(stats) > 0 {
 		res.ClientStats = stats
 	}

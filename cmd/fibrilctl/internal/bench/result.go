@@ -34,7 +34,9 @@ type Result struct {
 	DrainS     float64 `json:"drain_s"`
 	Rate       float64 `json:"rate"`
 	MaxAhead   int64   `json:"max_ahead"`
-	Coalesce   bool    `json:"coalesce"`
+	// Coalesce is always true: core/client batches its frame writes (it
+	// was the --coalesce flag when the SDK wrote one frame per write(2)).
+	Coalesce bool `json:"coalesce"`
 
 	// Throughput over the measured window.
 	Interrupted       bool    `json:"interrupted,omitempty"` // stopped early by a signal
@@ -101,6 +103,13 @@ type Result struct {
 	CPUPressure float64           `json:"cpu_pressure_pct"`
 	IOPressure  float64           `json:"io_pressure_pct"`
 	ClientStats map[string]uint64 `json:"client_stats,omitempty"`
+
+	// CPU time of the bench process (producers, consumers and their
+	// clients together) over the measured window, and per message counted
+	// in msgs_per_sec. 0 where getrusage is not available.
+	CPUUserS    float64 `json:"cpu_user_s"`
+	CPUSysS     float64 `json:"cpu_sys_s"`
+	CPUPerMsgUS float64 `json:"cpu_per_msg_us"`
 }
 
 func us(ns float64) float64 { return math.Round(ns/100) / 10 }
@@ -160,9 +169,6 @@ func (r *Result) WriteTable(w io.Writer) {
 	p("target\t%s topic %s, %d partitions", r.Addr, r.Topic, r.Partitions)
 	p("shape\t%d producers × window %d, %d consumers × prefetch %d (auto-ack %v), %d B, max-ahead %d",
 		r.Producers, r.Window, r.Consumers, r.Prefetch, r.AutoAck, r.Size, r.MaxAhead)
-	if r.Coalesce {
-		p("client\twrites coalesced (--coalesce)")
-	}
 	if r.Interrupted {
 		p("note\tinterrupted: stopped before --duration")
 	}
@@ -200,6 +206,9 @@ func (r *Result) WriteTable(w io.Writer) {
 	}
 	for _, k := range sortedKeys(r.ClientStats) {
 		p("client\t%s %d", k, r.ClientStats[k])
+	}
+	if r.CPUPerMsgUS > 0 {
+		p("bench cpu\tuser %.2fs  sys %.2fs  (%.2f µs per message)", r.CPUUserS, r.CPUSysS, r.CPUPerMsgUS)
 	}
 	p("load\tstart %s, end %s; pressure (10 s) cpu %.0f%% io %.0f%%", r.LoadAvgStart, r.LoadAvgEnd, r.CPUPressure, r.IOPressure)
 	tw.Flush()

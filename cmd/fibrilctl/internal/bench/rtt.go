@@ -95,6 +95,7 @@ func (r *run) runRTT(ctx, setupCtx context.Context, res *Result) error {
 	var conf, e2e, ack, rtt Histogram
 	var s0, s1 snapshot
 	s0 = r.snap()
+	r.cpu0 = processCPU()
 	measuring := cfg.Warmup == 0
 	buf := make([]byte, cfg.Size)
 	var part uint32
@@ -111,6 +112,7 @@ func (r *run) runRTT(ctx, setupCtx context.Context, res *Result) error {
 		if !measuring && t0 >= r.warmEnd {
 			measuring = true
 			s0 = r.snap()
+			r.cpu0 = processCPU()
 		}
 		Stamp{Sent: t0, Run: r.runID, Producer: 0, Seq: seq}.Put(buf)
 		part = r.parts[seq%uint64(len(r.parts))]
@@ -158,6 +160,7 @@ func (r *run) runRTT(ctx, setupCtx context.Context, res *Result) error {
 		}
 	}
 	s1 = r.snap()
+	r.cpu1 = processCPU()
 	r.stop()
 	close(progStop)
 	<-progDone

@@ -1,0 +1,11 @@
+//go:build !unix
+
+package bench
+
+type cpuTimes struct {
+	user, sys float64
+	ok        bool
+}
+
+// processCPU is not available here: the CPU fields stay 0.
+func processCPU() cpuTimes { return cpuTimes{} }
