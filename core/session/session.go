@@ -257,10 +257,13 @@ func (s *Session) end(reason string) {
 	if live {
 		m.SessionsLive.Dec()
 	}
-	s.srv.sessions.remove(s)
+	// The skeleton goes first: a resume racing this end then finds either
+	// the ended session (resume_not_found) or nothing at all, never a
+	// skeleton without its session (which would read as a restart).
 	if hadSkeleton {
 		s.srv.skeletons.delete(s.id)
 	}
+	s.srv.sessions.remove(s)
 	s.log.Debug("session ended", "reason", reason, "subscriptions", len(subs))
 }
 

@@ -209,10 +209,14 @@ func (s *Session) unsubscribeLocked(subs []*subscription) {
 }
 
 // saveSkeleton persists the session's identity and subscriptions (S-106).
+// It holds transition so that it cannot write a skeleton after end has
+// deleted it.
 func (s *Session) saveSkeleton() {
 	if s.srv.skeletons == nil {
 		return
 	}
+	s.transition.Lock()
+	defer s.transition.Unlock()
 	s.mu.Lock()
 	if s.ended {
 		s.mu.Unlock()
