@@ -1,5 +1,6 @@
 // Package admin serves the broker's admin HTTP listener: health and
-// readiness probes for load balancers, Prometheus metrics, and the small
+// readiness probes for load balancers, Prometheus metrics, Go profiling
+// under /debug/pprof/ (behind the same auth as /metrics), and the small
 // part of the admin API that exists so far (users). BROKER_SEMANTICS
 // S-156…S-163 describe the full surface; the dashboard and the rest of the
 // API come later.
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +68,11 @@ func New(opts Options) *Server {
 	s.mux.Handle("GET /admin/api/users", s.auth(http.HandlerFunc(s.listUsers)))
 	s.mux.Handle("POST /admin/api/users", s.auth(http.HandlerFunc(s.addUser)))
 	s.mux.Handle("DELETE /admin/api/users/{username}", s.auth(http.HandlerFunc(s.removeUser)))
+	// Profiling, for measuring before optimising (same auth as /metrics).
+	s.mux.Handle("GET /debug/pprof/", s.auth(http.HandlerFunc(pprof.Index)))
+	s.mux.Handle("GET /debug/pprof/profile", s.auth(http.HandlerFunc(pprof.Profile)))
+	s.mux.Handle("GET /debug/pprof/trace", s.auth(http.HandlerFunc(pprof.Trace)))
+	s.mux.Handle("GET /debug/pprof/symbol", s.auth(http.HandlerFunc(pprof.Symbol)))
 	return s
 }
 

@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/fibrilgo/fibril/core/admin"
@@ -46,7 +45,7 @@ type Broker struct {
 	queues   *queue.Manager
 	sessions *session.Server
 	admin    *admin.Server
-	registry *prometheus.Registry
+	registry *metricsRegistry
 
 	brokerLn net.Listener
 	adminLn  net.Listener
@@ -62,7 +61,7 @@ func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	if !cfg.Coordination.Standalone() {
 		return nil, fmt.Errorf("coordination.backend = %q: only standalone mode (\"none\") is available in this build", cfg.Coordination.Backend)
 	}
-	b := &Broker{cfg: cfg, log: log, registry: prometheus.NewRegistry(), served: make(chan struct{})}
+	b := &Broker{cfg: cfg, log: log, registry: newMetricsRegistry(), served: make(chan struct{})}
 	ok := false
 	defer func() {
 		if !ok {

@@ -7,9 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/config"
@@ -102,6 +106,40 @@ func TestPublishConsumeEndToEnd(t *testing.T) {
 	for _, want := range []string{"fibril_broker_published_total 10", "fibril_broker_acked_total 10", "fibril_tcp_connections_open 1"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// docs/metrics.md lists exactly the fibril_* series the broker exports.
+func TestMetricsDocumented(t *testing.T) {
+	b := startBroker(t)
+	exported := map[string]bool{}
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for _, c := range b.registry.collectors {
+		ch := make(chan *prometheus.Desc, 64)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			if m := fqName.FindStringSubmatch(d.String()); m != nil && strings.HasPrefix(m[1], "fibril_") {
+				exported[m[1]] = true
+			}
+		}
+	}
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("`(fibril_[a-z_]+)").FindAllStringSubmatch(string(doc), -1) {
+		documented[m[1]] = true
+	}
+	for name := range exported {
+		if !documented[name] {
+			t.Errorf("%s is exported but not listed in docs/metrics.md", name)
+		}
+	}
+	for name := range documented {
+		if !exported[name] {
+			t.Errorf("docs/metrics.md lists %s, which the broker does not export", name)
 		}
 	}
 }
