@@ -55,6 +55,9 @@ type Partition struct {
 	syncDur      time.Duration
 	syncReqs     []chan error
 	retainDue    bool
+	retaining    bool           // a retention goroutine runs (startRetention)
+	retainAgain  bool           // and must make one more pass
+	retWG        sync.WaitGroup // the retention goroutine, for Close
 	closing      bool
 	closed       bool
 	failErr      error
@@ -551,7 +554,8 @@ func (p *Partition) Close() error {
 	// Wait for the committer that handles closing; none starts after it
 	// (running stays set).
 	<-p.loopDone
-	p.retMu.Lock() // wait out an EnforceRetention in progress
+	p.retWG.Wait() // a background retention pass in progress
+	p.retMu.Lock() // an EnforceRetention call in progress
 	defer p.retMu.Unlock()
 	p.mu.Lock()
 	p.closed = true

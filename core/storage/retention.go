@@ -44,6 +44,12 @@ func (p *Partition) enforceRetention() error {
 		p.armAgeLocked()
 		p.mu.Unlock()
 	}()
+	p.mu.Lock()
+	closed := p.closed || p.closing
+	p.mu.Unlock()
+	if closed {
+		return nil
+	}
 	r := p.opts.Retention
 	var durable uint64
 	if !r.ByLimits {
