@@ -249,6 +249,10 @@ run_one() {
 	cmd=(timeout -k 5 "$RUN_BOUND" "${GEN_PIN[@]}" "${cmd[@]}")
 
 	local up hwm_ok=0 rss_hwm=0 rss_max=0 rc=0 res
+	# Write back the dirty pages the previous run left (the other system's
+	# unsynced writes above all), so the kernel does not flush them in the
+	# middle of this run and stall whoever fsyncs there.
+	sync
 	up=$(uptime | sed 's/^ *//')
 	echo "== [$(date +%T)] $name   (load: ${up##*load average: })" >&2
 	if [ "$RSS" = 1 ] && [ -n "$pid" ]; then
