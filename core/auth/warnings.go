@@ -7,7 +7,7 @@ const (
 	// WarnPlaintextPasswords is S-148.
 	WarnPlaintextPasswords = "users exist but TLS is off: passwords cross the network in clear; enable tls.enabled (tls.auto_self_signed = true is enough to start)"
 	// WarnDefaultLoginExposed flags the loopback rule's blind spot.
-	WarnDefaultLoginExposed = "the built-in fibril/fibril login is enabled and the broker listener is not loopback-only — a same-host load balancer or proxy makes every client look local; create a user (which disables it) or set auth.allow_default_loopback = false"
+	WarnDefaultLoginExposed = "the built-in fibril/fibril login is enabled and the broker listener is not loopback-only — a same-host load balancer or proxy makes every client look local; set auth.allow_default_loopback = false, or create a real user named fibril (which replaces the built-in pair)"
 )
 
 // StartupWarnings returns the warnings the broker logs loudly at start about
