@@ -144,7 +144,7 @@ func (p *Partition) runDeadLetter(j dlqJob) {
 	if ttl, ok := tq.cfg.Load().defaultTTL.Get(); ok {
 		cp.Deadline = ttlDeadline(j.at, ttl)
 	}
-	err = tp.append(&cp, func(_ uint64, err error) { p.deadLetterDone(j.off, err == nil) })
+	err = tp.append(&cp, func(_ uint64, err error) { p.deadLetterDone(j.off, err == nil) }, false)
 	if err != nil {
 		p.m.log.Error("queue: dead-letter copy refused", "queue", p.q.key.String(), "target", j.target.String(), "err", err)
 		p.deadLetterDone(j.off, false)

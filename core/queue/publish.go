@@ -15,6 +15,32 @@ import (
 // block. A validation error is returned here, and then done is never
 // called. msg is not retained.
 func (p *Partition) Publish(msg *Message, done func(offset uint64, err error)) error {
+	return p.publish(msg, done, false)
+}
+
+// PublishDeferred is Publish for a caller that calls CommitIfIdle right
+// afterwards, before it waits for anything (a connection's reader that has
+// drained its input): the record's commit is not handed to the storage
+// committer yet, so that CommitIfIdle can run it on the caller
+// (storage.Partition.AppendAsyncDeferred).
+func (p *Partition) PublishDeferred(msg *Message, done func(offset uint64, err error)) error {
+	return p.publish(msg, done, true)
+}
+
+// CommitIfIdle commits the partition's pending records on the calling
+// goroutine when no storage committer is busy, and otherwise makes sure
+// one takes them (storage.Partition.CommitIfIdle). The commit callbacks —
+// the done of every Publish it covers, not only the caller's — run on the
+// caller, so it must hold no lock they take: no engine lock, and in the
+// session neither Session.mu nor Conn.mu. It reports whether it committed.
+func (p *Partition) CommitIfIdle() bool {
+	if p.log == nil {
+		return false
+	}
+	return p.log.CommitIfIdle()
+}
+
+func (p *Partition) publish(msg *Message, done func(offset uint64, err error), deferCommit bool) error {
 	if err := p.brokenErr(); err != nil {
 		return err
 	}
@@ -43,7 +69,7 @@ func (p *Partition) Publish(msg *Message, done func(offset uint64, err error)) e
 	if v, ok := ttl.Get(); ok {
 		r.Deadline = ttlDeadline(msg.Received, v)
 	}
-	return p.append(&r, done)
+	return p.append(&r, done, deferCommit)
 }
 
 // ttlDeadline is received + ttl (S-39), saturating; a deadline is never 0
@@ -64,7 +90,7 @@ func ttlDeadline(received int64, ttl uint64) int64 {
 // dispatch could see a record before the engine knows it is delayed.
 // Nothing storage calls back into (the done of an AppendAsync) takes mu,
 // so blocking in AppendAsync on MaxPendingBytes cannot deadlock.
-func (p *Partition) append(r *record, done func(uint64, error)) error {
+func (p *Partition) append(r *record, done func(uint64, error), deferCommit bool) error {
 	data := r.encode()
 	var cb func(uint64, error)
 	if done != nil {
@@ -80,7 +106,13 @@ func (p *Partition) append(r *record, done func(uint64, error)) error {
 		p.mu.Unlock()
 		return err
 	}
-	off, err := p.log.AppendAsync(data, r.Received, cb)
+	var off uint64
+	var err error
+	if deferCommit {
+		off, err = p.log.AppendAsyncDeferred(data, r.Received, cb)
+	} else {
+		off, err = p.log.AppendAsync(data, r.Received, cb)
+	}
 	if err != nil {
 		p.mu.Unlock()
 		return p.storageErr("publish", err)

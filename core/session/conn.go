@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -35,13 +36,20 @@ type Conn struct {
 	rbuf        []byte     // frame buffer reused between frames
 	slotPending bool       // the request being handled holds an unused reply slot
 	acks        pendingAcks
-	stopReading bool // the request answered with close-after
+	stopReading bool             // the request answered with close-after
+	owed        *queue.Partition // a deferred publish awaits commitOwed (see serve)
 
 	slots chan struct{} // reply slots (see package doc, Backpressure)
 
-	mu      sync.Mutex // guards replies and spare
-	replies []outFrame
-	spare   []outFrame
+	mu       sync.Mutex // guards replies, spare and holdKick
+	replies  []outFrame
+	spare    []outFrame
+	holdKick bool // the reader writes what is queued itself (commitOwed): enqueue does not wake the writer
+
+	// wlock is the write side: the writer holds it for each round, and the
+	// reader when it writes answers itself (writeAnswers). bw, scratch and spare belong
+	// to its holder.
+	wlock sync.Mutex
 
 	wake       chan struct{} // cap 1: the writer has something to do
 	done       chan struct{} // closed when the connection is ending
@@ -54,7 +62,7 @@ type Conn struct {
 	orderly    atomic.Bool  // the peer ended the stream at a frame boundary
 	topoAck    atomic.Uint64
 
-	// Writer-only state.
+	// Writer-only state (pushID), and state of the wlock holder (scratch).
 	pushID  uint64 // broker-initiated request ids: one counter from 0 (WIRE §2.2)
 	scratch []byte
 }
@@ -107,6 +115,7 @@ func newConn(srv *Server, nc net.Conn, id uint64) *Conn {
 func (c *Conn) serve() {
 	defer c.terminate()
 	defer c.flushAcks()
+	defer c.commitOwed()
 	if !c.handshake() {
 		return
 	}
@@ -123,8 +132,9 @@ func (c *Conn) serve() {
 			c.flushAcks()
 		}
 		c.dispatch(h, body)
-		if c.br.Buffered() == 0 {
-			c.flushAcks() // about to wait for input
+		if c.br.Buffered() == 0 { // about to wait for input
+			c.flushAcks()
+			c.commitOwed()
 		}
 		if cap(c.rbuf) > rbufKeep {
 			c.rbuf = make([]byte, 0, rbufKeep)
@@ -262,12 +272,16 @@ func (c *Conn) deferReply() {
 	c.slotPending = false
 }
 
-// enqueue adds an answer and wakes the writer. Any goroutine.
+// enqueue adds an answer and wakes the writer, unless the reader is about
+// to write the queue itself (holdKick, see commitOwed). Any goroutine.
 func (c *Conn) enqueue(f outFrame) {
 	c.mu.Lock()
 	c.replies = append(c.replies, f)
+	hold := c.holdKick
 	c.mu.Unlock()
-	c.kick()
+	if !hold {
+		c.kick()
+	}
 }
 
 // kick wakes the writer without blocking.

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,6 +45,48 @@ type env struct {
 	ln      net.Listener
 	grace   atomic.Int64 // ms
 	restart atomic.Int64 // ms
+	writes  *writeStacks // when set before start, records the stack of every socket write
+}
+
+// writeStacks records, for each Write on a broker-side socket, the stack
+// of the goroutine that made it: tests use it to see who wrote a frame.
+type writeStacks struct {
+	mu     sync.Mutex
+	stacks []string
+}
+
+func (w *writeStacks) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.stacks...)
+}
+
+type stackListener struct {
+	net.Listener
+	w *writeStacks
+}
+
+func (l stackListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &stackConn{TCPConn: nc.(*net.TCPConn), w: l.w}, nil
+}
+
+// stackConn keeps every method of the TCP socket (CloseWrite included).
+type stackConn struct {
+	*net.TCPConn
+	w *writeStacks
+}
+
+func (c *stackConn) Write(b []byte) (int, error) {
+	buf := make([]byte, 16<<10)
+	st := string(buf[:runtime.Stack(buf, false)])
+	c.w.mu.Lock()
+	c.w.stacks = append(c.w.stacks, st)
+	c.w.mu.Unlock()
+	return c.TCPConn.Write(b)
 }
 
 type envOption func(*Options)
@@ -89,7 +133,11 @@ func (e *env) start(owner wire.UUID, mods ...envOption) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = e.srv.Serve(e.ln) }()
+	if e.writes != nil {
+		e.ln = stackListener{Listener: e.ln, w: e.writes}
+	}
+	srv, ln := e.srv, e.ln
+	go func() { _ = srv.Serve(ln) }()
 }
 
 // stop shuts the server down gracefully and closes the engine.

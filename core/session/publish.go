@@ -74,7 +74,15 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 		return
 	}
 	reqID := h.RequestID
-	err = part.Publish(&req.msg, func(offset uint64, err error) {
+	publish := part.Publish
+	if c.br.Buffered() == 0 {
+		// The last frame read: serve calls commitOwed right after this
+		// frame, before it waits for input, and the commit may then run
+		// on this goroutine instead of waking the storage committer.
+		publish = part.PublishDeferred
+		c.owed = part
+	}
+	err = publish(&req.msg, func(offset uint64, err error) {
 		if err != nil {
 			c.log.Warn("confirmed publish failed", "topic", req.topic, "partition", req.partition, "err", err)
 			c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true,

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -338,5 +340,67 @@ func TestAutoAckSlowClientBounded(t *testing.T) {
 	c.expect(wire.OpSubscribeOK, sid)
 	for i := 0; i <= n; i++ {
 		c.nextDeliver()
+	}
+}
+
+// A confirmed publish that is the last frame read, on an idle partition,
+// is committed by the connection's reader, which also writes the
+// PUBLISH_OK itself (commitOwed, writeAnswers): no storage committer and
+// no writer goroutine has to be woken. Pipelined publishes stay with the
+// committer and the writer. S-36: the confirm still follows the commit.
+func TestConfirmWrittenByReader(t *testing.T) {
+	e := newEnv(t)
+	e.stop()
+	e.writes = &writeStacks{}
+	e.start(e.opts.OwnerID)
+	c := e.dial()
+	c.login()
+	c.expect(wire.OpPublishOK, c.publish("rtt", "warm", true)) // creates the queue
+	byReader := func() int {
+		n := 0
+		for _, st := range e.writes.all() {
+			if strings.Contains(st, "writeAnswers") && strings.Contains(st, "commitOwed") {
+				n++
+			}
+		}
+		return n
+	}
+	before := byReader()
+	for i := range 5 {
+		c.expect(wire.OpPublishOK, c.publish("rtt", fmt.Sprint(i), true))
+	}
+	if got := byReader() - before; got < 4 {
+		t.Fatalf("%d of 5 one-at-a-time confirms written by the reader, want at least 4", got)
+	}
+	// A consumer on the same connection: the DELIVER (a push, the
+	// writer's) and the PUBLISH_OK both arrive, SUBSCRIBE_OK first.
+	sub := c.subscribe("rtt", 10, false)
+	seen := map[string]bool{}
+	for range 6 { // the six messages published above
+		_, d := c.nextDeliver()
+		if d.SubID != sub.SubID {
+			t.Fatalf("DELIVER for subscription %d", d.SubID)
+		}
+		seen[string(d.Payload)] = true
+		c.ack(d)
+	}
+	id := c.publish("rtt", "last", true)
+	gotOK, gotDeliver := false, false
+	for !gotOK || !gotDeliver {
+		h, b := c.read(5 * time.Second)
+		switch {
+		case h.Op == wire.OpPublishOK && h.RequestID == id:
+			gotOK = true
+		case h.Op == wire.OpDeliver && string(b.(*wire.Deliver).Payload) == "last":
+			gotDeliver = true
+			c.ack(b.(*wire.Deliver))
+		case h.Op == wire.OpPing:
+			c.sendID(wire.OpPong, h.RequestID, nil)
+		default:
+			t.Fatalf("unexpected %s id %d", h.Op, h.RequestID)
+		}
+	}
+	if len(seen) != 6 {
+		t.Fatalf("delivered %v", seen)
 	}
 }

@@ -119,8 +119,10 @@ func (p *Partition) newBatchLocked(first uint64, newSeg bool) *batch {
 }
 
 // enqueue assigns the next offset and encodes the record into the current
-// batch. It blocks while MaxPendingBytes are waiting to be written.
-func (p *Partition) enqueue(data []byte, ts int64, cb func(uint64, error)) (uint64, *commitSignal, error) {
+// batch. It blocks while MaxPendingBytes are waiting to be written. With
+// deferKick it neither wakes a waiting committer nor starts one: the
+// caller calls CommitIfIdle next (see AppendAsyncDeferred).
+func (p *Partition) enqueue(data []byte, ts int64, cb func(uint64, error), deferKick bool) (uint64, *commitSignal, error) {
 	if len(data) > MaxRecordBytes {
 		return 0, nil, ErrTooLarge
 	}
@@ -154,7 +156,10 @@ func (p *Partition) enqueue(data []byte, ts int64, cb func(uint64, error)) (uint
 	p.actRecs++
 	p.pendBytes += n
 	p.pendRecs++
-	start := p.kickLocked()
+	start := false
+	if !deferKick {
+		start = p.kickLocked()
+	}
 	sig := b.sig
 	p.mu.Unlock()
 	if start {
@@ -201,14 +206,18 @@ func (p *Partition) journalDueLocked(now time.Time) bool {
 // lingers for committerLinger without work, then exits (see "Lifecycle"
 // above).
 func (p *Partition) commitLoop() {
-	idleFrom := time.Now()
+	p.mu.Lock()
+	p.idleFrom = time.Now()
+	p.mu.Unlock()
 	for {
 		p.mu.Lock()
 		p.waiting = false
 		now := time.Now()
 		jsync := p.journalDueLocked(now)
 		if !jsync && !p.workLocked() {
-			until := idleFrom.Add(committerLinger)
+			// idleFrom also moves with inline commits (CommitIfIdle): a
+			// committer kept for the journal lingers while they go on.
+			until := p.idleFrom.Add(committerLinger)
 			if j := p.jDirtyAt.Add(journalSyncDelay); p.jSyncDue && j.Before(until) {
 				until = j
 			}
@@ -231,14 +240,78 @@ func (p *Partition) commitLoop() {
 			p.gather()
 		}
 		p.wmu.Lock()
-		closing := p.commitOnce(jsync)
+		closing := p.commitOnce(jsync, false)
 		p.wmu.Unlock()
 		if closing {
 			close(p.loopDone)
 			return
 		}
-		idleFrom = time.Now()
+		p.mu.Lock()
+		p.idleFrom = time.Now()
+		p.mu.Unlock()
 	}
+}
+
+// CommitIfIdle commits the records pending now on the calling goroutine
+// when no committer is busy, and reports whether it did. It is meant for
+// an appender that has nothing else to do until its records are durable —
+// a connection's reader that has drained its input — and saves the
+// hand-off to the committer goroutine: on a small VM, waking a goroutine
+// and having another core pick it up costs tens of microseconds, a large
+// part of a one-message-at-a-time round trip.
+//
+// The inline pass is one commit of records only: it writes every pending
+// batch, fsyncs the log as the policy demands and releases the waiters and
+// AppendAsync callbacks (of every appender, not only the caller's), on the
+// caller. Everything else (Sync, Close, retention, interval and journal
+// fsyncs) stays with the committer goroutine, and so does the work when a
+// committer is busy, when another inline pass runs, or when the last
+// commit carried more than one record (appenders are pipelining: the
+// committer overlaps their next batch with the fsync of this one, which a
+// caller that stops reading for the fsync would not). In those cases
+// CommitIfIdle only makes sure a committer takes the records (it kicks
+// one, which AppendAsyncDeferred did not) and returns false.
+//
+// Appends made while an inline pass runs are taken by the committer
+// goroutine after it (the writer role, wmu, orders the two); the inline
+// caller kicks one when it finds work left. A lingering committer is left
+// asleep, its linger counted from the inline commit, so one that is kept
+// for the journal fsync does not exit between inline commits.
+func (p *Partition) CommitIfIdle() bool {
+	p.mu.Lock()
+	if p.pendRecs == 0 || p.inline {
+		// Nothing to do, or the running inline pass re-checks for work
+		// when it ends.
+		p.mu.Unlock()
+		return false
+	}
+	if (p.running && !p.waiting) || p.lastTake > 1 || len(p.syncReqs) > 0 || p.ivDue || p.retainDue || p.closing || p.failErr != nil {
+		start := p.kickLocked()
+		p.mu.Unlock()
+		if start {
+			go p.commitLoop()
+		}
+		return false
+	}
+	p.inline = true
+	p.mu.Unlock()
+
+	p.wmu.Lock()
+	p.commitOnce(false, true)
+	p.wmu.Unlock()
+
+	p.mu.Lock()
+	p.inline = false
+	p.idleFrom = time.Now()
+	start := false
+	if p.workLocked() {
+		start = p.kickLocked()
+	}
+	p.mu.Unlock()
+	if start {
+		go p.commitLoop()
+	}
+	return true
 }
 
 // sleep blocks until kickLocked wakes the committer or d has passed. Only
@@ -383,19 +456,26 @@ func (p *Partition) gather() {
 // retention when due. It reports whether the partition is closing (the
 // loop then exits). Every work item it takes is cleared here, under mu,
 // before it is acted on, so work recorded later is seen by workLocked.
-func (p *Partition) commitOnce(jsync bool) bool {
+//
+// An inline commit (CommitIfIdle) takes the pending records only and
+// leaves every other work item to the committer goroutine.
+func (p *Partition) commitOnce(jsync, inline bool) bool {
 	p.mu.Lock()
 	take := append(p.take[:0], p.batches...)
 	p.cur = nil
 	p.pendRecs = 0
-	reqs := p.syncReqs
-	p.syncReqs = nil
-	closing := p.closing
 	err := p.failErr
-	retain := p.retainDue
-	p.retainDue = false
-	interval := p.ivDue
-	p.ivDue = false
+	var reqs []chan error
+	closing, retain, interval := false, false, false
+	if !inline {
+		reqs = p.syncReqs
+		p.syncReqs = nil
+		closing = p.closing
+		retain = p.retainDue
+		p.retainDue = false
+		interval = p.ivDue
+		p.ivDue = false
+	}
 	// Everything but a records-only FsyncAlways commit covers the journal.
 	jsync = jsync || len(reqs) > 0 || closing || interval
 	if jsync {

@@ -169,7 +169,13 @@ func (h *harness) epoch(p *storage.Partition, fsys *faultfs.FS, target int64, ta
 				d := idData(id)
 				t0 := time.Now()
 				if r.IntN(3) == 0 && !tail {
-					off, err := p.AppendAsync(d, 0, func(off uint64, err error) {
+					// AppendAsync, or the deferred append followed by an
+					// inline commit on this goroutine (CommitIfIdle).
+					appendAsync, deferred := p.AppendAsync, r.IntN(2) == 0
+					if deferred {
+						appendAsync = p.AppendAsyncDeferred
+					}
+					off, err := appendAsync(d, 0, func(off uint64, err error) {
 						if err == nil {
 							h.mu.Lock()
 							h.confirmed[off] = id
@@ -177,6 +183,9 @@ func (h *harness) epoch(p *storage.Partition, fsys *faultfs.FS, target int64, ta
 							h.mu.Unlock()
 						}
 					})
+					if deferred && err == nil {
+						p.CommitIfIdle()
+					}
 					if fail("AppendAsync", err) {
 						return
 					}

@@ -71,6 +71,8 @@ type Partition struct {
 	// awaits its fsync (FsyncAlways), the oldest since jDirtyAt.
 	running  bool
 	waiting  bool
+	inline   bool          // a CommitIfIdle pass runs (it holds wmu, not the committer role)
+	idleFrom time.Time     // the last commit, by the committer or inline: the linger counts from it
 	wake     chan struct{} // capacity 1
 	linger   *time.Timer   // the committer's wait timer (reused)
 	jSyncDue bool
@@ -156,7 +158,7 @@ func (p *Partition) Append(data []byte, ts int64) (uint64, error) {
 			return off, err
 		}
 	}
-	off, sig, err := p.enqueue(data, ts, nil)
+	off, sig, err := p.enqueue(data, ts, nil, false)
 	if err != nil {
 		return 0, err
 	}
@@ -177,7 +179,21 @@ func (p *Partition) AppendAsync(data []byte, ts int64, done func(offset uint64, 
 	if done == nil {
 		done = func(uint64, error) {}
 	}
-	off, _, err := p.enqueue(data, ts, done)
+	off, _, err := p.enqueue(data, ts, done, false)
+	return off, err
+}
+
+// AppendAsyncDeferred is AppendAsync for a caller that calls CommitIfIdle
+// right afterwards (before it waits for anything): the record is not
+// handed to the committer goroutine yet — no committer is started or woken
+// for it — so that CommitIfIdle can commit it on the caller instead. A
+// committer that is busy takes it anyway. Until CommitIfIdle is called the
+// record may stay uncommitted.
+func (p *Partition) AppendAsyncDeferred(data []byte, ts int64, done func(offset uint64, err error)) (uint64, error) {
+	if done == nil {
+		done = func(uint64, error) {}
+	}
+	off, _, err := p.enqueue(data, ts, done, true)
 	return off, err
 }
 
