@@ -8,7 +8,9 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/fibrilgo/fibril/cmd/fibrilctl/benchkit"
 	"github.com/fibrilgo/fibril/cmd/fibrilctl/internal/bench"
+	"github.com/fibrilgo/fibril/core/client"
 )
 
 const benchArgs = `--topic T [--partitions N] [--size BYTES] [--producers P] [--consumers C] [--window W] [--confirmed]
@@ -17,23 +19,19 @@ const benchArgs = `--topic T [--partitions N] [--size BYTES] [--producers P] [--
 
 func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 	fs := newFlagSet("bench", benchArgs, g, e)
-	var cfg bench.Config
-	fs.StringVar(&cfg.Topic, "topic", "", "queue to use (default: a fresh fibrilctl-bench-<time> topic, so no earlier backlog interferes)")
-	fs.StringVar(&cfg.Group, "group", "", "queue namespace inside the topic")
-	fs.IntVar(&cfg.Partitions, "partitions", 1, "partitions to declare the queue with and spread messages over")
-	fs.IntVar(&cfg.Size, "size", 1024, fmt.Sprintf("payload bytes (at least %d: the stamp header)", bench.HeaderSize))
-	fs.IntVar(&cfg.Producers, "producers", 1, "publishing connections")
-	fs.IntVar(&cfg.Consumers, "consumers", 1, "consuming connections, each subscribed to every partition")
-	fs.IntVar(&cfg.Window, "window", 1, "confirmed publishes in flight per producer (PublishAsync)")
-	fs.BoolVar(&cfg.Confirmed, "confirmed", false, "wait for PUBLISH_OK (default: fire and forget)")
-	fs.IntVar(&cfg.Prefetch, "prefetch", 256, "unsettled deliveries per partition and consumer")
-	fs.BoolVar(&cfg.AutoAck, "auto-ack", false, "auto-ack subscriptions (default: ack every delivery)")
-	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured duration (after the warmup)")
-	fs.DurationVar(&cfg.Warmup, "warmup", 0, "unmeasured lead-in")
-	fs.DurationVar(&cfg.Drain, "drain", 10*time.Second, "bound on the wait for outstanding confirms and deliveries at the end")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "total offered msgs/s, paced open loop (0 = as fast as the window allows)")
-	fs.Int64Var(&cfg.MaxAhead, "max-ahead", 0, "producers wait while sent − delivered ≥ N (0 = no bound)")
-	fs.StringVar(&cfg.Mode, "mode", "throughput", "throughput, rtt (one message at a time) or fsync (local disk baseline)")
+	var cfg benchkit.Config
+	cfg.AddFlags(fs.FlagSet, map[string]string{
+		"consumers": "consuming connections, each subscribed to every partition",
+		"window":    "confirmed publishes in flight per producer (PublishAsync)",
+		"confirmed": "wait for PUBLISH_OK (default: fire and forget)",
+		"prefetch":  "unsettled deliveries per partition and consumer",
+		"auto-ack":  "auto-ack subscriptions (default: ack every delivery)",
+		"mode":      "throughput, rtt (one message at a time) or fsync (local disk baseline)",
+	})
+	var drv bench.Driver
+	fs.StringVar(&drv.Topic, "topic", "", "queue to use (default: a fresh fibrilctl-bench-<time> topic, so no earlier backlog interferes)")
+	fs.StringVar(&drv.Group, "group", "", "queue namespace inside the topic")
+	fs.IntVar(&drv.Partitions, "partitions", 1, "partitions to declare the queue with and spread messages over")
 	coalesce := fs.Bool("coalesce", false, "deprecated, no effect: the client always batches its writes")
 	fsyncDir := fs.String("fsync-dir", os.TempDir(), "--mode fsync: directory to write in (use the broker's data_dir file system)")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
@@ -54,7 +52,7 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 		if cfg.Duration <= 0 {
 			return usagef("--duration must be positive")
 		}
-		res, err := bench.Fsync(ctx, *fsyncDir, cfg.Size, cfg.Duration)
+		res, err := benchkit.Fsync(ctx, *fsyncDir, cfg.Size, cfg.Duration)
 		if err != nil {
 			return fmt.Errorf("fsync bench: %w", err)
 		}
@@ -66,18 +64,21 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 		return nil
 	}
 
-	if cfg.Topic == "" {
-		cfg.Topic = fmt.Sprintf("fibrilctl-bench-%d", time.Now().UnixNano())
+	if drv.Topic == "" {
+		drv.Topic = fmt.Sprintf("fibrilctl-bench-%d", time.Now().UnixNano())
 	}
 	opts, err := g.clientOptions(e)
 	if err != nil {
 		return err
 	}
 	opts.OperationTimeout = max(g.timeout, 30*time.Second)
-	cfg.Client = opts
+	drv.Client = opts
 	cfg.Log = e.stderr
 	if *progress {
 		cfg.Progress = e.stderr
+	}
+	if cfg.Prefetch <= 0 {
+		cfg.Prefetch = client.DefaultPrefetch // what Subscribe uses for 0
 	}
 	if err := cfg.Validate(); err != nil {
 		return &usageError{err.Error()}
@@ -93,7 +94,7 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res, runErr := bench.Run(ctx, cfg)
+	res, runErr := benchkit.Run(ctx, cfg, &drv)
 	if res != nil {
 		if *asJSON {
 			if err := json.NewEncoder(e.stdout).Encode(res); err != nil {

@@ -1,9 +1,10 @@
 // Command jsbench is the NATS JetStream load generator of the Fibril
-// comparison benchmark. It measures the way `fibrilctl bench` does (same
-// payload stamp, windowed confirmed publishers, acking consumers, paced
-// open loop without coordinated omission, exact loss and duplicate
-// accounting) and prints the same JSON fields, so that the two can be put
-// side by side. See ../README.md.
+// comparison benchmark. It is a driver for benchkit, the measurement core
+// of `fibrilctl bench` (cmd/fibrilctl/benchkit): the same code stamps the
+// payloads, paces, gates, tracks losses and duplicates, records latencies
+// and prints the same JSON fields, so the two cannot drift apart. It is a
+// module of its own so that nats.go never becomes a dependency of the
+// main module. See ../README.md.
 package main
 
 import (
@@ -15,6 +16,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/fibrilgo/fibril/cmd/fibrilctl/benchkit"
 )
 
 func main() {
@@ -30,26 +33,20 @@ func run1(args []string) int {
 			"               [--retention limits|workqueue] [--keep-stream] [--json] [--progress=false]\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	var cfg Config
-	fs.StringVar(&cfg.URL, "url", "nats://127.0.0.1:4222", "NATS server URL")
-	fs.StringVar(&cfg.Stream, "stream", "", "stream to create (default: a fresh JSBENCH_<ns>)")
-	fs.StringVar(&cfg.Subject, "subject", "", "the stream's subject (default: jsbench.<ns>)")
-	fs.StringVar(&cfg.Retention, "retention", "limits", "stream retention: limits (acked messages stay, as a log) or workqueue (acked messages are removed)")
+	var cfg benchkit.Config
+	cfg.AddFlags(fs, map[string]string{
+		"consumers": "consuming connections, all on one durable pull consumer",
+		"confirmed": "JetStream publish and wait for the PubAck (default: core NATS publish, fire and forget)",
+		"prefetch":  "messages buffered per consumer (PullMaxMessages); MaxAckPending = prefetch × consumers",
+		"auto-ack":  "AckNone consumer (default: explicit ack of every delivery)",
+	})
+	var drv driver
+	fs.StringVar(&drv.URL, "url", "nats://127.0.0.1:4222", "NATS server URL")
+	fs.StringVar(&drv.Stream, "stream", "", "stream to create (default: a fresh JSBENCH_<ns>)")
+	fs.StringVar(&drv.Subject, "subject", "", "the stream's subject (default: jsbench.<ns>)")
+	fs.StringVar(&drv.Retention, "retention", "limits", "stream retention: limits (acked messages stay, as a log) or workqueue (acked messages are removed)")
 	partitions := fs.Int("partitions", 1, "accepted for symmetry with fibrilctl bench; a stream is one partition")
-	fs.IntVar(&cfg.Size, "size", 1024, fmt.Sprintf("payload bytes (at least %d: the stamp header)", HeaderSize))
-	fs.IntVar(&cfg.Producers, "producers", 1, "publishing connections")
-	fs.IntVar(&cfg.Consumers, "consumers", 1, "consuming connections, all on one durable pull consumer")
-	fs.IntVar(&cfg.Window, "window", 1, "confirmed publishes in flight per producer")
-	fs.BoolVar(&cfg.Confirmed, "confirmed", false, "JetStream publish and wait for the PubAck (default: core NATS publish, fire and forget)")
-	fs.IntVar(&cfg.Prefetch, "prefetch", 256, "messages buffered per consumer (PullMaxMessages); MaxAckPending = prefetch × consumers")
-	fs.BoolVar(&cfg.AutoAck, "auto-ack", false, "AckNone consumer (default: explicit ack of every delivery)")
-	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured duration (after the warmup)")
-	fs.DurationVar(&cfg.Warmup, "warmup", 0, "unmeasured lead-in")
-	fs.DurationVar(&cfg.Drain, "drain", 10*time.Second, "bound on the wait for outstanding confirms and deliveries at the end")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "total offered msgs/s, paced open loop (0 = as fast as the window allows)")
-	fs.Int64Var(&cfg.MaxAhead, "max-ahead", 0, "producers wait while sent − delivered ≥ N (0 = no bound)")
-	fs.StringVar(&cfg.Mode, "mode", ModeThroughput, "throughput, or rtt (one message at a time)")
-	fs.BoolVar(&cfg.KeepStream, "keep-stream", false, "leave the stream on the server at the end (default: delete it)")
+	fs.BoolVar(&drv.KeepStream, "keep-stream", false, "leave the stream on the server at the end (default: delete it)")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
 	progress := fs.Bool("progress", true, "print progress to stderr once a second")
 	if err := fs.Parse(args); err != nil {
@@ -66,11 +63,19 @@ func run1(args []string) int {
 		fmt.Fprintln(os.Stderr, "jsbench: warning: a JetStream stream has no partitions; --partitions ignored")
 	}
 	ns := time.Now().UnixNano()
-	if cfg.Stream == "" {
-		cfg.Stream = fmt.Sprintf("JSBENCH_%d", ns)
+	if drv.Stream == "" {
+		drv.Stream = fmt.Sprintf("JSBENCH_%d", ns)
 	}
-	if cfg.Subject == "" {
-		cfg.Subject = fmt.Sprintf("jsbench.%d", ns)
+	if drv.Subject == "" {
+		drv.Subject = fmt.Sprintf("jsbench.%d", ns)
+	}
+	switch drv.Retention {
+	case "", "limits":
+		drv.Retention = "limits"
+	case "workqueue":
+	default:
+		fmt.Fprintf(os.Stderr, "jsbench: --retention must be limits or workqueue, not %q\n", drv.Retention)
+		return 2
 	}
 	cfg.Log = os.Stderr
 	if *progress {
@@ -87,10 +92,10 @@ func run1(args []string) int {
 		<-ctx.Done()
 		stop()
 	}()
-	res, err := Run(ctx, cfg)
+	res, err := benchkit.Run(ctx, cfg, &drv)
 	if res != nil {
 		if *asJSON {
-			if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+			if err := json.NewEncoder(os.Stdout).Encode(result{res, drv.info}); err != nil {
 				fmt.Fprintln(os.Stderr, "jsbench:", err)
 				return 1
 			}

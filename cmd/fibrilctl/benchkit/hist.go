@@ -1,4 +1,4 @@
-package bench
+package benchkit
 
 import (
 	"math"
@@ -111,7 +111,9 @@ func (h *Histogram) Merge(o *Histogram) {
 
 // Quantile returns the value at quantile q (0 ≤ q ≤ 1) in nanoseconds:
 // the top of the bucket holding the ceil(q·n)-th smallest sample, clamped
-// to the exact min and max. 0 when empty.
+// to the exact min and max (the exact max for the top bucket, whose values
+// may lie above MaxTrackable), so never below the true value. 0 when
+// empty.
 func (h *Histogram) Quantile(q float64) uint64 {
 	if h.n == 0 {
 		return 0
@@ -122,6 +124,9 @@ func (h *Histogram) Quantile(q float64) uint64 {
 	for i, c := range h.counts {
 		seen += c
 		if seen >= rank {
+			if i == numBuckets-1 { // holds the values above MaxTrackable too
+				return h.max
+			}
 			return min(max(bucketHigh(i), h.min), h.max)
 		}
 	}

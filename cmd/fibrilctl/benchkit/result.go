@@ -1,31 +1,40 @@
-package main
+package benchkit
 
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 )
 
-// Result is the outcome of one run. The JSON names are those of
-// `fibrilctl bench --json`, so the two can be compared field by field;
-// the JetStream-only fields come last. Latencies are in µs (0.1 µs
-// precision); rates are per second of the measured window (after
-// --warmup, until --duration ends; the drain is not counted); MB is 2^20
-// bytes of payload.
+// Result is the outcome of one run: its parameters, then its numbers.
+// Its JSON field names are what `fibrilctl bench --json` and jsbench
+// print and what integration/bench/compare.sh and benchsum read; a system
+// adds its own fields by embedding Result. Latencies are in microseconds
+// (0.1 µs precision); rates are per second of the measured window (after
+// --warmup, until --duration ends; the drain is not counted). MB is 2^20
+// bytes of payload, as nats bench counts it.
+//
+// Run fills the measurements; the driver's Finish fills the fields that
+// name the system (Addr, Topic, Group, Partitions, Coalesce, ClientStats,
+// Target, CountsNote).
 type Result struct {
+	// Parameters.
 	Mode       string  `json:"mode"`
 	Addr       string  `json:"addr"`
-	Topic      string  `json:"topic"` // the stream's subject
+	Topic      string  `json:"topic"`
+	Group      string  `json:"group,omitempty"`
 	Partitions int     `json:"partitions"`
 	Size       int     `json:"size"`
 	Producers  int     `json:"producers"`
 	Consumers  int     `json:"consumers"`
 	Window     int     `json:"window"`
-	Confirmed  bool    `json:"confirm_mode"`
+	Confirmed  bool    `json:"confirm_mode"` // --confirmed
 	Prefetch   int     `json:"prefetch"`
 	AutoAck    bool    `json:"auto_ack"`
 	DurationS  float64 `json:"duration_s"`
@@ -33,29 +42,35 @@ type Result struct {
 	DrainS     float64 `json:"drain_s"`
 	Rate       float64 `json:"rate"`
 	MaxAhead   int64   `json:"max_ahead"`
-	Coalesce   bool    `json:"coalesce"` // always false: nats.go batches its writes by design
+	// Coalesce: fibrilctl always reports true (core/client batches its
+	// frame writes; it was the --coalesce flag when the SDK wrote one frame
+	// per write(2)); jsbench always false (nats.go batches by design).
+	Coalesce bool `json:"coalesce"`
 
-	Interrupted       bool    `json:"interrupted,omitempty"`
+	// Throughput over the measured window.
+	Interrupted       bool    `json:"interrupted,omitempty"` // stopped early by a signal
 	ElapsedS          float64 `json:"elapsed_s"`
-	MsgsPerSec        float64 `json:"msgs_per_sec"`
+	MsgsPerSec        float64 `json:"msgs_per_sec"` // delivered/s with consumers, else accepted/s
 	MBPerSec          float64 `json:"mb_per_sec"`
-	PublishMsgsPerSec float64 `json:"publish_msgs_per_sec"`
+	PublishMsgsPerSec float64 `json:"publish_msgs_per_sec"` // confirmed/s (sent/s without --confirmed)
 	DeliverMsgsPerSec float64 `json:"deliver_msgs_per_sec"`
 
-	Sent                 uint64   `json:"sent"`
-	ConfirmedN           uint64   `json:"confirmed"`
-	Delivered            uint64   `json:"delivered"`
-	Lost                 uint64   `json:"lost"`
-	Duplicates           uint64   `json:"duplicates"`
+	// Counts over the whole run (warmup and drain included).
+	Sent                 uint64   `json:"sent"`       // publishes handed to the client
+	ConfirmedN           uint64   `json:"confirmed"`  // confirms received (Fibril PUBLISH_OK, JetStream PubAck)
+	Delivered            uint64   `json:"delivered"`  // distinct messages of this run delivered
+	Lost                 uint64   `json:"lost"`       // accepted (confirmed, or written when unconfirmed) and never delivered
+	Duplicates           uint64   `json:"duplicates"` // deliveries of a message already delivered
 	LossChecked          bool     `json:"loss_checked"`
-	DeliveredUnconfirmed uint64   `json:"delivered_unconfirmed"`
-	Foreign              uint64   `json:"foreign"`
+	DeliveredUnconfirmed uint64   `json:"delivered_unconfirmed"` // delivered although its publish failed
+	Foreign              uint64   `json:"foreign"`               // deliveries of other runs' (or non-bench) messages
 	PublishErrors        uint64   `json:"publish_errors"`
 	AckErrors            uint64   `json:"ack_errors"`
 	ConsumeErrors        uint64   `json:"consume_errors"`
-	Timeouts             uint64   `json:"timeouts,omitempty"`
+	Timeouts             uint64   `json:"timeouts,omitempty"` // rtt: deliveries that did not come in time
 	ErrorSamples         []string `json:"error_samples,omitempty"`
 
+	// Publish → confirm, from the (scheduled) send time.
 	ConfirmP50  float64 `json:"confirm_p50_us"`
 	ConfirmP90  float64 `json:"confirm_p90_us"`
 	ConfirmP99  float64 `json:"confirm_p99_us"`
@@ -64,6 +79,7 @@ type Result struct {
 	ConfirmMean float64 `json:"confirm_mean_us"`
 	ConfirmN    uint64  `json:"confirm_samples"`
 
+	// Publish → delivery handed to the consumer, from the (scheduled) send time.
 	E2EP50  float64 `json:"e2e_p50_us"`
 	E2EP90  float64 `json:"e2e_p90_us"`
 	E2EP99  float64 `json:"e2e_p99_us"`
@@ -72,10 +88,13 @@ type Result struct {
 	E2EMean float64 `json:"e2e_mean_us"`
 	E2EN    uint64  `json:"e2e_samples"`
 
+	// --rate only: actual send time minus scheduled send time (how late
+	// the bench itself sent; it is part of the latencies above).
 	SendLagP50 float64 `json:"send_lag_p50_us,omitempty"`
 	SendLagP99 float64 `json:"send_lag_p99_us,omitempty"`
 	SendLagMax float64 `json:"send_lag_max_us,omitempty"`
 
+	// --mode rtt only: ACK write, and publish → (confirm and ack) done.
 	AckP50  float64 `json:"ack_p50_us,omitempty"`
 	AckP99  float64 `json:"ack_p99_us,omitempty"`
 	RTTP50  float64 `json:"rtt_p50_us,omitempty"`
@@ -85,40 +104,45 @@ type Result struct {
 	RTTMax  float64 `json:"rtt_max_us,omitempty"`
 	RTTMean float64 `json:"rtt_mean_us,omitempty"`
 
-	LoadAvgStart string  `json:"loadavg_start,omitempty"`
-	LoadAvgEnd   string  `json:"loadavg_end,omitempty"`
-	CPUPressure  float64 `json:"cpu_pressure_pct"`
-	IOPressure   float64 `json:"io_pressure_pct"`
-	// CPU time of the jsbench process over the measured window (getrusage),
-	// and per message of msgs_per_sec: the load generator's own cost.
+	// Environment.
+	LoadAvgStart string `json:"loadavg_start,omitempty"`
+	LoadAvgEnd   string `json:"loadavg_end,omitempty"`
+	// Share of the last 10 s in which some task waited for CPU / for I/O
+	// (Linux PSI, read at the end): other work contending with the run.
+	CPUPressure float64           `json:"cpu_pressure_pct"`
+	IOPressure  float64           `json:"io_pressure_pct"`
+	ClientStats map[string]uint64 `json:"client_stats,omitempty"`
+
+	// CPU time of the bench process (producers, consumers and their
+	// clients together) over the measured window, and per message counted
+	// in msgs_per_sec. 0 where getrusage is not available.
 	CPUUserS    float64 `json:"cpu_user_s"`
 	CPUSysS     float64 `json:"cpu_sys_s"`
 	CPUPerMsgUS float64 `json:"cpu_per_msg_us"`
 
-	// JetStream specifics.
-	System        string `json:"system"` // "jetstream"
-	ServerVersion string `json:"server_version"`
-	Stream        string `json:"stream"`
-	Storage       string `json:"storage"`
-	Retention     string `json:"retention"`
-	ConsumerKind  string `json:"consumer_kind,omitempty"`
-	StreamMsgs    uint64 `json:"stream_msgs"` // messages in the stream at the end
+	// For the table only: the "target" row, which names the system under
+	// test, and a note appended to the "counts" row.
+	Target     string `json:"-"`
+	CountsNote string `json:"-"`
 }
 
 // us converts ns to µs with 0.1 µs precision.
 func us(ns float64) float64 { return math.Round(ns/100) / 10 }
 
+func round1(v float64) float64 { return float64(int64(v*10+0.5)) / 10 }
+func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }
+
 type latency struct{ p50, p90, p99, p999, max, mean float64 }
 
 func summarize(h *Histogram) latency {
-	q := func(x float64) float64 { return us(float64(h.Quantile(x))) }
-	return latency{q(0.50), q(0.90), q(0.99), q(0.999), us(float64(h.Max())), us(h.Mean())}
+	return latency{
+		p50: us(float64(h.Quantile(0.50))), p90: us(float64(h.Quantile(0.90))),
+		p99: us(float64(h.Quantile(0.99))), p999: us(float64(h.Quantile(0.999))),
+		max: us(float64(h.Max())), mean: us(h.Mean()),
+	}
 }
 
-func round1(v float64) float64 { return math.Round(v*10) / 10 }
-func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
-
-// loadAvg is the first three fields of /proc/loadavg ("" elsewhere).
+// loadAvg returns the first three fields of /proc/loadavg ("" elsewhere).
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -131,14 +155,14 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// pressure is the "some avg10" of /proc/pressure/NAME (0 without PSI).
+// pressure returns the "some avg10" figure of /proc/pressure/NAME (0
+// where PSI is not available).
 func pressure(name string) float64 {
 	b, err := os.ReadFile("/proc/pressure/" + name)
 	if err != nil {
 		return 0
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	for _, f := range strings.Fields(line) {
+	for _, f := range strings.Fields(strings.SplitN(string(b), "\n", 2)[0]) {
 		if v, ok := strings.CutPrefix(f, "avg10="); ok {
 			x, _ := strconv.ParseFloat(v, 64)
 			return x
@@ -147,7 +171,7 @@ func pressure(name string) float64 {
 	return 0
 }
 
-// WriteTable prints the human-readable summary.
+// WriteTable prints the human summary of r.
 func (r *Result) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format+"\n", a...) }
@@ -160,7 +184,7 @@ func (r *Result) WriteTable(w io.Writer) {
 		rate = fmt.Sprintf("%.0f msgs/s", r.Rate)
 	}
 	p("mode\t%s (%s, %s)", r.Mode, conf, rate)
-	p("target\t%s %s, stream %s (%s storage, %s retention)", r.ServerVersion, r.Addr, r.Stream, r.Storage, r.Retention)
+	p("target\t%s", r.Target)
 	p("shape\t%d producers × window %d, %d consumers × prefetch %d (auto-ack %v), %d B, max-ahead %d",
 		r.Producers, r.Window, r.Consumers, r.Prefetch, r.AutoAck, r.Size, r.MaxAhead)
 	if r.Interrupted {
@@ -169,8 +193,8 @@ func (r *Result) WriteTable(w io.Writer) {
 	p("window\t%.2fs measured (warmup %.1fs, drain ≤ %.1fs)", r.ElapsedS, r.WarmupS, r.DrainS)
 	p("throughput\t%.0f msgs/s  %.2f MB/s  (publish %.0f/s, deliver %.0f/s)",
 		r.MsgsPerSec, r.MBPerSec, r.PublishMsgsPerSec, r.DeliverMsgsPerSec)
-	p("counts\tsent %d  confirmed %d  delivered %d  lost %d  duplicates %d  foreign %d  (stream holds %d)",
-		r.Sent, r.ConfirmedN, r.Delivered, r.Lost, r.Duplicates, r.Foreign, r.StreamMsgs)
+	p("counts\tsent %d  confirmed %d  delivered %d  lost %d  duplicates %d  foreign %d%s",
+		r.Sent, r.ConfirmedN, r.Delivered, r.Lost, r.Duplicates, r.Foreign, r.CountsNote)
 	if !r.LossChecked {
 		p("\t(no consumers: losses not checked)")
 	}
@@ -197,6 +221,9 @@ func (r *Result) WriteTable(w io.Writer) {
 	}
 	if r.Rate > 0 {
 		p("  send lag\t%.1f\t\t%.1f\t\t%.1f", r.SendLagP50, r.SendLagP99, r.SendLagMax)
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.ClientStats)) {
+		p("client\t%s %d", k, r.ClientStats[k])
 	}
 	if r.CPUPerMsgUS > 0 {
 		p("bench cpu\tuser %.2fs  sys %.2fs  (%.2f µs per message)", r.CPUUserS, r.CPUSysS, r.CPUPerMsgUS)

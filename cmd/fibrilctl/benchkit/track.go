@@ -1,4 +1,4 @@
-package bench
+package benchkit
 
 import (
 	"math/bits"
@@ -24,10 +24,10 @@ const (
 
 type chunk [chunkWords]atomic.Uint64
 
-func (b *bitset) chunk(i uint64, alloc bool) *chunk {
+func (b *bitset) chunk(i uint64) *chunk {
 	slot := &b.chunks[i>>chunkShift]
 	c := slot.Load()
-	if c == nil && alloc {
+	if c == nil {
 		c = new(chunk)
 		if !slot.CompareAndSwap(nil, c) {
 			c = slot.Load()
@@ -38,19 +38,10 @@ func (b *bitset) chunk(i uint64, alloc bool) *chunk {
 
 // set adds i and reports whether it was already present. i < MaxSeq.
 func (b *bitset) set(i uint64) (was bool) {
-	c := b.chunk(i, true)
+	c := b.chunk(i)
 	w := &c[(i>>6)&(chunkWords-1)]
 	mask := uint64(1) << (i & 63)
 	return w.Or(mask)&mask != 0
-}
-
-// has reports whether i is present.
-func (b *bitset) has(i uint64) bool {
-	if i >= MaxSeq {
-		return false
-	}
-	c := b.chunk(i, false)
-	return c != nil && c[(i>>6)&(chunkWords-1)].Load()&(1<<(i&63)) != 0
 }
 
 // andNotCount counts the members of b that are not in o.
@@ -88,9 +79,6 @@ type Tracker struct {
 func NewTracker(n int) *Tracker {
 	return &Tracker{accepted: make([]bitset, n), delivered: make([]bitset, n)}
 }
-
-// Producers is the number of producers tracked.
-func (t *Tracker) Producers() int { return len(t.accepted) }
 
 // Accept marks (producer, seq) as accepted by the broker.
 func (t *Tracker) Accept(producer uint32, seq uint64) {

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package bench
+package benchkit
 
 type cpuTimes struct {
 	user, sys float64

@@ -1,12 +1,10 @@
-package bench
+package benchkit
 
 import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
-	"time"
 )
 
 func TestBucketsAreContiguous(t *testing.T) {
@@ -80,95 +78,48 @@ func TestMergeAndEmpty(t *testing.T) {
 	}
 }
 
-func TestStampRoundTrip(t *testing.T) {
-	buf := make([]byte, 40)
-	s := Stamp{Sent: 123456789, Run: 0xdeadbeef, Producer: 7, Seq: 1 << 40}
-	s.Put(buf)
-	got, ok := ReadStamp(buf)
-	if !ok || got != s {
-		t.Fatalf("got %+v, %v", got, ok)
+func TestMergedQuantiles(t *testing.T) {
+	// Two halves of an exponential sample (~2 ms mean) merged: the
+	// quantiles of the whole, within 1 %.
+	var a, b Histogram
+	vals := make([]uint64, 0, 100000)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 100000; i++ {
+		v := uint64(rng.ExpFloat64() * 2e6)
+		vals = append(vals, v)
+		if i%2 == 0 {
+			a.Record(int64(v))
+		} else {
+			b.Record(int64(v))
+		}
 	}
-	if _, ok := ReadStamp(buf[:HeaderSize-1]); ok {
-		t.Fatal("short payload accepted")
+	a.Merge(&b)
+	slices.Sort(vals)
+	if a.Count() != 100000 || a.Max() != vals[len(vals)-1] {
+		t.Fatalf("count %d max %d", a.Count(), a.Max())
+	}
+	for _, q := range []float64{0.5, 0.9, 0.99, 0.999, 1} {
+		exact := vals[int(q*float64(len(vals))+0.999999)-1]
+		got := a.Quantile(q)
+		if got < exact || float64(got-exact) > float64(exact)/100 {
+			t.Errorf("q%.3f: got %d, exact %d", q, got, exact)
+		}
 	}
 }
 
-func TestTrackerLossAndDuplicates(t *testing.T) {
-	tr := NewTracker(2)
-	for seq := uint64(0); seq < 200000; seq++ {
-		tr.Accept(0, seq)
-	}
-	tr.Accept(1, 5)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	dups := 0
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n := 0
-			// Every worker delivers the even sequence numbers: each one is
-			// a first delivery exactly once across the workers.
-			for seq := uint64(0); seq < 200000; seq += 2 {
-				if tr.Deliver(0, seq) {
-					n++
-				}
-			}
-			mu.Lock()
-			dups += n
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if dups != 3*100000 {
-		t.Fatalf("duplicates = %d, want %d", dups, 3*100000)
-	}
-	tr.Deliver(1, 9) // delivered, never accepted
-	if lost := tr.Lost(); lost != 100000+1 {
-		t.Fatalf("lost = %d, want %d", lost, 100001)
-	}
-	if n := tr.DeliveredUnaccepted(); n != 1 {
-		t.Fatalf("delivered-unaccepted = %d, want 1", n)
-	}
-	if tr.Valid(2, 0) || tr.Valid(0, MaxSeq) || !tr.Valid(1, MaxSeq-1) {
-		t.Fatal("Valid bounds")
-	}
-}
-
-func TestAdmitWaitsForDeliveries(t *testing.T) {
-	r := &run{cfg: Config{MaxAhead: 4}}
-	r.gateCond = sync.NewCond(&r.gateMu)
-	for i := 0; i < 4; i++ {
-		if !r.admit() {
-			t.Fatal("admit refused below the bound")
+func TestQuantileAboveTrackable(t *testing.T) {
+	// Values above MaxTrackable share the top bucket; a quantile that
+	// falls there reports the exact max, never less than the true value.
+	var h Histogram
+	h.Record(100e9)
+	h.Record(200e9)
+	for _, q := range []float64{0.5, 0.99} {
+		if got := h.Quantile(q); got != 200e9 {
+			t.Fatalf("q%.2f = %d, want the max 200e9", q, got)
 		}
 	}
-	admitted := make(chan bool)
-	go func() { admitted <- r.admit() }()
-	select {
-	case <-admitted:
-		t.Fatal("admitted beyond --max-ahead")
-	case <-time.After(50 * time.Millisecond):
-	}
-	r.delivered.Add(1)
-	r.wake()
-	select {
-	case ok := <-admitted:
-		if !ok {
-			t.Fatal("admit returned false")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a delivery did not wake the waiting producer")
-	}
-	go func() { admitted <- r.admit() }()
-	time.Sleep(20 * time.Millisecond)
-	r.stop()
-	select {
-	case ok := <-admitted:
-		if ok {
-			t.Fatal("admit after stop returned true")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("stop did not release the waiting producer")
+	h.Record(1000)
+	if got := h.Quantile(0.2); got < 1000 || got > 1000+1000/128 {
+		t.Fatalf("q0.2 = %d, want ≈ 1000", got)
 	}
 }

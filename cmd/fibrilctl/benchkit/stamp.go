@@ -1,4 +1,4 @@
-package bench
+package benchkit
 
 import (
 	"encoding/binary"

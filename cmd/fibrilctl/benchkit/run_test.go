@@ -1,0 +1,246 @@
+package benchkit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fake is an in-memory system: one queue that every consumer competes
+// on. It runs Run without a broker, both ways a Driver can publish
+// (pipelined like Fibril's PublishAsync, blocking like jsbench's), and can
+// lose, duplicate and inject messages to show that Run counts them.
+type fake struct {
+	pipelined bool
+	drop, dup int64 // seq of producer 0 to confirm but not enqueue / enqueue twice (-1: none)
+	foreign   bool  // enqueue one message that is not of this run
+
+	q     chan []byte
+	acks  atomic.Int64
+	pubs  []*fakePub
+	named bool
+}
+
+func newFake(pipelined bool) *fake {
+	return &fake{pipelined: pipelined, drop: -1, dup: -1, q: make(chan []byte, 1024)}
+}
+
+func (f *fake) Setup(context.Context, Config, *Reporter) error {
+	if f.foreign {
+		f.q <- make([]byte, HeaderSize) // run id 0: never a run's
+	}
+	return nil
+}
+
+func (f *fake) Pipelined() bool { return f.pipelined }
+
+func (f *fake) Producer(context.Context, string) (Publisher, error) {
+	p := &fakePub{f: f}
+	if f.pipelined {
+		// One goroutine completes the publishes in order, as a client's
+		// callback goroutine does: Done never runs concurrently.
+		p.jobs = make(chan *Slot, 1024)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for s := range p.jobs {
+				s.Done(p.send(context.Background(), s))
+			}
+		}()
+	}
+	f.pubs = append(f.pubs, p)
+	return p, nil
+}
+
+type fakePub struct {
+	f    *fake
+	jobs chan *Slot
+	wg   sync.WaitGroup
+}
+
+func (p *fakePub) Publish(ctx context.Context, s *Slot) {
+	if p.jobs != nil {
+		p.jobs <- s
+		return
+	}
+	s.Done(p.send(ctx, s))
+}
+
+// send enqueues a copy of the payload (the slot is reused after Done).
+func (p *fakePub) send(ctx context.Context, s *Slot) error {
+	n := 1
+	if s.Producer == 0 {
+		switch int64(s.Seq) {
+		case p.f.drop:
+			n = 0
+		case p.f.dup:
+			n = 2
+		}
+	}
+	for range n {
+		select {
+		case p.f.q <- bytes.Clone(s.Payload):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (f *fake) Consumer(_ context.Context, _ string, h *Handler) (Subscription, error) {
+	c := &fakeSub{stop: make(chan struct{})}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for {
+			select {
+			case p := <-f.q:
+				h.Deliver(p, f)
+			case <-c.stop:
+				return
+			}
+		}
+	}()
+	return c, nil
+}
+
+func (f *fake) Ack() error { f.acks.Add(1); return nil }
+
+type fakeSub struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func (c *fakeSub) Close() { close(c.stop); c.wg.Wait() }
+
+func (f *fake) Finish(res *Result) {
+	res.Target, res.CountsNote = "fake", "  (fake note)"
+	f.named = true
+}
+
+func (f *fake) Close() {
+	for _, p := range f.pubs {
+		if p.jobs != nil {
+			close(p.jobs)
+			p.wg.Wait()
+		}
+	}
+}
+
+func TestRunCountsEveryMessage(t *testing.T) {
+	base := Config{Size: 64, Producers: 2, Consumers: 2, Window: 8, Confirmed: true,
+		Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, Drain: 5 * time.Second}
+	with := func(f func(*Config)) Config { c := base; f(&c); return c }
+	for _, tc := range []struct {
+		name      string
+		cfg       Config
+		pipelined bool
+	}{
+		{"pipelined", with(func(c *Config) { c.MaxAhead = 64 }), true},
+		{"blocking", base, false},
+		{"fire-and-forget", with(func(c *Config) { c.Confirmed = false }), true},
+		{"auto-ack", with(func(c *Config) { c.AutoAck = true }), false},
+		{"paced", with(func(c *Config) { c.Rate = 2000; c.Warmup = 0 }), true},
+		{"rtt", with(func(c *Config) { c.Mode = ModeRTT }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(tc.pipelined)
+			res, err := Run(context.Background(), tc.cfg, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !f.named || res.Target != "fake" {
+				t.Fatal("Finish was not called")
+			}
+			cfg := res.Confirmed
+			if res.Sent == 0 || res.Delivered != res.Sent || (cfg && res.ConfirmedN != res.Sent) || !res.LossChecked ||
+				res.Lost+res.Duplicates+res.Foreign+res.PublishErrors+res.AckErrors+res.ConsumeErrors+res.Timeouts != 0 {
+				t.Fatalf("counts: %+v", res)
+			}
+			if want := int64(res.Delivered); tc.cfg.AutoAck {
+				if f.acks.Load() != 0 {
+					t.Fatalf("%d acks with --auto-ack", f.acks.Load())
+				}
+			} else if f.acks.Load() != want {
+				t.Fatalf("%d acks for %d deliveries", f.acks.Load(), want)
+			}
+			if res.MsgsPerSec <= 0 || res.ElapsedS <= 0 || res.E2EN == 0 || res.E2EP50 > res.E2EP99 {
+				t.Fatalf("rates and e2e: %+v", res)
+			}
+			if cfg && (res.ConfirmN == 0 || res.ConfirmN > res.ConfirmedN) {
+				t.Fatalf("confirm samples %d of %d confirmed", res.ConfirmN, res.ConfirmedN)
+			}
+			switch tc.name {
+			case "paced": // 2000/s for 0.3 s, scheduled before the stop instant
+				if res.Sent < 550 || res.Sent > 600 {
+					t.Fatalf("paced: sent %d, want ≈ 600", res.Sent)
+				}
+			case "rtt":
+				if res.Producers != 1 || res.Consumers != 1 || res.Window != 1 || res.RTTP50 < res.ConfirmP50 || res.RTTP50 < res.E2EP50 {
+					t.Fatalf("rtt: %+v", res)
+				}
+			}
+		})
+	}
+}
+
+func TestRunFindsLossDuplicatesAndForeign(t *testing.T) {
+	f := newFake(true)
+	f.drop, f.dup, f.foreign = 3, 5, true
+	cfg := Config{Size: HeaderSize, Producers: 1, Consumers: 1, Window: 4, Confirmed: true,
+		Duration: 200 * time.Millisecond, Drain: 300 * time.Millisecond}
+	res, err := Run(context.Background(), cfg, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Lost != 1 || res.Duplicates != 1 || res.Foreign != 1 || res.Delivered != res.ConfirmedN-1 {
+		t.Fatalf("lost %d duplicates %d foreign %d, delivered %d of %d confirmed",
+			res.Lost, res.Duplicates, res.Foreign, res.Delivered, res.ConfirmedN)
+	}
+	var table strings.Builder
+	res.WriteTable(&table)
+	for _, want := range []string{`(?m)^target +fake$`, `lost 1  duplicates 1  foreign 1  \(fake note\)`, `(?m)^  publish→deliver +\d`} {
+		if !regexp.MustCompile(want).MatchString(table.String()) {
+			t.Errorf("table lacks %s:\n%s", want, table.String())
+		}
+	}
+}
+
+// TestResultJSONNames pins the field names that integration/bench
+// (compare.sh, benchsum) and users' scripts read.
+func TestResultJSONNames(t *testing.T) {
+	res := &Result{SendLagP99: 1, RTTP50: 1, RTTP99: 1, AckP50: 1, LoadAvgStart: "0 0 0", Timeouts: 1,
+		ErrorSamples: []string{"x"}, ClientStats: map[string]uint64{"reconnects": 1}, Interrupted: true}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"mode", "addr", "topic", "partitions", "size", "producers", "consumers", "window",
+		"confirm_mode", "prefetch", "auto_ack", "duration_s", "warmup_s", "drain_s", "rate", "max_ahead", "coalesce",
+		"interrupted", "elapsed_s", "msgs_per_sec", "mb_per_sec", "publish_msgs_per_sec", "deliver_msgs_per_sec",
+		"sent", "confirmed", "delivered", "lost", "duplicates", "loss_checked", "delivered_unconfirmed", "foreign",
+		"publish_errors", "ack_errors", "consume_errors", "timeouts", "error_samples",
+		"confirm_p50_us", "confirm_p99_us", "confirm_p999_us", "confirm_samples",
+		"e2e_p50_us", "e2e_p99_us", "e2e_p999_us", "e2e_samples", "send_lag_p99_us",
+		"ack_p50_us", "rtt_p50_us", "rtt_p99_us", "loadavg_start", "cpu_pressure_pct", "io_pressure_pct",
+		"client_stats", "cpu_user_s", "cpu_sys_s", "cpu_per_msg_us"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %q", k)
+		}
+	}
+	for _, k := range []string{"Target", "CountsNote"} {
+		if _, ok := m[k]; ok {
+			t.Errorf("JSON has the table-only field %q", k)
+		}
+	}
+}
