@@ -9,7 +9,6 @@ import (
 	"math"
 	"net"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,10 +30,6 @@ type gateConn struct {
 	held      chan struct{} // one token per Write that reached the gate
 	closed    chan struct{}
 	closeOnce sync.Once
-	stacks    bool   // record the stack of each Write (lastStack)
-	stack     string // of the last Write
-	active    int    // Writes in progress
-	maxAct    int    // most Writes ever in progress at once
 }
 
 func (g *gateConn) Write(b []byte) (int, error) {
@@ -43,18 +38,7 @@ func (g *gateConn) Write(b []byte) (int, error) {
 	g.mu.Lock()
 	g.writes++
 	gate := g.gate
-	g.active++
-	g.maxAct = max(g.maxAct, g.active)
-	if g.stacks {
-		buf := make([]byte, 8<<10)
-		g.stack = string(buf[:runtime.Stack(buf, false)])
-	}
 	g.mu.Unlock()
-	defer func() {
-		g.mu.Lock()
-		g.active--
-		g.mu.Unlock()
-	}()
 	n, err := g.Conn.Write(b)
 	if gate != nil {
 		g.held <- struct{}{}
@@ -96,18 +80,6 @@ func (g *gateConn) waitHeld(tb testing.TB) {
 	case <-time.After(stepTimeout):
 		tb.Fatal("no Write reached the gate")
 	}
-}
-
-func (g *gateConn) lastStack() string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.stack
-}
-
-func (g *gateConn) maxActive() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.maxAct
 }
 
 func (g *gateConn) count() int {
@@ -983,113 +955,5 @@ func TestCloseFlushesQueuedFrames(t *testing.T) {
 	fc.expectEOF(t)
 	if err := wait(t, closed); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// parkedConn returns the connection topic "t" routes to, once its writer
-// goroutine waits for frames.
-func parkedConn(tb testing.TB, c *Client) *Conn {
-	tb.Helper()
-	conn, _ := c.route(&routeKey{topic: "t"}).live()
-	if conn == nil {
-		tb.Fatal("no live connection")
-	}
-	eventually(tb, "the writer parked", func() bool {
-		conn.wmu.Lock()
-		defer conn.wmu.Unlock()
-		return conn.wwaiting
-	})
-	return conn
-}
-
-// A PublishConfirmed on an idle connection is written by its caller
-// (writeInline), not by the writer goroutine. Frames queued while that
-// Write is in progress neither race it to the socket nor wait for another
-// caller: the writer sends them right after, in order, in one Write.
-func TestConfirmedWrittenInline(t *testing.T) {
-	fb := newFake(t, nil)
-	gd := newGateDialer(t)
-	opts := testOptions(t, fb.addr)
-	opts.Dial = gd.Dial
-	c, fc := dialScripted(t, fb, opts, wire.Topology{})
-	g := gd.last()
-	pub := c.Publisher("t", PublisherOptions{})
-	ctx := context.Background()
-	conn := parkedConn(t, c)
-	before := g.count()
-
-	g.mu.Lock()
-	g.stacks = true
-	g.mu.Unlock()
-	g.arm()
-	syncErr := async(func() error {
-		off, err := pub.PublishConfirmed(ctx, Message{Payload: seqPayload(0)})
-		if err == nil && off != 1000 {
-			return fmt.Errorf("offset %d", off)
-		}
-		return err
-	})
-	g.waitHeld(t)
-	if st := g.lastStack(); !strings.Contains(st, "writeInline") {
-		t.Fatalf("the confirmed publish was not written by its caller:\n%s", st)
-	}
-	g.release()
-	g.arm() // hold the next Write too, to see what it carries
-	for i := 1; i <= 3; i++ {
-		if err := conn.Send(wire.OpPublish, 0, &wire.Publish{Topic: "t", Payload: seqPayload(i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	g.waitHeld(t)
-	if st := g.lastStack(); strings.Contains(st, "writeInline") {
-		t.Fatalf("a fire-and-forget publish was written inline:\n%s", st)
-	}
-	g.release()
-	for i := 0; i <= 3; i++ {
-		f := fc.expect(t, wire.OpPublish)
-		if got := payloadSeq(t, f); got != i {
-			t.Fatalf("publish %d arrived as %d", i, got)
-		}
-		if i == 0 {
-			fc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{Offset: 1000})
-		}
-	}
-	if err := wait(t, syncErr); err != nil {
-		t.Fatal(err)
-	}
-	if g.maxActive() > 1 {
-		t.Fatal("two Writes ran at once on one socket")
-	}
-	if w := g.count() - before; w > 3 {
-		t.Fatalf("%d writes for 4 frames (want the inline one, then at most 2)", w)
-	}
-}
-
-// A Write held inline when the connection is closed: the writer waits for
-// it before completing the pending requests, so the written / not-written
-// boundary it leaves is final (the inline frame counts as written).
-func TestCloseDuringInlineWrite(t *testing.T) {
-	fb := newFake(t, nil)
-	gd := newGateDialer(t)
-	opts := testOptions(t, fb.addr)
-	opts.Dial = gd.Dial
-	opts.OperationTimeout = stepTimeout
-	c, fc := dialScripted(t, fb, opts, wire.Topology{})
-	g := gd.last()
-	pub := c.Publisher("t", PublisherOptions{})
-	parkedConn(t, c)
-	g.arm()
-	syncErr := async(func() error {
-		_, err := pub.PublishConfirmed(context.Background(), Message{Payload: seqPayload(0)})
-		return err
-	})
-	g.waitHeld(t)
-	fc.expect(t, wire.OpPublish)
-	closed := async(func() error { return c.Close() })
-	if err := wait(t, closed); err != nil {
-		t.Fatal(err)
-	}
-	if err := wait(t, syncErr); !errors.Is(err, ErrOutcomeUnknown) {
-		t.Fatalf("publish written inline, then the client closed: %v", err)
 	}
 }

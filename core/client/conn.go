@@ -144,9 +144,6 @@ type pendingReq struct {
 	end       uint64
 	dead      bool // guarded by wmu: given up before it was queued; never queue it
 	abandoned bool // guarded by mu
-	// waited: the caller does nothing but wait for the reply (Do,
-	// PublishConfirmed), so it may write the frame itself (writeInline).
-	waited bool
 }
 
 // ctxWatch is one context.AfterFunc shared by every pending request with
@@ -165,9 +162,7 @@ type ctxWatch struct {
 // goroutine hands whatever accumulated to the socket in a single Write.
 // When the writer is idle a frame goes out at once; while a Write is in
 // progress later frames accumulate and leave together with the next one.
-// There is no timer and no added delay. A caller that only waits for its
-// reply (Do, PublishConfirmed) writes its frame itself when the writer is
-// idle, which saves waking the writer. The buffer is bounded (backpressure:
+// There is no timer and no added delay. The buffer is bounded (backpressure:
 // callers wait while it holds Options.WriteBufferSize bytes or more);
 // PING, PONG and TOPOLOGY_UPDATE_ACK never wait.
 //
@@ -477,9 +472,7 @@ func (c *Conn) waitRoomLocked(ctx context.Context) error {
 // queueFrame appends one frame for the writer. p, when set, records the
 // frame's end offset (for the written / not-written decision). Control
 // frames (PING, PONG, TOPOLOGY_UPDATE_ACK) skip the bound, so that the
-// reader and the heartbeat never wait for room. A request whose caller
-// only waits for its reply (p.waited) is written by the caller when the
-// writer is idle (writeInline).
+// reader and the heartbeat never wait for room.
 func (c *Conn) queueFrame(ctx context.Context, op wire.Op, id uint64, body wire.Encoder, p *pendingReq, control bool) error {
 	c.wmu.Lock()
 	var err error
@@ -496,46 +489,15 @@ func (c *Conn) queueFrame(ctx context.Context, op wire.Op, id uint64, body wire.
 		c.wmu.Unlock()
 		return &notWrittenError{err: context.DeadlineExceeded}
 	}
-	alone := len(c.wbuf) == 0
 	c.wbuf = wire.AppendFrame(c.wbuf, op, id, body)
 	c.lastAck.valid = false
 	if p != nil {
 		p.end = c.wbase + uint64(len(c.wbuf))
 	}
-	c.stats.framesQueued.Add(1)
-	if alone && p != nil && p.waited && c.wwaiting && len(c.wbuf) <= inlineMax {
-		c.writeInline() // unlocks wmu
-		return nil
-	}
 	c.wakeWriterLocked()
 	c.wmu.Unlock()
+	c.stats.framesQueued.Add(1)
 	return nil
-}
-
-// inlineMax bounds the frame a caller writes itself: a small frame almost
-// always fits in the socket's send buffer, so the Write does not block the
-// caller (who cannot be woken by its ctx while inside it).
-const inlineMax = 16 << 10
-
-// writeInline hands the buffer (just this caller's frame) to the socket
-// on the calling goroutine, instead of waking the writer goroutine and
-// waiting for it: on a small machine that wake-up costs tens of
-// microseconds, a large part of a one-at-a-time round trip. Only a caller
-// that would otherwise just wait for the reply does it (a pipelining one
-// keeps queueing while the writer writes, which batches its frames). The
-// writer stays parked meanwhile: wwriting keeps it from taking the frames
-// queued behind this Write (they would race it to the socket), and it is
-// woken for them afterwards. Called with wmu held, which it releases.
-func (c *Conn) writeInline() {
-	b, start := c.takeLocked()
-	c.wmu.Unlock()
-	c.writeOut(b, start)
-	c.wmu.Lock()
-	if len(c.wbuf) > 0 || c.wclosed {
-		c.wwaiting = false
-		c.wcond.Broadcast()
-	}
-	c.wmu.Unlock()
 }
 
 // queueAck queues an ACK for tags, merging it into the ACK that ends the
@@ -571,9 +533,9 @@ func (c *Conn) queueAck(ctx context.Context, id uint64, topic string, group wire
 	c.ackScratch = wire.Ack{}
 	c.lastAck = ackTail{valid: true, start: start, count: len(c.wbuf) - 8*len(tags) - 4, n: len(tags),
 		topic: topic, group: group, partition: partition}
-	c.stats.framesQueued.Add(1)
 	c.wakeWriterLocked()
 	c.wmu.Unlock()
+	c.stats.framesQueued.Add(1)
 	return nil
 }
 
@@ -584,15 +546,15 @@ func (c *Conn) wakeWriterLocked() {
 	}
 }
 
-// writeLoop is the connection's writer: it hands everything queued to
-// one Write, then looks again. A caller writing its own frame
-// (writeInline) holds the role meanwhile (wwriting). When the connection
-// ends it completes the pending requests, once no Write is in progress.
+// writeLoop is the connection's only writer: it hands everything queued
+// to one Write, then looks again. When the connection ends it completes
+// the pending requests.
 func (c *Conn) writeLoop() {
 	defer c.resolvePending()
+	deadline := max(10*time.Second, 3*c.hb)
 	for {
 		c.wmu.Lock()
-		for (len(c.wbuf) == 0 || c.wwriting) && !(c.wclosed && !c.wwriting) {
+		for len(c.wbuf) == 0 && !c.wclosed {
 			c.wwaiting = true
 			c.wcond.Wait()
 		}
@@ -600,56 +562,41 @@ func (c *Conn) writeLoop() {
 			c.wmu.Unlock()
 			return
 		}
-		b, start := c.takeLocked()
+		b := c.wbuf
+		start := c.wbase
+		c.wbase += uint64(len(b))
+		c.whanded = c.wbase // from here on these frames count as written
+		c.wbuf, c.wspare = c.wspare[:0], nil
+		c.wwriting = true
+		c.lastAck.valid = false
+		if c.wspace != nil {
+			close(c.wspace)
+			c.wspace = nil
+		}
 		c.wmu.Unlock()
-		if !c.writeOut(b, start) {
+
+		c.nc.SetWriteDeadline(time.Now().Add(deadline))
+		n, err := c.nc.Write(b)
+		c.stats.writeCalls.Add(1)
+		c.stats.bytesWritten.Add(uint64(n))
+
+		c.wmu.Lock()
+		c.wwriting = false
+		c.checkDrainedLocked()
+		if err != nil {
+			// The bytes past n never left: a frame cut there was not
+			// written (the broker sees at most a truncated frame and the
+			// stream ends), nor were the frames after it.
+			c.whanded = start + uint64(n)
+			c.wmu.Unlock()
+			c.fail(fmt.Errorf("%w: write: %v", ErrConnectionLost, err))
 			return
 		}
-	}
-}
-
-// takeLocked takes the queued frames for one Write: from here on they
-// count as written (whanded). The caller then calls writeOut. wmu held.
-func (c *Conn) takeLocked() (b []byte, start uint64) {
-	b = c.wbuf
-	start = c.wbase
-	c.wbase += uint64(len(b))
-	c.whanded = c.wbase
-	c.wbuf, c.wspare = c.wspare[:0], nil
-	c.wwriting = true
-	c.lastAck.valid = false
-	if c.wspace != nil {
-		close(c.wspace)
-		c.wspace = nil
-	}
-	return b, start
-}
-
-// writeOut writes what takeLocked took and gives the role back. It
-// reports false when the Write failed (the connection is then failing).
-func (c *Conn) writeOut(b []byte, start uint64) bool {
-	c.nc.SetWriteDeadline(time.Now().Add(max(10*time.Second, 3*c.hb)))
-	n, err := c.nc.Write(b)
-	c.stats.writeCalls.Add(1)
-	c.stats.bytesWritten.Add(uint64(n))
-
-	c.wmu.Lock()
-	c.wwriting = false
-	c.checkDrainedLocked()
-	if err != nil {
-		// The bytes past n never left: a frame cut there was not
-		// written (the broker sees at most a truncated frame and the
-		// stream ends), nor were the frames after it.
-		c.whanded = start + uint64(n)
+		if cap(b) <= 2*c.wmax {
+			c.wspare = b[:0]
+		}
 		c.wmu.Unlock()
-		c.fail(fmt.Errorf("%w: write: %v", ErrConnectionLost, err))
-		return false
 	}
-	if cap(b) <= 2*c.wmax {
-		c.wspare = b[:0]
-	}
-	c.wmu.Unlock()
-	return true
 }
 
 // resolvePending completes every request still pending once the writer
@@ -958,7 +905,7 @@ func (c *Conn) do(ctx context.Context, op wire.Op, body wire.Encoder, hook func(
 		return Frame{}, err
 	}
 	s := syncCalls.Get().(*syncCall)
-	s.op, s.hook, s.ctx, s.expire, s.waited = op, hook, nil, 0, true
+	s.op, s.hook, s.ctx, s.expire = op, hook, nil, 0
 	if !expire.IsZero() {
 		s.expire = expire.UnixNano()
 	}

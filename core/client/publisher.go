@@ -380,7 +380,6 @@ func (op *pubOp) send() error {
 		op.pendingReq.ctx = op.ctx
 		op.pendingReq.hook = nil
 		op.pendingReq.expire = 0
-		op.pendingReq.waited = op.cb == nil // PublishConfirmed
 		if !op.deadline.IsZero() {
 			op.pendingReq.expire = op.deadline.UnixNano()
 		}
