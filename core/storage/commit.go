@@ -488,6 +488,13 @@ func (p *Partition) commitOnce(jsync, inline bool) bool {
 			err = p.fail(werr)
 		}
 	}
+	if err == nil && closing {
+		// A cleanly closed log keeps no reserved space (the sync below
+		// covers the truncation).
+		if terr := p.trimReserve(p.act); terr != nil {
+			err = p.fail(terr)
+		}
+	}
 	if err == nil {
 		// The log: what the confirms of this commit need.
 		if p.logDirty && (len(reqs) > 0 || closing || interval || p.opts.Fsync == FsyncAlways) {
@@ -576,6 +583,9 @@ func (p *Partition) writeBatches(take []*batch) error {
 		}
 		act := p.act
 		at := act.size // only the committer changes size
+		if err := p.reserve(act, at+int64(len(b.buf))); err != nil {
+			return err
+		}
 		if _, err := writeFile(act.f, b.buf, at); err != nil {
 			return fmt.Errorf("write %s at %d: %w", act.path, at, err)
 		}
@@ -607,6 +617,9 @@ func (p *Partition) writeBatches(take []*batch) error {
 // recovery may treat any damage in an older segment as corruption.
 func (p *Partition) roll(base uint64) error {
 	old := p.act
+	if err := p.trimReserve(old); err != nil {
+		return err
+	}
 	if p.logDirty {
 		if err := syncFile(old.f); err != nil {
 			return fmt.Errorf("fsync %s: %w", old.path, err)
@@ -640,6 +653,54 @@ func (p *Partition) roll(base uint64) error {
 	p.mu.Unlock()
 	p.act = s
 	old.seal() // its file now lives in the cache of sealed segments
+	return nil
+}
+
+// Reserved space. The active segment's file is kept longer than its data:
+// when a write would pass the end of the file, the file is first extended
+// (Truncate, which adds a hole that reads as zeros) by reserveAhead or an
+// eighth of its size, whichever is more, up to SegmentMaxBytes. An fsync
+// after an append that grows the file must commit the file system's
+// journal to record the new size; a write inside the file's length needs
+// no such commit, and its fdatasync is much cheaper: 1 KiB + fdatasync
+// took ~215 µs appending and ~130-150 µs inside the file on this project's
+// ext4 test machines. So one fsync in a few hundred records pays for the
+// size change instead of every one. The hole costs no disk blocks.
+//
+// The reserved zeros are never part of the log: a sealed segment is trimmed
+// to its data before its fsync at roll (older segments stay exact, so any
+// damage in one is corruption), the active one at Close, and after a crash
+// recovery finds the first record that does not parse where the zeros
+// begin, and truncates there as for a torn tail (quietly when everything
+// after it is zero).
+const reserveAhead = 256 << 10
+
+// reserve makes s's file at least end bytes long. Writer role.
+func (p *Partition) reserve(s *segment, end int64) error {
+	if end <= s.alloc {
+		return nil
+	}
+	n := min(end+max(reserveAhead, end/8), p.opts.SegmentMaxBytes)
+	n = max(n, end)
+	if err := s.f.Truncate(n); err != nil {
+		return fmt.Errorf("reserve %s to %d: %w", s.path, n, err)
+	}
+	s.alloc = n
+	p.logDirty = true
+	return nil
+}
+
+// trimReserve drops s's reserved space: the file ends at its data again.
+// The caller fsyncs (logDirty). Writer role.
+func (p *Partition) trimReserve(s *segment) error {
+	if s.alloc <= s.size {
+		return nil
+	}
+	if err := s.f.Truncate(s.size); err != nil {
+		return fmt.Errorf("trim %s to %d: %w", s.path, s.size, err)
+	}
+	s.alloc = s.size
+	p.logDirty = true
 	return nil
 }
 
@@ -706,7 +767,10 @@ func (p *Partition) appendDirect(data []byte, ts int64) (off uint64, ok bool, er
 
 	act := p.act
 	at := act.size
-	_, werr := writeFile(act.f, b.buf, at)
+	werr := p.reserve(act, at+int64(len(b.buf)))
+	if werr == nil {
+		_, werr = writeFile(act.f, b.buf, at)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if werr != nil {

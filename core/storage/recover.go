@@ -17,7 +17,9 @@ import (
 //   - In the newest segment the first bad record (short, bad CRC, wrong
 //     length) ends the log. If no intact record follows it anywhere in the
 //     file it is a torn tail: the file is truncated there, fsynced, and a
-//     warning names the file, position and bytes dropped. If an intact
+//     warning names the file, position and bytes dropped (when all of it
+//     is zero it is the space reserved ahead of the log, see reserve in
+//     commit.go: truncated the same way, without a warning). If an intact
 //     record does follow, the damage is not a torn write: quarantine.
 //   - A bad record in an older segment, a CRC-intact record carrying the
 //     wrong offset, or offsets that are not dense across segments are
@@ -168,7 +170,13 @@ func (p *Partition) recoverSegment(s *segment, newest, hasIdx bool) error {
 			if intactAfter(s.f, pos, size, recHeaderLen, logCandidate(off, size-pos), logVerify) {
 				return &CorruptionError{File: s.path, Pos: pos, ExpectedOffset: off, Reason: bad + "; intact records follow"}
 			}
-			p.log.Warn("storage: truncating torn log tail", "file", s.path, "pos", pos, "bytes_dropped", size-pos, "reason", bad)
+			if zeroFrom(s.f, pos, size) {
+				// The space reserved ahead of the log (commit.go), left
+				// by a crash: nothing was written there.
+				p.log.Debug("storage: dropping reserved space after the last record", "file", s.path, "pos", pos, "bytes", size-pos)
+			} else {
+				p.log.Warn("storage: truncating torn log tail", "file", s.path, "pos", pos, "bytes_dropped", size-pos, "reason", bad)
+			}
 			if err := s.f.Truncate(pos); err != nil {
 				return err
 			}
@@ -186,6 +194,7 @@ func (p *Partition) recoverSegment(s *segment, newest, hasIdx bool) error {
 	if s.size < int64(start.pos) {
 		s.size = int64(start.pos)
 	}
+	s.alloc = s.size // the file ends at its data now (truncated above if not)
 	switch {
 	case newest && hasIdx:
 		// The active segment's index is rewritten at roll or close; a stale
@@ -197,6 +206,24 @@ func (p *Partition) recoverSegment(s *segment, newest, hasIdx bool) error {
 		}
 	}
 	return nil
+}
+
+// zeroFrom reports whether every byte of f in [from, size) is zero.
+func zeroFrom(f File, from, size int64) bool {
+	buf := make([]byte, min(size-from, 1<<20))
+	for pos := from; pos < size; {
+		n := min(int64(len(buf)), size-pos)
+		if !readFull(f, buf[:n], pos) {
+			return false
+		}
+		for _, c := range buf[:n] {
+			if c != 0 {
+				return false
+			}
+		}
+		pos += n
+	}
+	return true
 }
 
 // recordAt reports whether an intact record with offset want starts at pos.

@@ -25,7 +25,10 @@ type segment struct {
 
 	// Guarded by Partition.mu; written only by the committer (and by
 	// recovery before the partition is shared).
-	size    int64      // bytes written to the file (header included)
+	size int64 // bytes written to the file (header included)
+	// alloc is the file's length: size plus the space reserved after it
+	// (see reserve in commit.go). Owned by the writer role.
+	alloc   int64
 	next    uint64     // offset after the last record in the file
 	maxTs   int64      // newest record timestamp seen (age retention)
 	hasTs   bool       // maxTs is set
@@ -61,6 +64,7 @@ func newSegment(dir string, base uint64) *segment {
 		path:    filepath.Join(dir, segmentName(base)),
 		idxPath: filepath.Join(dir, indexName(base)),
 		size:    segHeaderLen,
+		alloc:   segHeaderLen,
 		next:    base,
 		index:   []idxEntry{{rel: 0, pos: segHeaderLen}},
 		lastIdx: segHeaderLen,
