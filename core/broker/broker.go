@@ -200,6 +200,9 @@ func (b *Broker) openQueues() error {
 		b.log.Error("partition quarantined; it answers errors until repaired", "queue", q.Key.String(), "partition", q.Partition, "err", q.Err)
 	}
 	registerEngineMetrics(b.registry, b.queues)
+	if b.cfg.Admin.MetricsPerChannel {
+		b.registry.MustRegister(newChannelCollector(b.queues))
+	}
 	return nil
 }
 

@@ -37,13 +37,13 @@ func loopbackOnly(t *testing.T) func(ctx context.Context, network, addr string) 
 	}
 }
 
-func startBroker(t *testing.T) *Broker {
+func startBroker(t *testing.T, flags ...string) *Broker {
 	t.Helper()
-	cfg, _, err := config.Load([]string{
+	cfg, _, err := config.Load(append([]string{
 		"--server.data_dir=" + t.TempDir(),
 		"--broker.listener.bind=127.0.0.1:0",
 		"--admin.listener.bind=127.0.0.1:0",
-	}, nil)
+	}, flags...), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +107,70 @@ func TestPublishConsumeEndToEnd(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+func scrape(t *testing.T, b *Broker) string {
+	t.Helper()
+	resp, err := http.Get("http://" + b.AdminAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// S-164: with admin.metrics_per_channel (the default) every loaded queue
+// partition has fibril_queue_ready and fibril_queue_inflight series
+// {topic,group,partition}; with it off there are none.
+func TestPerChannelMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, on := range []bool{true, false} {
+		b := startBroker(t, fmt.Sprintf("--admin.metrics_per_channel=%v", on))
+		c, err := client.Dial(ctx, client.Options{Addrs: []string{b.BrokerAddr().String()},
+			Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "jobs", Group: "eu", Partitions: 2}); err != nil {
+			t.Fatal(err)
+		}
+		pub := c.Publisher("jobs", client.PublisherOptions{Group: "eu"})
+		part := uint32(1)
+		for i := range 5 {
+			if _, err := pub.PublishConfirmed(ctx, client.Message{Partition: &part, Payload: []byte(fmt.Sprint(i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sub, err := c.Subscribe(ctx, "jobs", client.SubscribeOptions{Group: "eu", Partitions: []uint32{1}, Prefetch: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, err := sub.Next(ctx); err != nil { // held, not acked: in flight
+				t.Fatal(err)
+			}
+		}
+		want := []string{
+			`fibril_queue_ready{group="eu",partition="1",topic="jobs"} 3`,
+			`fibril_queue_inflight{group="eu",partition="1",topic="jobs"} 2`,
+			`fibril_queue_ready{group="eu",partition="0",topic="jobs"} 0`,
+		}
+		body := scrape(t, b)
+		for _, w := range want {
+			if strings.Contains(body, w) != on {
+				t.Errorf("metrics_per_channel=%v: series %q present: %v", on, w, !on)
+			}
+		}
+		if !on && strings.Contains(body, "fibril_queue_") {
+			t.Errorf("metrics_per_channel=false still exports per-queue series")
+		}
+		c.Close()
 	}
 }
 

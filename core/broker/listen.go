@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -175,6 +176,40 @@ func registerEngineMetrics(reg prometheus.Registerer, qm *queue.Manager) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fibril_recovery_quarantined",
 		Help: "Partitions quarantined by recovery (they answer errors until repaired)."},
 		func() float64 { return float64(len(qm.Quarantined())) }))
+}
+
+// channelCollector exports the per-queue series of S-164 (with
+// admin.metrics_per_channel): each partition's ready and in-flight counts,
+// read from the engine at scrape time, so an idle broker keeps no
+// per-series state and a deleted queue leaves no stale series.
+type channelCollector struct {
+	qm              *queue.Manager
+	ready, inflight *prometheus.Desc
+}
+
+func newChannelCollector(qm *queue.Manager) *channelCollector {
+	labels := []string{"topic", "group", "partition"}
+	return &channelCollector{
+		qm: qm,
+		ready: prometheus.NewDesc("fibril_queue_ready",
+			"Messages ready for delivery in a queue partition (not in flight, not delayed).", labels, nil),
+		inflight: prometheus.NewDesc("fibril_queue_inflight",
+			"Messages delivered and not yet settled in a queue partition.", labels, nil),
+	}
+}
+
+func (c *channelCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.ready
+	ch <- c.inflight
+}
+
+func (c *channelCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, d := range c.qm.Depths() {
+		group, _ := d.Key.Group.Get()
+		part := strconv.FormatUint(uint64(d.Partition), 10)
+		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(d.Ready), d.Key.Topic, group, part)
+		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(d.Inflight), d.Key.Topic, group, part)
+	}
 }
 
 // metricsRegistry is the broker's Prometheus registry. It remembers every

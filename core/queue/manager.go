@@ -417,6 +417,31 @@ func (m *Manager) Queues() []QueueInfo {
 	return out
 }
 
+// PartitionDepth is one partition's Depth, for per-channel metrics.
+type PartitionDepth struct {
+	Key       Key
+	Partition uint32
+	Depth
+}
+
+// Depths returns the Depth of every queue partition (every queue the
+// engine has: they are all loaded), sorted by queue then partition.
+func (m *Manager) Depths() []PartitionDepth {
+	var qs []*queue
+	m.queues.Range(func(_, v any) bool {
+		qs = append(qs, v.(*queue))
+		return true
+	})
+	slices.SortFunc(qs, func(a, b *queue) int { return cmp.Compare(a.key.String(), b.key.String()) })
+	var out []PartitionDepth
+	for _, q := range qs {
+		for n, p := range q.parts {
+			out = append(out, PartitionDepth{Key: q.key, Partition: uint32(n), Depth: p.Depth()})
+		}
+	}
+	return out
+}
+
 // Streams lists every declared stream, sorted by topic.
 func (m *Manager) Streams() []StreamInfo {
 	m.mu.Lock()
