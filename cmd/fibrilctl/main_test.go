@@ -194,31 +194,34 @@ func TestParseArgsInterleaved(t *testing.T) {
 }
 
 func TestDeclarePublishConsume(t *testing.T) {
-	mustOK(t, ctl(t, "", "declare", "--topic", "orders", "--partitions", "3", "--dlq", "named:orders-dead/g", "--max-retries", "5", "--ttl", "1h"), "declare")
-	if r := ctl(t, "", "declare", "--topic", "orders", "--partitions", "3"); r.code != 0 || !strings.Contains(r.stdout, "3 partitions") {
+	// The broker is shared by the whole test binary: a fresh topic per run
+	// keeps the offsets below true under -count.
+	topic := fmt.Sprintf("orders-%d", time.Now().UnixNano())
+	mustOK(t, ctl(t, "", "declare", "--topic", topic, "--partitions", "3", "--dlq", "named:orders-dead/g", "--max-retries", "5", "--ttl", "1h"), "declare")
+	if r := ctl(t, "", "declare", "--topic", topic, "--partitions", "3"); r.code != 0 || !strings.Contains(r.stdout, "3 partitions") {
 		t.Fatalf("redeclare: %+v", r)
 	}
 	// A different count conflicts: the broker's code and message are shown.
-	r := ctl(t, "", "declare", "--topic", "orders", "--partitions", "5")
+	r := ctl(t, "", "declare", "--topic", topic, "--partitions", "5")
 	if r.code != exitFail || !strings.Contains(r.stderr, "code 409 (conflict)") {
 		t.Fatalf("conflicting declare: %+v", r)
 	}
 
-	r = ctl(t, "", "publish", "--topic", "orders", "--partition", "2", "--header", "k=v", "--header", "fibril.client.trace=t1",
+	r = ctl(t, "", "publish", "--topic", topic, "--partition", "2", "--header", "k=v", "--header", "fibril.client.trace=t1",
 		"--content-type", "application/json", `{"n":1}`, "--count", "2")
 	mustOK(t, r, "publish")
 	if r.stdout != "partition=2 offset=0\npartition=2 offset=1\n" {
 		t.Fatalf("publish printed %q", r.stdout)
 	}
-	mustOK(t, ctl(t, "from stdin\n", "publish", "--topic", "orders", "--partition", "1"), "publish stdin")
-	r = ctl(t, "l1\nl2\n", "publish", "--topic", "orders", "--partition", "0", "--lines")
+	mustOK(t, ctl(t, "from stdin\n", "publish", "--topic", topic, "--partition", "1"), "publish stdin")
+	r = ctl(t, "l1\nl2\n", "publish", "--topic", topic, "--partition", "0", "--lines")
 	mustOK(t, r, "publish --lines")
 	if strings.Count(r.stdout, "offset=") != 2 {
 		t.Fatalf("--lines printed %q", r.stdout)
 	}
-	mustOK(t, ctl(t, "", "publish", "--topic", "orders", "--partition", "0", "--no-confirm", "bin\x00ary"), "publish --no-confirm")
+	mustOK(t, ctl(t, "", "publish", "--topic", topic, "--partition", "0", "--no-confirm", "bin\x00ary"), "publish --no-confirm")
 
-	r = ctl(t, "", "consume", "--topic", "orders", "--partitions", "0,1,2", "--count", "6", "--json")
+	r = ctl(t, "", "consume", "--topic", topic, "--partitions", "0,1,2", "--count", "6", "--json")
 	mustOK(t, r, "consume")
 	var got []deliveryJSON
 	dec := json.NewDecoder(strings.NewReader(r.stdout))
@@ -252,7 +255,7 @@ func TestDeclarePublishConsume(t *testing.T) {
 		}
 	}
 	// Everything was acked: nothing is left.
-	r = ctl(t, "", "consume", "--topic", "orders", "--partitions", "0,1,2", "--wait", "300ms")
+	r = ctl(t, "", "consume", "--topic", topic, "--partitions", "0,1,2", "--wait", "300ms")
 	if r.code != 0 || r.stdout != "" {
 		t.Fatalf("after acking everything: %+v", r)
 	}
