@@ -104,21 +104,34 @@ func (c *Conn) writeAnswers() {
 	c.replies = c.spare[:0]
 	c.mu.Unlock()
 	for i := range replies {
-		f := &replies[i]
-		c.scratch = appendOut(c.scratch[:0], f)
-		if _, err := c.bw.Write(c.scratch); err != nil {
-			c.writeFailed(err)
+		if !c.writeAnswer(&replies[i]) {
 			return
-		}
-		if f.slot {
-			c.releaseSlot()
 		}
 		replies[i] = outFrame{}
 	}
+	c.recycleReplies(replies)
+	c.flush()
+}
+
+// writeAnswer buffers one answer and gives back its reply slot. It
+// reports false when the write failed (the connection is closing). Holder
+// of wlock only.
+func (c *Conn) writeAnswer(f *outFrame) bool {
+	c.scratch = appendOut(c.scratch[:0], f)
+	if _, err := c.bw.Write(c.scratch); err != nil {
+		return c.writeFailed(err)
+	}
+	if f.slot {
+		c.releaseSlot()
+	}
+	return true
+}
+
+// recycleReplies keeps a written (and cleared) answer queue for reuse.
+func (c *Conn) recycleReplies(replies []outFrame) {
 	c.mu.Lock()
 	c.spare = replies[:0]
 	c.mu.Unlock()
-	c.flush()
 }
 
 // writeRound writes what is pending. Pushes are taken before answers and
@@ -141,12 +154,8 @@ func (c *Conn) writeRound(ping bool) bool {
 				finish = true
 				continue
 			}
-			c.scratch = appendOut(c.scratch[:0], f)
-			if _, err := c.bw.Write(c.scratch); err != nil {
-				return c.writeFailed(err)
-			}
-			if f.slot {
-				c.releaseSlot()
+			if !c.writeAnswer(f) {
+				return false
 			}
 			if f.opensWindow && !c.windowOpen.Swap(true) {
 				again = pushes == nil // RECONCILE_RESULT is out: take the held pushes now
@@ -158,9 +167,7 @@ func (c *Conn) writeRound(ping bool) bool {
 			}
 			replies[i] = outFrame{}
 		}
-		c.mu.Lock()
-		c.spare = replies[:0]
-		c.mu.Unlock()
+		c.recycleReplies(replies)
 
 		for _, p := range pushes {
 			if !c.writePush(p) {
