@@ -97,14 +97,9 @@ func TestPublishConsumeEndToEnd(t *testing.T) {
 	if st := c.Stats(); st.PrefetchViolations != 0 || st.ProtocolViolations != 0 || st.UncorrelatedErrors != 0 {
 		t.Fatalf("client saw broker misbehaviour: %+v", st)
 	}
-	resp, err := http.Get("http://" + b.AdminAddr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := scrape(t, b)
 	for _, want := range []string{"fibril_broker_published_total 10", "fibril_broker_acked_total 10", "fibril_tcp_connections_open 1"} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}

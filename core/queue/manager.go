@@ -409,12 +409,21 @@ func (m *Manager) DeclareStream(spec StreamSpec) (StreamInfo, error) {
 // Queues lists every queue, sorted by topic then group.
 func (m *Manager) Queues() []QueueInfo {
 	var out []QueueInfo
+	for _, q := range m.sortedQueues() {
+		out = append(out, q.info())
+	}
+	return out
+}
+
+// sortedQueues returns every queue, sorted by topic then group.
+func (m *Manager) sortedQueues() []*queue {
+	var qs []*queue
 	m.queues.Range(func(_, v any) bool {
-		out = append(out, v.(*queue).info())
+		qs = append(qs, v.(*queue))
 		return true
 	})
-	slices.SortFunc(out, func(a, b QueueInfo) int { return cmp.Compare(a.Key.String(), b.Key.String()) })
-	return out
+	slices.SortFunc(qs, func(a, b *queue) int { return cmp.Compare(a.key.String(), b.key.String()) })
+	return qs
 }
 
 // PartitionDepth is one partition's Depth, for per-channel metrics.
@@ -427,14 +436,8 @@ type PartitionDepth struct {
 // Depths returns the Depth of every queue partition (every queue the
 // engine has: they are all loaded), sorted by queue then partition.
 func (m *Manager) Depths() []PartitionDepth {
-	var qs []*queue
-	m.queues.Range(func(_, v any) bool {
-		qs = append(qs, v.(*queue))
-		return true
-	})
-	slices.SortFunc(qs, func(a, b *queue) int { return cmp.Compare(a.key.String(), b.key.String()) })
 	var out []PartitionDepth
-	for _, q := range qs {
+	for _, q := range m.sortedQueues() {
 		for n, p := range q.parts {
 			out = append(out, PartitionDepth{Key: q.key, Partition: uint32(n), Depth: p.Depth()})
 		}
