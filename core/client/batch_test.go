@@ -115,6 +115,20 @@ func (d *gateDialer) last() *gateConn {
 	return d.conns[len(d.conns)-1]
 }
 
+// dialGated dials a Client to fb whose socket is a gateConn; mod, when
+// set, adjusts the options first.
+func dialGated(t *testing.T, fb *fakeBroker, mod func(*Options)) (*Client, *fakeConn, *gateConn) {
+	t.Helper()
+	gd := newGateDialer(t)
+	opts := testOptions(t, fb.addr)
+	opts.Dial = gd.Dial
+	if mod != nil {
+		mod(&opts)
+	}
+	c, fc := dialScripted(t, fb, opts, wire.Topology{})
+	return c, fc, gd.last()
+}
+
 // asyncResult collects PublishAsync callbacks.
 type asyncResult struct {
 	mu    sync.Mutex
@@ -227,11 +241,7 @@ func TestBatchingKeepsFrameOrder(t *testing.T) {
 // out in the next single Write.
 func TestBurstInFewWrites(t *testing.T) {
 	fb := newFake(t, nil)
-	gd := newGateDialer(t)
-	opts := testOptions(t, fb.addr)
-	opts.Dial = gd.Dial
-	c, fc := dialScripted(t, fb, opts, wire.Topology{})
-	g := gd.last()
+	c, fc, g := dialGated(t, fb, nil)
 	pub := c.Publisher("t", PublisherOptions{})
 	res := newAsyncResult()
 	ctx := context.Background()
@@ -277,10 +287,7 @@ func TestBurstInFewWrites(t *testing.T) {
 // the run.
 func TestAckMerging(t *testing.T) {
 	fb := newFake(t, nil)
-	gd := newGateDialer(t)
-	opts := testOptions(t, fb.addr)
-	opts.Dial = gd.Dial
-	c, fc := dialScripted(t, fb, opts, wire.Topology{})
+	c, fc, g := dialGated(t, fb, nil)
 	sub := subscribeScripted(t, c, fc, "q", SubscribeOptions{Partitions: []uint32{0, 1}, Prefetch: 16}, 1, 2)
 	var ids []uint64
 	for i := 1; i <= 6; i++ {
@@ -296,7 +303,6 @@ func TestAckMerging(t *testing.T) {
 		byTag[d.Tag] = d
 	}
 	ctx := context.Background()
-	g := gd.last()
 	s0 := c.Stats()
 	g.arm()
 	if err := byTag[1].Ack(ctx); err != nil {
@@ -355,14 +361,10 @@ func TestAckMerging(t *testing.T) {
 // reconnect (PublishAsync and PublishConfirmed alike).
 func TestWrittenBoundaryOnSocketDeath(t *testing.T) {
 	fb := newFake(t, nil)
-	gd := newGateDialer(t)
-	opts := testOptions(t, fb.addr)
-	opts.Dial = gd.Dial
-	c, fc := dialScripted(t, fb, opts, wire.Topology{})
+	c, fc, g := dialGated(t, fb, nil)
 	pub := c.Publisher("t", PublisherOptions{})
 	ctx := context.Background()
 	res := newAsyncResult()
-	g := gd.last()
 
 	g.arm()
 	if err := pub.PublishAsync(ctx, Message{Payload: seqPayload(0)}, res.cb(0)); err != nil {
@@ -422,13 +424,9 @@ func TestWrittenBoundaryOnSocketDeath(t *testing.T) {
 // never written: retryable, and not an unknown outcome.
 func TestNeverWrittenFailsWithinDeadline(t *testing.T) {
 	fb := newFake(t, nil)
-	gd := newGateDialer(t)
-	opts := testOptions(t, fb.addr)
-	opts.Dial = gd.Dial
-	c, fc := dialScripted(t, fb, opts, wire.Topology{})
+	c, fc, g := dialGated(t, fb, nil)
 	pub := c.Publisher("t", PublisherOptions{})
 	res := newAsyncResult()
-	g := gd.last()
 	g.arm()
 	if err := pub.PublishAsync(context.Background(), Message{Payload: seqPayload(0)}, res.cb(0)); err != nil {
 		t.Fatal(err)
@@ -665,14 +663,9 @@ func TestOperationTimeoutSweep(t *testing.T) {
 // drains it, or until ctx ends (nothing queued, no callback).
 func TestWriteBufferBackpressure(t *testing.T) {
 	fb := newFake(t, nil)
-	gd := newGateDialer(t)
-	opts := testOptions(t, fb.addr)
-	opts.Dial = gd.Dial
-	opts.WriteBufferSize = 4 << 10
-	c, fc := dialScripted(t, fb, opts, wire.Topology{})
+	c, fc, g := dialGated(t, fb, func(o *Options) { o.WriteBufferSize = 4 << 10 })
 	pub := c.Publisher("t", PublisherOptions{})
 	res := newAsyncResult()
-	g := gd.last()
 	payload := make([]byte, 1000)
 	g.arm()
 	if err := pub.PublishAsync(context.Background(), Message{Payload: payload}, res.cb(0)); err != nil {
@@ -924,13 +917,9 @@ func BenchmarkPublishAsync(b *testing.B) {
 // an unconfirmed publish that returned just before Close is not lost.
 func TestCloseFlushesQueuedFrames(t *testing.T) {
 	fb := newFake(t, nil)
-	gd := newGateDialer(t)
-	opts := testOptions(t, fb.addr)
-	opts.Dial = gd.Dial
-	c, fc := dialScripted(t, fb, opts, wire.Topology{})
+	c, fc, g := dialGated(t, fb, nil)
 	pub := c.Publisher("t", PublisherOptions{})
 	ctx := context.Background()
-	g := gd.last()
 	g.arm()
 	if err := pub.Publish(ctx, Message{Payload: seqPayload(0)}); err != nil {
 		t.Fatal(err)

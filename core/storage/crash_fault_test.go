@@ -551,21 +551,7 @@ func TestPowerLossAlways(t *testing.T) {
 // TestPowerLossNoneLoses runs the same harness without fsync and asserts
 // that it does lose confirmed appends: proof that the harness can tell.
 func TestPowerLossNoneLoses(t *testing.T) {
-	deadline := time.Now().Add(20 * time.Second)
-	lostSeeds, total, ran := 0, 0, 0
-	for s := 0; s < seeds(t)/2 && time.Now().Before(deadline); s++ {
-		lost := runPowerLoss(t, uint64(s), storage.FsyncNone, 2)
-		ran++
-		total += lost
-		if lost > 0 {
-			lostSeeds++
-		}
-		if t.Failed() {
-			t.Fatalf("seed %d failed", s)
-		}
-	}
-	t.Logf("fsync=none: %d of %d seeds lost %d confirmed appends in total", lostSeeds, ran, total)
-	if lostSeeds == 0 {
+	if lostSeeds := powerLossLosses(t, storage.FsyncNone); lostSeeds == 0 {
 		t.Fatal("fsync=none never lost a confirmed append: the power-loss model is not biting")
 	}
 }
@@ -576,10 +562,17 @@ func TestPowerLossNoneLoses(t *testing.T) {
 // power fails at any point. Confirmed appends of the last interval may be
 // lost, so losses are only reported.
 func TestPowerLossInterval(t *testing.T) {
+	powerLossLosses(t, storage.FsyncInterval)
+}
+
+// powerLossLosses runs the harness under a policy that may lose the newest
+// confirmed appends (half the seeds, at most 20 s), logs the losses and
+// returns how many seeds lost any. Every other invariant must hold.
+func powerLossLosses(t *testing.T, policy storage.FsyncPolicy) int {
 	deadline := time.Now().Add(20 * time.Second)
 	lostSeeds, total, ran := 0, 0, 0
 	for s := 0; s < seeds(t)/2 && time.Now().Before(deadline); s++ {
-		lost := runPowerLoss(t, uint64(s), storage.FsyncInterval, 2)
+		lost := runPowerLoss(t, uint64(s), policy, 2)
 		ran++
 		total += lost
 		if lost > 0 {
@@ -589,7 +582,8 @@ func TestPowerLossInterval(t *testing.T) {
 			t.Fatalf("seed %d failed", s)
 		}
 	}
-	t.Logf("fsync=interval: %d of %d seeds lost %d confirmed appends in total", lostSeeds, ran, total)
+	t.Logf("fsync=%s: %d of %d seeds lost %d confirmed appends in total", policy, lostSeeds, ran, total)
+	return lostSeeds
 }
 
 // TestFsyncFailureIsFailStop injects an fsync error: every waiting append
