@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/admin"
 	"github.com/fibrilgo/fibril/core/auth"
 	"github.com/fibrilgo/fibril/core/config"
@@ -46,6 +47,8 @@ type Broker struct {
 	sessions *session.Server
 	admin    *admin.Server
 	registry *metricsRegistry
+	nodeID   core.NodeID  // coordinated mode only
+	cluster  *coordinated // nil in standalone mode
 
 	brokerLn net.Listener
 	adminLn  net.Listener
@@ -58,9 +61,6 @@ type Broker struct {
 // then recovery, then the broker listener. It returns once clients can
 // connect.
 func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
-	if !cfg.Coordination.Standalone() {
-		return nil, fmt.Errorf("coordination.backend = %q: only standalone mode (\"none\") is available in this build", cfg.Coordination.Backend)
-	}
 	b := &Broker{cfg: cfg, log: log, registry: newMetricsRegistry(), served: make(chan struct{})}
 	ok := false
 	defer func() {
@@ -90,10 +90,24 @@ func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	if err := b.openQueues(); err != nil {
 		return nil, err
 	}
+	// The client listener is bound before joining the cluster, so that
+	// the advertised address carries the real port (bind port 0 in tests).
+	if b.brokerLn, err = net.Listen("tcp", cfg.Broker.Listener.Bind); err != nil {
+		return nil, fmt.Errorf("broker.listener.bind %s: %w", cfg.Broker.Listener.Bind, err)
+	}
+	if !cfg.Coordination.Standalone() {
+		if err := b.startCluster(); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.startSessions(); err != nil {
 		return nil, err
 	}
-	b.admin.SetReady()
+	if b.cluster != nil {
+		b.cluster.start() // readiness follows the cluster lease
+	} else {
+		b.admin.SetReady()
+	}
 	ok = true
 	b.log.Info("broker ready", "broker", b.brokerLn.Addr().String(), "admin", b.adminLn.Addr().String(),
 		"data_dir", dataDir, "fsync", cfg.Storage.Fsync, "tls", b.tls != nil)
@@ -124,6 +138,10 @@ func (b *Broker) Shutdown() error {
 	defer cancel()
 	grace := time.Duration(0)
 	b.sessions.Shutdown(ctx, grace, "broker shutting down")
+	if b.cluster != nil {
+		b.cluster.close()
+		b.cluster = nil
+	}
 	err := b.queues.Close()
 	b.queues = nil
 	b.closeAll()
@@ -138,6 +156,10 @@ func (b *Broker) Shutdown() error {
 func (b *Broker) closeAll() {
 	if b.brokerLn != nil {
 		_ = b.brokerLn.Close()
+	}
+	if b.cluster != nil {
+		b.cluster.close()
+		b.cluster = nil
 	}
 	if b.queues != nil {
 		_ = b.queues.Close()
@@ -189,7 +211,7 @@ func (b *Broker) openQueues() error {
 			Logger:          b.log,
 		},
 		Settings:        b.queueSettings,
-		AutoCreate:      true, // standalone (DESIGN §8 "Modes", S-21)
+		AutoCreate:      cfg.Coordination.Standalone(), // DESIGN §8 "Modes", S-21
 		MaxMessageBytes: int(cfg.Broker.MaxMessageBytes),
 		Logger:          b.log,
 	})
@@ -259,12 +281,17 @@ func (b *Broker) startSessions() error {
 	}
 	authn := auth.NewAuthenticator(auth.Options{Store: b.users, ClusterSecret: secret,
 		AllowDefaultLoopback: cfg.Auth.AllowDefaultLoopback})
-	adv, err := advertised(cfg)
+	adv, err := b.advertised()
 	if err != nil {
 		return err
 	}
+	var router session.Router
+	if b.cluster != nil {
+		router = b.cluster
+	}
 	b.sessions, err = session.New(session.Options{
 		Queues:          b.queues,
+		Router:          router,
 		Auth:            authAdapter{authn},
 		CertAuth:        certAdapter(authn),
 		OwnerID:         b.ownerID,
@@ -279,19 +306,18 @@ func (b *Broker) startSessions() error {
 	if err != nil {
 		return err
 	}
-	if b.brokerLn, err = net.Listen("tcp", cfg.Broker.Listener.Bind); err != nil {
-		return fmt.Errorf("broker.listener.bind %s: %w", cfg.Broker.Listener.Bind, err)
-	}
 	go b.acceptLoop()
 	return nil
 }
 
 // advertised returns the client-facing endpoints of this broker: the
-// configured advertise list, else the bind address (S-121).
-func advertised(cfg *config.Config) ([]wire.AdvertisedAddress, error) {
+// configured advertise list, else the address the client listener is
+// bound to (S-121).
+func (b *Broker) advertised() ([]wire.AdvertisedAddress, error) {
+	cfg := b.cfg
 	list := cfg.Broker.Listener.Advertise
 	if len(list) == 0 {
-		list = []string{cfg.Broker.Listener.Bind}
+		list = []string{b.brokerLn.Addr().String()}
 	}
 	out := make([]wire.AdvertisedAddress, 0, len(list))
 	for _, a := range list {

@@ -48,6 +48,8 @@ type catalogQueue struct {
 	DLQ              *catalogDLQ `json:"dlq,omitempty"`
 	MaxRetries       uint32      `json:"max_retries"`
 	DefaultTTLMillis *uint64     `json:"default_ttl_ms,omitempty"`
+	// PartitioningVersion is 0 until a repartition (WIRE §14.3).
+	PartitioningVersion uint64 `json:"partitioning_version,omitempty"`
 }
 
 type catalogDLQ struct {
@@ -91,6 +93,8 @@ func toCatalogQueue(info QueueInfo) catalogQueue {
 		Partitions:       info.PartitionCount,
 		MaxRetries:       info.MaxRetries,
 		DefaultTTLMillis: optPtr(info.DefaultTTLMillis),
+
+		PartitioningVersion: info.PartitioningVersion,
 	}
 	if d, ok := info.DLQ.Get(); ok {
 		c.DLQ = &catalogDLQ{Kind: dlqKindNames[d.Kind]}
@@ -107,6 +111,8 @@ func fromCatalogQueue(c catalogQueue) (QueueInfo, error) {
 		PartitionCount:   c.Partitions,
 		MaxRetries:       c.MaxRetries,
 		DefaultTTLMillis: ptrOpt(c.DefaultTTLMillis),
+
+		PartitioningVersion: c.PartitioningVersion,
 	}
 	if err := checkKey(info.Key); err != nil || c.Partitions == 0 {
 		return info, errors.New("bad queue entry " + strconv.Quote(info.Key.String()))

@@ -220,82 +220,64 @@ func (m *Manager) Kind(topic string) (Kind, bool) {
 // default TTL (an absent field keeps the current value), never the
 // partition count.
 func (m *Manager) DeclareQueue(spec QueueSpec) (QueueInfo, error) {
-	spec.Key = spec.Key.norm()
-	if err := checkKey(spec.Key); err != nil {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed.Load() {
+		return QueueInfo{}, errClosed()
+	}
+	var cur *QueueInfo
+	if v, ok := m.queues.Load(spec.Key.norm()); ok {
+		info := v.(*queue).info()
+		cur = &info
+	}
+	info, err := ResolveQueue(cur, spec, m.settings().DefaultPartitionCount, m.Kind)
+	if err != nil {
 		return QueueInfo{}, err
 	}
-	if d, ok := spec.DLQ.Get(); ok {
-		if !d.Kind.Valid() {
-			return QueueInfo{}, core.Errorf(core.ErrBadRequest, "unknown dlq_policy kind %d", d.Kind)
-		}
-		if d.Kind == wire.DLQNamed {
-			t := Key{Topic: d.Topic, Group: d.Group}.norm()
-			if err := checkKey(t); err != nil {
-				return QueueInfo{}, core.Errorf(core.ErrBadRequest, "dead-letter target: %v", err)
-			}
-			if k, ok := m.Kind(t.Topic); ok && k == KindStream {
-				return QueueInfo{}, core.Errorf(core.ErrBadRequest, "dead-letter target %q is a stream; it must be a queue", t.Topic)
-			}
-			d.Group = t.Group
-		} else {
-			d.Topic, d.Group = "", wire.Option[string]{} // meaningless for these kinds
-		}
-		spec.DLQ = wire.Some(d)
+	return m.applyQueueLocked(info)
+}
+
+// ApplyQueue installs a declaration decided elsewhere (the cluster
+// catalog): the queue is created when missing and its settings replaced
+// when they differ. The partition count of an existing queue cannot
+// change here (repartition is its own operation).
+func (m *Manager) ApplyQueue(info QueueInfo) (QueueInfo, error) {
+	info.Key = info.Key.norm()
+	if err := checkKey(info.Key); err != nil {
+		return QueueInfo{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed.Load() {
 		return QueueInfo{}, errClosed()
 	}
-	if k, ok := m.Kind(spec.Topic); ok && k == KindStream {
-		return QueueInfo{}, core.Errorf(core.ErrBadRequest, "topic %q is a stream; a topic is a queue or a stream for life", spec.Topic)
+	if k, ok := m.Kind(info.Topic); ok && k == KindStream {
+		return QueueInfo{}, core.Errorf(core.ErrBadRequest, "topic %q is a stream; a topic is a queue or a stream for life", info.Topic)
 	}
-	count := m.settings().DefaultPartitionCount
-	if c, ok := spec.PartitionCount.Get(); ok {
-		count = c
-	}
-	count = max(count, 1)
-	if v, ok := m.queues.Load(spec.Key); ok {
-		q := v.(*queue)
-		have := uint32(len(q.parts))
-		if spec.PartitionCount.Present && count != have {
-			return QueueInfo{}, core.Errorf(core.ErrConflict,
-				"queue %s has %d partitions; it cannot be redeclared with %d (partition counts are fixed at creation on a standalone broker)",
-				spec.Key, have, count)
-		}
-		old := q.cfg.Load()
-		c := *old
-		if spec.DLQ.Present {
-			c.dlq = spec.DLQ
-		}
-		if spec.MaxRetries.Present {
-			c.maxRetries = spec.MaxRetries.Value
-		}
-		if spec.DefaultTTLMillis.Present {
-			c.defaultTTL = spec.DefaultTTLMillis
-		}
-		if !sameConfig(c, *old) {
-			q.cfg.Store(&c)
-			if err := m.saveCatalogLocked(nil); err != nil {
-				q.cfg.Store(old)
-				return QueueInfo{}, err
-			}
+	return m.applyQueueLocked(info)
+}
+
+func (m *Manager) applyQueueLocked(info QueueInfo) (QueueInfo, error) {
+	v, ok := m.queues.Load(info.Key)
+	if !ok {
+		q, err := m.createQueueLocked(info)
+		if err != nil {
+			return QueueInfo{}, err
 		}
 		return q.info(), nil
 	}
-	info := QueueInfo{
-		Key:              spec.Key,
-		PartitionCount:   count,
-		DLQ:              spec.DLQ,
-		MaxRetries:       defaultMaxRetries,
-		DefaultTTLMillis: spec.DefaultTTLMillis,
+	q := v.(*queue)
+	if have := uint32(len(q.parts)); have != info.PartitionCount {
+		return QueueInfo{}, core.Errorf(core.ErrConflict, "queue %s has %d partitions here, not %d", info.Key, have, info.PartitionCount)
 	}
-	if r, ok := spec.MaxRetries.Get(); ok {
-		info.MaxRetries = r
-	}
-	q, err := m.createQueueLocked(info)
-	if err != nil {
-		return QueueInfo{}, err
+	old := q.cfg.Load()
+	c := queueConfig{dlq: info.DLQ, maxRetries: info.MaxRetries, defaultTTL: info.DefaultTTLMillis}
+	if !sameConfig(c, *old) {
+		q.cfg.Store(&c)
+		if err := m.saveCatalogLocked(nil); err != nil {
+			q.cfg.Store(old)
+			return QueueInfo{}, err
+		}
 	}
 	return q.info(), nil
 }
@@ -369,40 +351,46 @@ func keyString(topic string, group *string) string {
 // is served yet. Idempotent; a different explicit partition count is a
 // conflict.
 func (m *Manager) DeclareStream(spec StreamSpec) (StreamInfo, error) {
-	if err := checkName("topic", spec.Topic); err != nil {
-		return StreamInfo{}, err
-	}
-	if !spec.Durability.Valid() {
-		return StreamInfo{}, core.Errorf(core.ErrBadRequest, "unknown stream durability %d", spec.Durability)
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed.Load() {
 		return StreamInfo{}, errClosed()
 	}
-	if k, ok := m.Kind(spec.Topic); ok && k == KindQueue {
-		return StreamInfo{}, core.Errorf(core.ErrBadRequest, "topic %q is a queue; a topic is a queue or a stream for life", spec.Topic)
-	}
-	count := m.settings().DefaultPartitionCount
-	if c, ok := spec.PartitionCount.Get(); ok {
-		count = c
-	}
-	count = max(count, 1)
+	var cur *StreamInfo
 	if s, ok := m.streams[spec.Topic]; ok {
-		if spec.PartitionCount.Present && count != s.PartitionCount {
-			return StreamInfo{}, core.Errorf(core.ErrConflict,
-				"stream %q has %d partitions; it cannot be redeclared with %d (partition counts are fixed at creation on a standalone broker)",
-				spec.Topic, s.PartitionCount, count)
-		}
+		cur = &s
+	}
+	si, err := ResolveStream(cur, spec, m.settings().DefaultPartitionCount, m.Kind)
+	if err != nil || cur != nil {
+		return si, err
+	}
+	return m.applyStreamLocked(si)
+}
+
+// ApplyStream installs a stream declaration decided elsewhere (the
+// cluster catalog). Idempotent.
+func (m *Manager) ApplyStream(si StreamInfo) (StreamInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed.Load() {
+		return StreamInfo{}, errClosed()
+	}
+	if s, ok := m.streams[si.Topic]; ok {
 		return s, nil
 	}
-	si := StreamInfo{StreamSpec: spec, PartitionCount: count}
-	m.streams[spec.Topic] = si
+	if k, ok := m.Kind(si.Topic); ok && k == KindQueue {
+		return StreamInfo{}, core.Errorf(core.ErrBadRequest, "topic %q is a queue; a topic is a queue or a stream for life", si.Topic)
+	}
+	return m.applyStreamLocked(si)
+}
+
+func (m *Manager) applyStreamLocked(si StreamInfo) (StreamInfo, error) {
+	m.streams[si.Topic] = si
 	if err := m.saveCatalogLocked(nil); err != nil {
-		delete(m.streams, spec.Topic)
+		delete(m.streams, si.Topic)
 		return StreamInfo{}, err
 	}
-	m.kinds.Store(spec.Topic, KindStream)
+	m.kinds.Store(si.Topic, KindStream)
 	return si, nil
 }
 

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"context"
+
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
@@ -13,13 +15,22 @@ func (c *Conn) handleDeclareQueue(id uint64, body []byte) {
 		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
 		return
 	}
-	info, err := c.srv.opts.Queues.DeclareQueue(queue.QueueSpec{
+	spec := queue.QueueSpec{
 		Key:              queue.Key{Topic: d.Topic, Group: d.Group},
 		PartitionCount:   d.PartitionCount,
 		DLQ:              d.DLQPolicy,
 		MaxRetries:       d.DLQMaxRetries,
 		DefaultTTLMillis: d.DefaultMessageTTLMillis,
-	})
+	}
+	var info queue.QueueInfo
+	var err error
+	if r := c.srv.opts.Router; r != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), routeTimeout)
+		info, err = r.DeclareQueue(ctx, spec)
+		cancel()
+	} else {
+		info, err = c.srv.opts.Queues.DeclareQueue(spec)
+	}
 	if err != nil {
 		c.replyError(id, core.Code(err), err.Error())
 		return
@@ -35,13 +46,22 @@ func (c *Conn) handleDeclarePlexus(id uint64, body []byte) {
 		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
 		return
 	}
-	info, err := c.srv.opts.Queues.DeclareStream(queue.StreamSpec{
+	spec := queue.StreamSpec{
 		Topic:             d.Topic,
 		PartitionCount:    d.PartitionCount,
 		Durability:        d.Durability,
 		Retention:         d.Retention,
 		ReplicationFactor: d.ReplicationFactor,
-	})
+	}
+	var info queue.StreamInfo
+	var err error
+	if r := c.srv.opts.Router; r != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), routeTimeout)
+		info, err = r.DeclareStream(ctx, spec)
+		cancel()
+	} else {
+		info, err = c.srv.opts.Queues.DeclareStream(spec)
+	}
 	if err != nil {
 		c.replyError(id, core.Code(err), err.Error())
 		return
@@ -58,6 +78,10 @@ func (c *Conn) handleTopology(id uint64, body []byte) {
 	var req wire.TopologyRequest
 	if err := req.Decode(body); err != nil {
 		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
+		return
+	}
+	if r := c.srv.opts.Router; r != nil {
+		c.reply(wire.OpTopologyOK, id, &wire.TopologyOK{Topology: r.Topology(req)})
 		return
 	}
 	topo := &wire.TopologyOK{}

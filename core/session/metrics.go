@@ -24,6 +24,7 @@ type Metrics struct {
 	AuthFailures      prometheus.Counter
 	Dropped           *prometheus.CounterVec // reason: fire-and-forget requests that failed (WIRE §7.3 last row)
 	ConfirmLatency    prometheus.Histogram
+	TopologyPushes    prometheus.Counter
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not
@@ -69,12 +70,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "From reading a confirmed PUBLISH to queueing its PUBLISH_OK (durability included).",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50 µs … ~1.6 s
 		}),
+		TopologyPushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fibril_topology_pushes_total", Help: "TOPOLOGY_UPDATE pushes queued to sessions (coordinated mode, S-119)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.ConnectionsTotal, m.ConnectionsOpen, m.SessionsLive, m.SessionsDormant,
 			m.SubscriptionsOpen, m.BytesIn, m.BytesOut, m.ConnErrors, m.ResumeNew, m.ResumeAccepted,
 			m.ResumeRejected, m.GraceEntered, m.GraceExpired, m.ReconcileRequests, m.ReconcileOutcomes,
-			m.AuthFailures, m.Dropped, m.ConfirmLatency)
+			m.AuthFailures, m.Dropped, m.ConfirmLatency, m.TopologyPushes)
 	}
 	return m
 }

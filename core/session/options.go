@@ -44,6 +44,7 @@ type Settings struct {
 // Options configure a Server.
 type Options struct {
 	Queues          *queue.Manager
+	Router          Router // nil = standalone mode
 	Auth            Authenticator
 	CertAuth        CertAuthenticator        // nil = no certificate logins
 	OwnerID         wire.UUID                // this broker instance (persisted: S-100)

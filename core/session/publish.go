@@ -44,6 +44,17 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 			c.drop(h.Op, reason)
 		}
 	}
+	if rt := c.route(req.topic, req.group, req.partition, true, req.version); !rt.Serve {
+		switch {
+		case rt.Redirect == nil:
+			fail(core.Code(rt.Err), "not_served", rt.Err.Error())
+		case req.confirm:
+			c.reply(wire.OpRedirect, h.RequestID, rt.Redirect)
+		default:
+			c.drop(h.Op, "redirected") // nobody waits for a fire-and-forget answer (S-116)
+		}
+		return
+	}
 	qs := c.srv.opts.Queues
 	if kind, ok := qs.Kind(req.topic); ok && kind == queue.KindStream {
 		fail(wire.CodeBadRequest, "stream_unsupported", "streams are not supported yet")

@@ -17,6 +17,8 @@ type Server struct {
 	sessions  registry
 	skeletons *skeletonStore
 
+	stopPush chan struct{}
+
 	mu       sync.Mutex
 	conns    map[*Conn]struct{}
 	closing  bool
@@ -36,6 +38,10 @@ func New(opts Options) (*Server, error) {
 	s.skeletons, err = openSkeletons(opts.SkeletonDir, opts.OwnerID, opts.Now, opts.Settings().RestartTTL)
 	if err != nil {
 		return nil, err
+	}
+	s.stopPush = make(chan struct{})
+	if opts.Router != nil {
+		go s.pushTopology(s.stopPush)
 	}
 	return s, nil
 }
@@ -105,6 +111,9 @@ func (s *Server) isClosing() bool {
 // refreshed so clients can resume after the restart (S-107).
 func (s *Server) Shutdown(ctx context.Context, grace time.Duration, message string) {
 	s.mu.Lock()
+	if !s.closing {
+		close(s.stopPush)
+	}
 	s.closing = true
 	conns := make([]*Conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -168,6 +177,20 @@ func (r *registry) all() []*Session {
 		out = append(out, s)
 	}
 	return out
+}
+
+// AdoptionLevel is the node's topology adoption level (S-120): the lowest
+// generation acknowledged by the open connections that acknowledged at
+// least once. ok is false when none has.
+func (s *Server) AdoptionLevel() (level uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if g := c.topoAck.Load(); g > 0 && (!ok || g < level) {
+			level, ok = g, true
+		}
+	}
+	return level, ok
 }
 
 // Stats is a point-in-time view for the admin listener.

@@ -39,7 +39,8 @@ type Session struct {
 	throttled []*subscription // paused because the delivery queue was full
 	grace     *time.Timer
 	graceGen  uint64
-	dormant   bool // socket gone, waiting out the grace
+	dormant   bool   // socket gone, waiting out the grace
+	pushedGen uint64 // topology generation last pushed or fetched at connect (S-119)
 	ended     bool
 	skeleton  bool // a skeleton was persisted for this session (S-106)
 }
@@ -145,6 +146,7 @@ func (s *Session) attach(c *Conn) {
 	}
 	s.throttled = nil
 	s.mu.Unlock()
+	s.seedTopology(s.srv.opts.Router)
 	m := s.srv.opts.Metrics
 	if old == nil {
 		m.SessionsLive.Inc()

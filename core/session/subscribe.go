@@ -245,6 +245,14 @@ func (c *Conn) handleSubscribe(id uint64, body []byte) {
 		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
 		return
 	}
+	if rt := c.route(req.Topic, req.Group, req.Partition, false, 0); !rt.Serve {
+		if rt.Redirect != nil {
+			c.reply(wire.OpRedirect, id, rt.Redirect)
+		} else {
+			c.replyError(id, core.Code(rt.Err), rt.Err.Error()) // WIRE §7.3: ERROR, not SUBSCRIBE_ERR
+		}
+		return
+	}
 	sub, err := c.sess.subscribe(req)
 	if err != nil {
 		c.replyError(id, core.Code(err), err.Error())

@@ -1,0 +1,330 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/auth"
+	"github.com/fibrilgo/fibril/core/cluster"
+	"github.com/fibrilgo/fibril/core/config"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/routing"
+	"github.com/fibrilgo/fibril/core/session"
+	"github.com/fibrilgo/fibril/core/wire"
+	"github.com/fibrilgo/fibril/plugins"
+)
+
+// clusterJoinTimeout bounds joining the cluster at start (the coordinator
+// may wait for a quorum).
+const clusterJoinTimeout = 2 * time.Minute
+
+// coordinated is the broker's part in a cluster: the coordinator, the
+// cluster view, and the session.Router that routes by it.
+type coordinated struct {
+	b     *Broker
+	coord core.Coordinator
+	cl    *cluster.Cluster
+	self  routing.Self
+	stop  chan struct{}
+	done  chan struct{}
+	ran   bool // run was started (close waits for it)
+}
+
+// startCluster opens the coordination backend and joins the cluster
+// (coordinated mode, DESIGN.md §8 "Modes"). The queue engine is open but
+// no client is served yet.
+func (b *Broker) startCluster() error {
+	cfg := b.cfg
+	secret, origin, err := auth.ResolveClusterSecret(*cfg)
+	if err != nil {
+		return err
+	}
+	if len(secret) == 0 {
+		return fmt.Errorf("coordination.backend = %q needs a cluster secret (S-149): set FIBRIL_CLUSTER_SECRET, or coordination.secret_path, or put it in %s",
+			cfg.Coordination.Backend, filepath.Join(cfg.Server.DataDir, auth.ClusterSecretFile))
+	}
+	id, err := loadNodeID(cfg)
+	if err != nil {
+		return err
+	}
+	b.nodeID = id
+	b.log = b.log.With("node", string(id))
+	factory, ok := plugins.BuiltinCoordination(cfg.Coordination.Backend)
+	if !ok {
+		return fmt.Errorf("coordination.backend = %q: no such backend (built in: %s)", cfg.Coordination.Backend,
+			strings.Join(plugins.BuiltinCoordinationNames(), ", "))
+	}
+	dir := filepath.Join(cfg.Server.DataDir, "coordination", cfg.Coordination.Backend)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("server.data_dir: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterJoinTimeout)
+	defer cancel()
+	coord, err := factory(ctx, plugins.CoordinationEnv{
+		NodeID: id, DataDir: dir, Config: coordinationConfig(cfg),
+		ClusterSecret: string(secret), Logger: b.log.With("component", "coordination"),
+	})
+	if err != nil {
+		return fmt.Errorf("coordination.backend %s: %w", cfg.Coordination.Backend, err)
+	}
+	adv, err := b.advertised()
+	if err != nil {
+		_ = coord.Close()
+		return err
+	}
+	self := core.NodeInfo{ID: id, PeerAddr: b.peerAdvertise(), AdminAddr: b.adminLn.Addr().String(), Labels: core.Labels{}}
+	if cfg.Broker.Visibility == string(core.Private) {
+		self.Labels[core.LabelVisibility] = string(core.Private)
+	} else {
+		self.Labels[core.LabelAdvertise] = core.FormatEndpoints(toEndpoints(adv))
+	}
+	cl, err := cluster.Start(ctx, cluster.Options{
+		Coordinator: coord, Self: self,
+		Heartbeat: time.Duration(cfg.Coordination.HeartbeatIntervalMS) * time.Millisecond,
+		TTL:       time.Duration(cfg.Coordination.LivenessTTLMS) * time.Millisecond,
+		Logger:    b.log.With("component", "cluster"),
+	})
+	if err != nil {
+		_ = coord.Close()
+		return err
+	}
+	b.cluster = &coordinated{b: b, coord: coord, cl: cl, self: routing.Self{ID: id, Advertise: toEndpoints(adv)},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	b.log.Info("joined the cluster", "backend", cfg.Coordination.Backend, "secret_from", origin,
+		"peer_addr", self.PeerAddr, "ttl", cl.TTL())
+	return nil
+}
+
+// run follows the cluster: every declared queue and stream is installed in
+// the local engine (so an owner can serve it at once), and /readyz says
+// whether this node may serve (its lease is surely valid).
+func (c *coordinated) start() {
+	c.ran = true
+	go c.run()
+}
+
+func (c *coordinated) run() {
+	defer close(c.done)
+	t := time.NewTicker(c.cl.Margin() / 4)
+	defer t.Stop()
+	var applied uint64
+	for {
+		changed := c.cl.Changed()
+		snap := c.cl.Snapshot()
+		if snap.Index != applied {
+			c.applyCatalog(snap)
+			applied = snap.Index
+		}
+		if c.cl.LeaseValid() {
+			c.b.admin.SetReady()
+		} else {
+			c.b.admin.SetNotReady("cluster lease not surely valid (coordination unreachable?)")
+		}
+		select {
+		case <-c.stop:
+			return
+		case <-changed:
+		case <-t.C:
+		}
+	}
+}
+
+func (c *coordinated) applyCatalog(snap *cluster.Snapshot) {
+	qs := c.b.queues
+	for _, q := range snap.Queues {
+		if _, err := qs.ApplyQueue(q.Info); err != nil {
+			c.b.log.Warn("cannot install declared queue", "queue", q.Info.Key.String(), "err", err)
+		}
+	}
+	for _, st := range snap.Streams {
+		if _, err := qs.ApplyStream(st.Info); err != nil {
+			c.b.log.Warn("cannot install declared stream", "stream", st.Info.Topic, "err", err)
+		}
+	}
+}
+
+// close leaves the cluster cleanly: the lease is revoked so peers see this
+// node gone at once (its written partitions answer 503 until it returns).
+func (c *coordinated) close() {
+	close(c.stop)
+	if c.ran {
+		<-c.done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.cl.Close(ctx, true); err != nil {
+		c.b.log.Warn("leaving the cluster", "err", err)
+	}
+	if err := c.coord.Close(); err != nil {
+		c.b.log.Warn("closing coordination", "err", err)
+	}
+}
+
+// Route implements session.Router (issue #4 §5; WIRE §7.3).
+func (c *coordinated) Route(ctx context.Context, ref core.PartitionRef, publish bool, version uint64) session.Route {
+	snap := c.cl.Snapshot()
+	if publish {
+		if d, fenced := routing.Fence(snap, ref, version); fenced {
+			return session.Route{Redirect: routing.RedirectBody(d)}
+		}
+	}
+	d := routing.Decide(snap, c.self, ref)
+	switch d.Action {
+	case routing.Redirect:
+		return session.Route{Redirect: routing.RedirectBody(d)}
+	case routing.Refuse:
+		return session.Route{Err: d.Err}
+	}
+	if !c.cl.LeaseValid() {
+		return session.Route{Err: core.Errorf(core.ErrUnavailable,
+			"this broker owns partition %s but cannot be sure of its cluster lease right now; retry", ref)}
+	}
+	if err := c.ensureLocal(snap, ref); err != nil {
+		return session.Route{Err: err}
+	}
+	if publish && !c.cl.IsWritten(d.Partition) {
+		if err := c.cl.MarkWritten(ctx, ref); err != nil {
+			return session.Route{Err: err}
+		}
+	}
+	return session.Route{Serve: true}
+}
+
+// ensureLocal installs ref's channel in the local engine when the catalog
+// follower has not yet.
+func (c *coordinated) ensureLocal(snap *cluster.Snapshot, ref core.PartitionRef) error {
+	if q := snap.Queue(ref.Topic, ref.Group); q != nil {
+		if _, err := c.b.queues.ApplyQueue(q.Info); err != nil {
+			return err
+		}
+		return nil
+	}
+	if st := snap.Stream(ref.Topic); st != nil {
+		_, err := c.b.queues.ApplyStream(st.Info)
+		return err
+	}
+	return nil
+}
+
+// DeclareQueue implements session.Router: the cluster decides, and the
+// local engine installs the decision at once.
+func (c *coordinated) DeclareQueue(ctx context.Context, spec queue.QueueSpec) (queue.QueueInfo, error) {
+	info, err := c.cl.DeclareQueue(ctx, spec, c.defaultPartitions())
+	if err != nil {
+		return info, err
+	}
+	if _, err := c.b.queues.ApplyQueue(info); err != nil {
+		return info, err
+	}
+	return info, nil
+}
+
+// DeclareStream implements session.Router.
+func (c *coordinated) DeclareStream(ctx context.Context, spec queue.StreamSpec) (queue.StreamInfo, error) {
+	info, err := c.cl.DeclareStream(ctx, spec, c.defaultPartitions())
+	if err != nil {
+		return info, err
+	}
+	_, err = c.b.queues.ApplyStream(info)
+	return info, err
+}
+
+func (c *coordinated) defaultPartitions() uint32 {
+	return uint32(max(c.b.settings.Current().Partitioning.DefaultPartitionCount, 1))
+}
+
+// Topology implements session.Router.
+func (c *coordinated) Topology(req wire.TopologyRequest) wire.Topology {
+	return routing.Topology(c.cl.Snapshot(), req)
+}
+
+// Generation implements session.Router.
+func (c *coordinated) Generation() uint64 { return c.cl.Snapshot().Generation }
+
+// Changed implements session.Router.
+func (c *coordinated) Changed() <-chan struct{} { return c.cl.Changed() }
+
+// coordinationConfig hands a backend its keys as strings (plugins.CoordinationEnv).
+func coordinationConfig(cfg *config.Config) map[string]string {
+	c := cfg.Coordination
+	return map[string]string{
+		"coordination.heartbeat_interval_ms": strconv.FormatInt(c.HeartbeatIntervalMS, 10),
+		"coordination.liveness_ttl_ms":       strconv.FormatInt(c.LivenessTTLMS, 10),
+		"coordination.raft.listen":           c.Raft.Listen,
+		"coordination.raft.advertise":        c.Raft.Advertise,
+		"coordination.raft.peers":            strings.Join(c.Raft.Peers, ","),
+		"coordination.raft.bootstrap_expect": strconv.FormatInt(c.Raft.BootstrapExpect, 10),
+	}
+}
+
+// peerAdvertise is where peers reach this broker: broker.peer_advertise,
+// else the first client advertise entry, else the bind address (seed §11).
+func (b *Broker) peerAdvertise() string {
+	cfg := b.cfg
+	if a := cfg.Broker.PeerAdvertise; a != "" {
+		return a
+	}
+	if len(cfg.Broker.Listener.Advertise) > 0 {
+		return cfg.Broker.Listener.Advertise[0]
+	}
+	return b.brokerLn.Addr().String()
+}
+
+func toEndpoints(adv []wire.AdvertisedAddress) []core.Endpoint {
+	out := make([]core.Endpoint, len(adv))
+	for i, a := range adv {
+		out[i] = core.Endpoint{Host: a.Host, Port: a.Port, Tags: a.Tags}
+	}
+	return out
+}
+
+// nodeIDFile keeps the generated node id in the data directory.
+const nodeIDFile = "node_id"
+
+// loadNodeID returns coordination.node_id, else the id kept in the data
+// directory, generating it on first start (DESIGN.md §8 "Identity").
+func loadNodeID(cfg *config.Config) (core.NodeID, error) {
+	if id := cfg.Coordination.NodeID; id != "" {
+		return core.NodeID(id), nil
+	}
+	path := filepath.Join(cfg.Server.DataDir, nodeIDFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if id == "" {
+			return "", fmt.Errorf("%s is empty; delete it to generate a new node id", path)
+		}
+		return core.NodeID(id), nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	var r [6]byte
+	_, _ = rand.Read(r[:])
+	id := "node-" + hex.EncodeToString(r[:])
+	if err := writeFileSync(path, []byte(id+"\n")); err != nil {
+		return "", fmt.Errorf("server.data_dir: keep node id: %w", err)
+	}
+	return core.NodeID(id), nil
+}
+
+func writeFileSync(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	if f, err := os.Open(tmp); err == nil {
+		_ = f.Sync()
+		f.Close()
+	}
+	return os.Rename(tmp, path)
+}

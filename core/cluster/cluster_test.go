@@ -1,0 +1,353 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/memcoord"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+const (
+	testHeartbeat = 20 * time.Millisecond
+	testTTL       = 100 * time.Millisecond
+)
+
+type testNode struct {
+	*Cluster
+	id core.NodeID
+}
+
+type testCluster struct {
+	t     *testing.T
+	store *memcoord.Store
+	nodes map[core.NodeID]*testNode
+}
+
+func newTestCluster(t *testing.T, ids ...core.NodeID) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t, store: memcoord.NewStore(memcoord.Options{MinTTL: 20 * time.Millisecond, ElectionTTL: testTTL}),
+		nodes: make(map[core.NodeID]*testNode)}
+	for _, id := range ids {
+		tc.start(id, nil)
+	}
+	return tc
+}
+
+func (tc *testCluster) start(id core.NodeID, labels core.Labels) *testNode {
+	tc.t.Helper()
+	if labels == nil {
+		labels = core.Labels{core.LabelAdvertise: "127.0.0.1:" + fmt.Sprint(9000+len(tc.nodes))}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Start(ctx, Options{Coordinator: tc.store.Member(string(id)),
+		Self:      core.NodeInfo{ID: id, PeerAddr: "127.0.0.1:1", Labels: labels},
+		Heartbeat: testHeartbeat, TTL: testTTL, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	n := &testNode{Cluster: c, id: id}
+	tc.nodes[id] = n
+	tc.t.Cleanup(func() { _ = c.Close(context.Background(), false) })
+	return n
+}
+
+// crash stops a node as kill -9 would: no revoke, its member handle closed.
+func (tc *testCluster) crash(id core.NodeID) {
+	n := tc.nodes[id]
+	_ = n.Close(context.Background(), false)
+	_ = n.coord.Close()
+	delete(tc.nodes, id)
+}
+
+// eventually retries cond until it holds or the bounded wait ends.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting until %s", what)
+}
+
+func declare(t *testing.T, c *Cluster, topic string, parts uint32) queue.QueueInfo {
+	t.Helper()
+	info, err := c.DeclareQueue(context.Background(), queue.QueueSpec{Key: queue.Key{Topic: topic},
+		PartitionCount: wire.Some(parts)}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+func allPlaced(s *Snapshot, topic string) bool {
+	q := s.Queue(topic, "")
+	if q == nil {
+		return false
+	}
+	for _, p := range q.Parts {
+		if !p.Placed() {
+			return false
+		}
+	}
+	return true
+}
+
+func owners(s *Snapshot, topic string) map[core.NodeID]int {
+	out := map[core.NodeID]int{}
+	for _, p := range s.Queue(topic, "").Parts {
+		out[p.Node]++
+	}
+	return out
+}
+
+// S-133: every declared partition gets an owner among live nodes, and a
+// queue's partitions land on distinct nodes before any node gets a second.
+func TestPlacementSpreadsPartitions(t *testing.T) {
+	tc := newTestCluster(t, "a", "b", "c")
+	a := tc.nodes["a"]
+	declare(t, a.Cluster, "orders", 6)
+	for _, n := range tc.nodes {
+		eventually(t, "all placed on "+string(n.id), func() bool { return allPlaced(n.Snapshot(), "orders") })
+	}
+	got := owners(a.Snapshot(), "orders")
+	for _, id := range []core.NodeID{"a", "b", "c"} {
+		if got[id] != 2 {
+			t.Fatalf("placement %v: want 2 partitions per node", got)
+		}
+	}
+	for _, p := range a.Snapshot().Queue("orders", "").Parts {
+		if p.Epoch != 1 || p.Written {
+			t.Fatalf("new assignment %+v: want epoch 1, not written", p)
+		}
+	}
+	// Exactly one controller.
+	leaders := 0
+	for _, n := range tc.nodes {
+		if n.IsController() {
+			leaders++
+		}
+	}
+	if leaders != 1 {
+		t.Fatalf("%d controllers, want 1", leaders)
+	}
+}
+
+// Issue #4 §4: partitions are listed even before they are placed; the
+// catalog is replicated; a redeclare with another count is the cluster's
+// 409 (S-18); a topic is a queue or a stream for life (S-22).
+func TestCatalogDecisions(t *testing.T) {
+	tc := newTestCluster(t, "a", "b")
+	a, b := tc.nodes["a"], tc.nodes["b"]
+	info := declare(t, a.Cluster, "orders", 3)
+	if info.PartitionCount != 3 {
+		t.Fatalf("declared %+v", info)
+	}
+	eventually(t, "b sees the queue", func() bool { return b.Snapshot().Queue("orders", "") != nil })
+	if n := len(b.Snapshot().Queue("orders", "").Parts); n != 3 {
+		t.Fatalf("b lists %d partitions", n)
+	}
+	// Same declaration elsewhere: the same decision.
+	again, err := b.DeclareQueue(context.Background(), queue.QueueSpec{Key: queue.Key{Topic: "orders"}}, 7)
+	if err != nil || again.PartitionCount != 3 {
+		t.Fatalf("redeclare without count: %+v %v", again, err)
+	}
+	_, err = b.DeclareQueue(context.Background(), queue.QueueSpec{Key: queue.Key{Topic: "orders"}, PartitionCount: wire.Some(uint32(5))}, 1)
+	if core.Code(err) != wire.CodeConflict {
+		t.Fatalf("redeclare with another count: %v, want 409", err)
+	}
+	_, err = b.DeclareStream(context.Background(), queue.StreamSpec{Topic: "orders"}, 1)
+	if core.Code(err) != wire.CodeBadRequest {
+		t.Fatalf("stream on a queue topic: %v, want 400", err)
+	}
+	// Concurrent first declarations agree.
+	errs := make(chan error, 2)
+	for _, n := range []*testNode{a, b} {
+		go func() {
+			_, err := n.DeclareQueue(context.Background(), queue.QueueSpec{Key: queue.Key{Topic: "race"}, PartitionCount: wire.Some(uint32(2))}, 1)
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// DESIGN.md §8 "Ownership safety" / D-5: a dead owner's written
+// partitions stay assigned to it; its never-written ones move, with a new
+// epoch, only after the TTL and the margin.
+func TestDeadOwnerKeepsWrittenPartitions(t *testing.T) {
+	tc := newTestCluster(t, "a", "b", "c")
+	a := tc.nodes["a"]
+	declare(t, a.Cluster, "orders", 6)
+	eventually(t, "placed", func() bool { return allPlaced(a.Snapshot(), "orders") })
+	victim := core.NodeID("b")
+	if a.IsController() || tc.nodes["b"].IsController() {
+		victim = "c"
+		if tc.nodes["c"].IsController() {
+			victim = "b"
+		}
+	}
+	vn := tc.nodes[victim]
+	var written, unwritten []core.PartitionRef
+	for _, p := range vn.Snapshot().Queue("orders", "").Parts {
+		if p.Node != victim {
+			continue
+		}
+		if len(written) == 0 {
+			if err := vn.MarkWritten(context.Background(), p.Ref); err != nil {
+				t.Fatal(err)
+			}
+			written = append(written, p.Ref)
+		} else {
+			unwritten = append(unwritten, p.Ref)
+		}
+	}
+	if len(written) != 1 || len(unwritten) != 1 {
+		t.Fatalf("victim %s owns written %v unwritten %v", victim, written, unwritten)
+	}
+	crashed := time.Now()
+	tc.crash(victim)
+	eventually(t, "unwritten partition re-placed", func() bool {
+		p, _ := a.Snapshot().Partition(unwritten[0])
+		return p.Node != victim && p.Placed()
+	})
+	if el := time.Since(crashed); el < testTTL {
+		t.Fatalf("re-placed %v after the crash, before the TTL %v", el, testTTL)
+	}
+	p, _ := a.Snapshot().Partition(unwritten[0])
+	if p.Epoch != 2 {
+		t.Fatalf("re-placed with epoch %d, want 2", p.Epoch)
+	}
+	// Give the controller several more passes; the written one stays.
+	time.Sleep(4 * testTTL)
+	w, _ := a.Snapshot().Partition(written[0])
+	if w.Node != victim || !w.Written || w.Epoch != 1 {
+		t.Fatalf("written partition of a dead owner moved: %+v", w)
+	}
+	if a.Snapshot().Live(victim) {
+		t.Fatal("crashed node still live")
+	}
+}
+
+// The written mark is only for the committed owner, and it is idempotent.
+func TestMarkWritten(t *testing.T) {
+	tc := newTestCluster(t, "a", "b")
+	a := tc.nodes["a"]
+	declare(t, a.Cluster, "orders", 2)
+	for _, n := range tc.nodes {
+		eventually(t, "placed", func() bool { return allPlaced(n.Snapshot(), "orders") })
+	}
+	for _, p := range a.Snapshot().Queue("orders", "").Parts {
+		owner, other := tc.nodes[p.Node], tc.nodes["a"]
+		if p.Node == "a" {
+			other = tc.nodes["b"]
+		}
+		if err := other.MarkWritten(context.Background(), p.Ref); !errors.Is(err, core.ErrUnavailable) {
+			t.Fatalf("non-owner mark: %v, want unavailable", err)
+		}
+		for range 2 {
+			if err := owner.MarkWritten(context.Background(), p.Ref); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, "mark visible", func() bool {
+			q, _ := other.Snapshot().Partition(p.Ref)
+			return q.Written && q.Epoch == p.Epoch && q.Node == p.Node
+		})
+	}
+}
+
+// S-128: a draining node gets no new placements but keeps what it owns.
+func TestDrainingNodeGetsNoNewPartitions(t *testing.T) {
+	tc := newTestCluster(t, "a", "b", "c")
+	a := tc.nodes["a"]
+	declare(t, a.Cluster, "before", 3)
+	eventually(t, "placed", func() bool { return allPlaced(a.Snapshot(), "before") })
+	if err := tc.nodes["c"].SetLabel(context.Background(), core.LabelDraining, "true"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "draining visible", func() bool { return a.Snapshot().Members["c"].Info.Draining() })
+	declare(t, a.Cluster, "after", 4)
+	eventually(t, "placed", func() bool { return allPlaced(a.Snapshot(), "after") })
+	if got := owners(a.Snapshot(), "after"); got["c"] != 0 || got["a"] != 2 || got["b"] != 2 {
+		t.Fatalf("placement while c drains: %v", got)
+	}
+	if got := owners(a.Snapshot(), "before"); got["c"] != 1 {
+		t.Fatalf("draining node lost its partition: %v", got)
+	}
+}
+
+// A controller that dies is replaced, and placement goes on.
+func TestControllerFailover(t *testing.T) {
+	tc := newTestCluster(t, "a", "b", "c")
+	var leader core.NodeID
+	eventually(t, "a controller", func() bool {
+		for id, n := range tc.nodes {
+			if n.IsController() {
+				leader = id
+				return true
+			}
+		}
+		return false
+	})
+	tc.crash(leader)
+	var other *testNode
+	for _, n := range tc.nodes {
+		other = n
+	}
+	eventually(t, "the dead controller seen dead", func() bool { return !other.Snapshot().Live(leader) })
+	declare(t, other.Cluster, "later", 4)
+	eventually(t, "placed by a new controller", func() bool { return allPlaced(other.Snapshot(), "later") })
+	for _, p := range other.Snapshot().Queue("later", "").Parts {
+		if p.Node == leader {
+			t.Fatalf("placed on the dead controller: %+v", p)
+		}
+	}
+}
+
+// The owner's serving window ends before the cluster can hand its
+// partitions on: ServeUntil stays at least Margin before the lease's end.
+func TestServeUntilStopsBeforeExpiry(t *testing.T) {
+	tc := newTestCluster(t, "a")
+	a := tc.nodes["a"]
+	if !a.LeaseValid() {
+		t.Fatal("fresh node's lease not valid")
+	}
+	tc.store.PauseMember("a") // its coordinator is gone: renews fail
+	paused := time.Now()
+	eventually(t, "lease no longer valid", func() bool { return !a.LeaseValid() })
+	if el := time.Since(paused); el > testTTL {
+		t.Fatalf("still serving %v after the last renew; TTL is %v", el, testTTL)
+	}
+	tc.store.ResumeMember("a")
+	eventually(t, "valid again", a.LeaseValid)
+}
+
+// Heartbeats must not move the topology generation (S-131); a routing
+// change must.
+func TestGenerationMovesOnRoutingChangesOnly(t *testing.T) {
+	tc := newTestCluster(t, "a", "b")
+	a := tc.nodes["a"]
+	declare(t, a.Cluster, "orders", 2)
+	eventually(t, "placed", func() bool { return allPlaced(a.Snapshot(), "orders") })
+	g := a.Snapshot().Generation
+	time.Sleep(5 * testHeartbeat)
+	if a.Snapshot().Generation != g {
+		t.Fatalf("generation moved without a routing change: %d → %d", g, a.Snapshot().Generation)
+	}
+	declare(t, a.Cluster, "more", 1)
+	eventually(t, "generation moves", func() bool { return a.Snapshot().Generation > g })
+}

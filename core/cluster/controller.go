@@ -1,0 +1,176 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+)
+
+// ElectionPlacement is the election whose leader runs placement.
+const ElectionPlacement = "placement"
+
+// controllerLoop campaigns for the placement election and runs the
+// controller while it leads. A lost term is final; it campaigns again.
+func (c *Cluster) controllerLoop() {
+	defer c.wg.Done()
+	backoff := 100 * time.Millisecond
+	for c.ctx.Err() == nil {
+		lead, err := c.coord.Campaign(c.ctx, ElectionPlacement)
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return
+			}
+			c.log.Debug("placement campaign failed; retrying", "err", err)
+			if !c.sleep(backoff) {
+				return
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		c.leader.Store(true)
+		c.log.Info("placement controller elected", "term", lead.Term())
+		c.runController(lead)
+		c.leader.Store(false)
+		c.log.Info("placement controller term ended", "term", lead.Term())
+	}
+}
+
+func (c *Cluster) runController(lead core.Leadership) {
+	deadSince := make(map[core.NodeID]time.Time)
+	tick := time.NewTicker(max(c.Margin()/2, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		changed := c.Changed()
+		select {
+		case <-lead.Lost():
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.TTL)
+		c.place(ctx, c.Snapshot(), deadSince)
+		cancel()
+		select {
+		case <-lead.Lost():
+			return
+		case <-c.ctx.Done():
+			ctx, cancel := context.WithTimeout(context.Background(), c.opts.Heartbeat)
+			_ = lead.Resign(ctx)
+			cancel()
+			return
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+// place is one pass of the placement controller over snap (S-133, D-5):
+//   - every declared partition gets an owner among live, non-draining
+//     nodes, dealt so that a channel's partitions land on distinct nodes
+//     before any node gets a second one, then by total load;
+//   - a live owner is kept (sticky), draining or not (S-128);
+//   - a dead owner keeps every partition it has written (only it holds the
+//     log; the partition answers 503 until it returns);
+//   - a dead owner's never-written partitions move once the node has been
+//     dead for Margin (its lease ended no earlier than its ValidUntil, and
+//     it stopped acting as owner Margin before that).
+//
+// Writes are compare-and-set on the assignment's version, so a racing
+// written mark or a deposed controller's stale plan simply fails.
+func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.NodeID]time.Time) {
+	now := c.opts.Now()
+	var candidates []core.NodeID
+	for _, id := range snap.MemberIDs {
+		m := snap.Members[id]
+		if m.Live {
+			delete(deadSince, id)
+			if !m.Info.Draining() {
+				candidates = append(candidates, id)
+			}
+		} else if _, ok := deadSince[id]; !ok {
+			deadSince[id] = now
+		}
+	}
+	total := make(map[core.NodeID]int)
+	snap.AllPartitions(func(p Partition) {
+		if p.Placed() {
+			if _, ok := deadSince[p.Node]; !ok && !snap.Live(p.Node) {
+				deadSince[p.Node] = now // assigned to a node that never registered
+			}
+			total[p.Node]++
+		}
+	})
+	channel := func(name string, parts []Partition) {
+		per := make(map[core.NodeID]int)
+		for _, p := range parts {
+			if p.Placed() {
+				per[p.Node]++
+			}
+		}
+		h := fnv.New32a()
+		h.Write([]byte(name))
+		start := int(h.Sum32())
+		for i, p := range parts {
+			if p.Placed() {
+				if snap.Live(p.Node) || p.Written || now.Sub(deadSince[p.Node]) < c.Margin() {
+					continue
+				}
+			}
+			if len(candidates) == 0 {
+				return
+			}
+			n := pick(candidates, per, total, start+i)
+			if err := c.assign(ctx, p, n); err != nil {
+				if !errors.Is(err, core.ErrVersionConflict) && ctx.Err() == nil {
+					c.log.Warn("placement write failed", "partition", p.Ref.String(), "node", string(n), "err", err)
+				}
+				continue
+			}
+			if p.Placed() {
+				per[p.Node]--
+				total[p.Node]--
+			}
+			per[n]++
+			total[n]++
+		}
+	}
+	for _, q := range snap.Queues {
+		channel("q/"+q.Info.Topic+"/"+q.Info.Group.Value, q.Parts)
+	}
+	for _, st := range snap.Streams {
+		channel("s/"+st.Info.Topic, st.Parts)
+	}
+}
+
+// pick chooses the candidate with the fewest partitions of this channel,
+// then the fewest in total, then the first in rotation order from start.
+func pick(candidates []core.NodeID, per, total map[core.NodeID]int, start int) core.NodeID {
+	var best core.NodeID
+	n := len(candidates)
+	for j := range n {
+		id := candidates[(start%n+n+j)%n]
+		if best == "" || per[id] < per[best] || per[id] == per[best] && total[id] < total[best] {
+			best = id
+		}
+	}
+	return best
+}
+
+// assign writes p's new owner with the next epoch.
+func (c *Cluster) assign(ctx context.Context, p Partition, node core.NodeID) error {
+	a := Assignment{Node: node, Epoch: p.Epoch + 1}
+	b := encodeAssignment(a)
+	if _, err := c.coord.CompareAndSet(ctx, assignKey(p.Ref), b, p.Version); err != nil {
+		return err
+	}
+	c.stats.Placements.Add(1)
+	if p.Placed() {
+		c.log.Info("partition re-placed", "partition", p.Ref.String(), "from", string(p.Node), "to", string(node), "epoch", a.Epoch)
+	} else {
+		c.log.Debug("partition placed", "partition", p.Ref.String(), "node", string(node), "epoch", a.Epoch)
+	}
+	return nil
+}

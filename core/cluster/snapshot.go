@@ -1,0 +1,135 @@
+package cluster
+
+import (
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/queue"
+)
+
+// Assignment is the stored ownership of one partition (assign/… keys).
+// Epoch rises whenever Node changes (S-134). Written is set by the owner,
+// under its epoch, before the partition's first append: from then on only
+// this node holds the partition's log and the controller never moves it
+// (DESIGN.md §8 "Ownership safety", semantics D-5).
+type Assignment struct {
+	Node    core.NodeID `json:"node"`
+	Epoch   uint64      `json:"epoch"`
+	Written bool        `json:"written,omitempty"`
+}
+
+// Owner is the assignment as the shared core type.
+func (a Assignment) Owner() core.Owner { return core.Owner{Node: a.Node, Epoch: a.Epoch} }
+
+// Partition is one queue or stream partition in a snapshot.
+type Partition struct {
+	Ref core.PartitionRef
+	Assignment
+	// Version is the assign key's version (for compare-and-set); 0 means
+	// the partition is not placed yet.
+	Version uint64
+}
+
+// Placed reports whether the partition has an owner.
+func (p Partition) Placed() bool { return p.Version != 0 && p.Node != "" }
+
+// Queue is a declared queue and its partitions.
+type Queue struct {
+	Info  queue.QueueInfo
+	Parts []Partition
+	fp    uint64 // routing fingerprint of this queue (Generation)
+}
+
+// Stream is a declared stream and its partitions.
+type Stream struct {
+	Info  queue.StreamInfo
+	Parts []Partition
+	fp    uint64
+}
+
+// Member is a node that joined the cluster at some point.
+type Member struct {
+	// Info is the live record (with current labels) while the node is
+	// live, else what it registered last.
+	Info core.NodeInfo
+	Live bool
+}
+
+// Snapshot is one immutable view of the cluster: members and liveness,
+// the catalog and every partition's assignment. core/cluster rebuilds it
+// from the Coordinator's watch and publishes it through an atomic pointer;
+// the hot path reads it without locks. Never modify one.
+type Snapshot struct {
+	// Index is the coordination index the snapshot reflects.
+	Index uint64
+	// Generation is the topology generation (WIRE §14.3): the index at
+	// which the routing content last changed. Heartbeats and other
+	// changes that leave routing alone do not move it (S-131).
+	Generation uint64
+	// Members by node id; MemberIDs sorted.
+	Members   map[core.NodeID]*Member
+	MemberIDs []core.NodeID
+	// Queues sorted by topic then group; Streams by topic.
+	Queues  []*Queue
+	Streams []*Stream
+
+	queues  map[queueID]*Queue
+	streams map[string]*Stream
+	// routing is the fingerprint of the routing content (Generation).
+	routing uint64
+}
+
+type queueID struct{ topic, group string }
+
+// Queue returns a declared queue (group "" is the default group).
+func (s *Snapshot) Queue(topic, group string) *Queue { return s.queues[queueID{topic, group}] }
+
+// Stream returns a declared stream.
+func (s *Snapshot) Stream(topic string) *Stream { return s.streams[topic] }
+
+// Partition returns a queue partition (or a stream partition when no
+// queue has that topic). ok is false when it is not declared.
+func (s *Snapshot) Partition(ref core.PartitionRef) (Partition, bool) {
+	if q := s.queues[queueID{ref.Topic, ref.Group}]; q != nil {
+		if int(ref.Partition) < len(q.Parts) {
+			return q.Parts[ref.Partition], true
+		}
+		return Partition{}, false
+	}
+	if ref.Group == "" {
+		if st := s.streams[ref.Topic]; st != nil && int(ref.Partition) < len(st.Parts) {
+			return st.Parts[ref.Partition], true
+		}
+	}
+	return Partition{}, false
+}
+
+// Live reports whether node id holds a live lease.
+func (s *Snapshot) Live(id core.NodeID) bool {
+	m := s.Members[id]
+	return m != nil && m.Live
+}
+
+// LiveNodes lists live members in id order.
+func (s *Snapshot) LiveNodes() []*Member {
+	var out []*Member
+	for _, id := range s.MemberIDs {
+		if m := s.Members[id]; m.Live {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// AllPartitions calls f for every queue partition, then every stream
+// partition, in order.
+func (s *Snapshot) AllPartitions(f func(Partition)) {
+	for _, q := range s.Queues {
+		for _, p := range q.Parts {
+			f(p)
+		}
+	}
+	for _, st := range s.Streams {
+		for _, p := range st.Parts {
+			f(p)
+		}
+	}
+}

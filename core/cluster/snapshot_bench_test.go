@@ -1,0 +1,54 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/queue"
+)
+
+// bigState is 10,000 partitions (100 queues × 100) on 3 nodes.
+func bigState() *Fixture {
+	f := NewFixture()
+	nodes := []core.NodeID{"a", "b", "c"}
+	for _, n := range nodes {
+		f.Node(core.NodeInfo{ID: n, PeerAddr: "127.0.0.1:1", Labels: core.Labels{core.LabelAdvertise: "127.0.0.1:9000"}}, true)
+	}
+	for q := range 100 {
+		topic := fmt.Sprintf("topic-%03d", q)
+		f.Queue(queue.QueueInfo{Key: queue.Key{Topic: topic}, PartitionCount: 100, MaxRetries: 5})
+		for p := range uint32(100) {
+			f.Assign(core.PartitionRef{Topic: topic, Partition: p}, Assignment{Node: nodes[int(p)%3], Epoch: 1})
+		}
+	}
+	return f
+}
+
+// Issue #4 target: a full rebuild of a 10k-partition snapshot ≤ 5 ms.
+func BenchmarkSnapshotFullRebuild(b *testing.B) {
+	kvs, idx := bigState().KVs()
+	b.ReportAllocs()
+	for b.Loop() {
+		newBuilder().build(nil, kvs, idx)
+	}
+}
+
+// Issue #4 target: the snapshot update after one change ≤ 1 ms.
+func BenchmarkSnapshotIncremental(b *testing.B) {
+	f := bigState()
+	kvs, idx := f.KVs()
+	bl := newBuilder()
+	prev := bl.build(nil, kvs, idx)
+	ref := core.PartitionRef{Topic: "topic-042", Partition: 7}
+	epoch := uint64(1)
+	b.ReportAllocs()
+	for b.Loop() {
+		epoch++
+		f.Assign(ref, Assignment{Node: "b", Epoch: epoch})
+		b.StopTimer()
+		kvs, idx = f.KVs()
+		b.StartTimer()
+		prev = bl.build(prev, kvs, idx)
+	}
+}

@@ -1,0 +1,218 @@
+// Package routing decides, for one partition operation on one broker,
+// whether to serve it, redirect the client, or refuse it for now (seed
+// §2; WIRE_V1.md §7.3 holds the answers), and builds every client-facing
+// endpoint list from the cluster snapshot — topology answers, pushes,
+// redirects and the partitioning-version fence all go through
+// ClientEndpoints, so no other path can leak an address.
+package routing
+
+import (
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/cluster"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// Action is what to do with a partition operation.
+type Action int
+
+const (
+	// Serve: this broker owns the partition.
+	Serve Action = iota
+	// Redirect: answer REDIRECT (op 92) with Decision.Endpoints.
+	Redirect
+	// Refuse: answer ERROR with Decision.Err's code.
+	Refuse
+)
+
+// Decision is the answer for one partition operation.
+type Decision struct {
+	Action    Action
+	Partition cluster.Partition
+	// Endpoints are the client-facing endpoints of a Redirect.
+	Endpoints []core.Endpoint
+	// Version is the channel's partitioning version (REDIRECT body).
+	Version uint64
+	// Err wraps the sentinel whose code answers a Refuse.
+	Err error
+}
+
+// Self is what the rule needs to know about this broker.
+type Self struct {
+	ID core.NodeID
+	// Advertise is this broker's own client endpoint list; an owner whose
+	// endpoints are all among these is not redirected to (it would loop).
+	Advertise []core.Endpoint
+}
+
+// Decide applies the handler rule to one partition (issue #4 §5; seed
+// §2), for an operation that did not already fail the fence:
+//
+//   - not declared → 404;
+//   - no owner yet → 409 (S-117: the cluster is converging);
+//   - this broker owns it → Serve (the caller still answers 503 while
+//     recovering or while its lease is not surely valid);
+//   - the owner is dead → 503 (it holds the only copy, or it is about to
+//     be re-placed; DESIGN.md §8);
+//   - the owner's client endpoints are known and not all this broker's
+//     own → Redirect;
+//   - otherwise (a private owner, or a shared load-balancer address) →
+//     503 until forwarding exists.
+func Decide(s *cluster.Snapshot, self Self, ref core.PartitionRef) Decision {
+	p, ok := s.Partition(ref)
+	if !ok {
+		return Decision{Action: Refuse, Err: core.Errorf(core.ErrNotFound, "%s is not declared in this cluster", describe(ref))}
+	}
+	d := Decision{Partition: p, Version: version(s, ref)}
+	switch {
+	case !p.Placed():
+		d.Action, d.Err = Refuse, core.Errorf(core.ErrConflict, "partition %s has no owner yet; the cluster is still converging, retry", ref)
+	case p.Node == self.ID:
+		d.Action = Serve
+	case !s.Live(p.Node):
+		d.Action = Refuse
+		if p.Written {
+			d.Err = core.Errorf(core.ErrUnavailable, "partition %s is unavailable: its owner %s is down and holds the only copy; retry", ref, p.Node)
+		} else {
+			d.Err = core.Errorf(core.ErrUnavailable, "partition %s is unavailable: its owner %s is down and it is being re-placed; retry", ref, p.Node)
+		}
+	default:
+		eps := ClientEndpoints(s, p.Node)
+		if len(eps) == 0 || allOwn(eps, self.Advertise) {
+			d.Action = Refuse
+			d.Err = core.Errorf(core.ErrUnavailable, "partition %s is owned by %s, which this broker cannot forward to yet; retry", ref, p.Node)
+			return d
+		}
+		d.Action, d.Endpoints = Redirect, eps
+	}
+	return d
+}
+
+// Fence applies the partitioning-version fence (WIRE §14.3, S-118) to a
+// PUBLISH / PUBLISH_DELAYED carrying version: when the channel's version
+// is newer and the owner resolves, it returns a Redirect to the owner with
+// the newer version — even to this broker's own address. ok is false when
+// the publish passes the fence.
+func Fence(s *cluster.Snapshot, ref core.PartitionRef, published uint64) (Decision, bool) {
+	v := version(s, ref)
+	if published >= v {
+		return Decision{}, false
+	}
+	p, ok := s.Partition(ref)
+	if !ok || !p.Placed() || !s.Live(p.Node) {
+		return Decision{}, false
+	}
+	eps := ClientEndpoints(s, p.Node)
+	if len(eps) == 0 {
+		return Decision{}, false
+	}
+	return Decision{Action: Redirect, Partition: p, Endpoints: eps, Version: v}, true
+}
+
+// ClientEndpoints is the one function that builds a client-facing
+// endpoint list: the owner's advertised list when the owner is live and
+// public, else none (an empty list sends a client to its bootstrap
+// broker, S-115). Private owners never yield an address.
+func ClientEndpoints(s *cluster.Snapshot, owner core.NodeID) []core.Endpoint {
+	m := s.Members[owner]
+	if m == nil || !m.Live || m.Info.Visibility() == core.Private {
+		return nil
+	}
+	return m.Info.Advertise()
+}
+
+// Wire converts endpoints to their wire form.
+func Wire(eps []core.Endpoint) []wire.AdvertisedAddress {
+	if len(eps) == 0 {
+		return nil
+	}
+	out := make([]wire.AdvertisedAddress, len(eps))
+	for i, e := range eps {
+		out[i] = wire.AdvertisedAddress{Host: e.Host, Port: e.Port, Tags: e.Tags}
+	}
+	return out
+}
+
+// RedirectBody builds the REDIRECT (op 92) body for d.
+func RedirectBody(d Decision) *wire.Redirect {
+	r := &wire.Redirect{Topic: d.Partition.Ref.Topic, Partition: d.Partition.Ref.Partition,
+		Owners: Wire(d.Endpoints), PartitioningVersion: d.Version}
+	if d.Partition.Ref.Group != "" {
+		r.Group = wire.Some(d.Partition.Ref.Group)
+	}
+	return r
+}
+
+func allOwn(eps, own []core.Endpoint) bool {
+	for _, e := range eps {
+		found := false
+		for _, o := range own {
+			if e.Equal(o) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func version(s *cluster.Snapshot, ref core.PartitionRef) uint64 {
+	if q := s.Queue(ref.Topic, ref.Group); q != nil {
+		return q.Info.PartitioningVersion
+	}
+	return 0
+}
+
+func describe(ref core.PartitionRef) string {
+	if ref.Group != "" {
+		return "queue " + ref.Topic + "/" + ref.Group
+	}
+	return "queue or stream " + ref.Topic
+}
+
+// Topology builds the TOPOLOGY answer (S-112, S-114; WIRE §14.1): every
+// declared queue and stream partition, narrowed by the request's filters,
+// with the owner's client endpoints (empty while unplaced, while the
+// owner is dead, and for private owners), the partition count on every
+// entry and the snapshot's generation.
+func Topology(s *cluster.Snapshot, req wire.TopologyRequest) wire.Topology {
+	t := wire.Topology{Generation: s.Generation}
+	topic, hasTopic := req.Topic.Get()
+	group, hasGroup := req.Group.Get()
+	for _, q := range s.Queues {
+		if hasTopic && q.Info.Topic != topic || hasTopic && hasGroup && q.Info.Group.Value != normGroup(group) {
+			continue
+		}
+		for _, p := range q.Parts {
+			t.Queues = append(t.Queues, wire.QueueEntry{Topic: q.Info.Topic, Partition: p.Ref.Partition, Group: q.Info.Group,
+				Owners: Wire(ownerEndpoints(s, p)), PartitioningVersion: q.Info.PartitioningVersion, PartitionCount: q.Info.PartitionCount})
+		}
+	}
+	for _, st := range s.Streams {
+		if hasTopic && st.Info.Topic != topic {
+			continue
+		}
+		for _, p := range st.Parts {
+			t.Streams = append(t.Streams, wire.StreamEntry{Topic: st.Info.Topic, Partition: p.Ref.Partition,
+				Owners: Wire(ownerEndpoints(s, p)), PartitionCount: st.Info.PartitionCount})
+		}
+	}
+	return t
+}
+
+func ownerEndpoints(s *cluster.Snapshot, p cluster.Partition) []core.Endpoint {
+	if !p.Placed() {
+		return nil
+	}
+	return ClientEndpoints(s, p.Node)
+}
+
+// normGroup maps the literal "default" and "" to the absent group (S-17).
+func normGroup(g string) string {
+	if g == "default" {
+		return ""
+	}
+	return g
+}

@@ -1,0 +1,190 @@
+package core
+
+import (
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// NodeID names a broker for life. It is generated once and kept in the data
+// directory (or set by coordination.node_id); it is never derived from an
+// address, so a broker that moves keeps its identity (DESIGN.md §8
+// "Identity").
+type NodeID string
+
+// Visibility says whether clients may be sent to a broker.
+type Visibility string
+
+// Visibilities (broker.visibility). A private broker's addresses never reach
+// a client; public brokers serve its partitions by forwarding.
+const (
+	Public  Visibility = "public"
+	Private Visibility = "private"
+)
+
+// Well-known node labels. Labels ride the node record and change with it.
+const (
+	// LabelAdvertise is the comma-separated client endpoint list
+	// (host:port, priority order). Absent for private nodes.
+	LabelAdvertise = "fibril/advertise"
+	// LabelDraining is "true" while the node drains (S-128): it gets no new
+	// placements.
+	LabelDraining = "fibril/draining"
+	// LabelVisibility is "private" for private nodes; absent means public.
+	LabelVisibility = "fibril/visibility"
+)
+
+// Labels are a node's key/value annotations.
+type Labels map[string]string
+
+// Clone returns an independent copy (nil stays nil).
+func (l Labels) Clone() Labels {
+	if l == nil {
+		return nil
+	}
+	out := make(Labels, len(l))
+	for k, v := range l {
+		out[k] = v
+	}
+	return out
+}
+
+// Endpoint is one client-facing address a broker advertises (WIRE §4.5).
+// Host is a DNS name, an IPv4 literal or a bracketed IPv6 literal.
+type Endpoint struct {
+	Host string
+	Port uint16
+	Tags []string
+}
+
+// String is host:port as clients dial it.
+func (e Endpoint) String() string {
+	return e.Host + ":" + strconv.Itoa(int(e.Port))
+}
+
+// Equal compares host and port (tags carry no routing meaning yet, S-121).
+func (e Endpoint) Equal(o Endpoint) bool {
+	return strings.EqualFold(e.Host, o.Host) && e.Port == o.Port
+}
+
+// ParseEndpoint parses host:port, bracketing a bare IPv6 literal.
+func ParseEndpoint(s string) (Endpoint, error) {
+	host, port, err := net.SplitHostPort(strings.TrimSpace(s))
+	if err != nil {
+		return Endpoint{}, err
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 {
+		return Endpoint{}, &net.AddrError{Err: "bad port", Addr: s}
+	}
+	if host == "" {
+		return Endpoint{}, &net.AddrError{Err: "missing host", Addr: s}
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
+		host = "[" + host + "]"
+	}
+	return Endpoint{Host: host, Port: uint16(p)}, nil
+}
+
+// ParseEndpoints parses a comma-separated endpoint list (the
+// LabelAdvertise format). Empty input gives an empty list.
+func ParseEndpoints(s string) ([]Endpoint, error) {
+	var out []Endpoint
+	for _, part := range strings.Split(s, ",") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		e, err := ParseEndpoint(part)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// FormatEndpoints is the inverse of ParseEndpoints.
+func FormatEndpoints(list []Endpoint) string {
+	parts := make([]string, len(list))
+	for i, e := range list {
+		parts[i] = e.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// NodeInfo is a broker's registry record.
+type NodeInfo struct {
+	ID        NodeID `json:"id"`
+	PeerAddr  string `json:"peer_addr"`  // where peers reach it (host:port)
+	AdminAddr string `json:"admin_addr"` // its admin listener (host:port)
+	Labels    Labels `json:"labels,omitempty"`
+}
+
+// Visibility reads LabelVisibility.
+func (n NodeInfo) Visibility() Visibility {
+	if n.Labels[LabelVisibility] == string(Private) {
+		return Private
+	}
+	return Public
+}
+
+// Draining reads LabelDraining.
+func (n NodeInfo) Draining() bool { return n.Labels[LabelDraining] == "true" }
+
+// Advertise reads LabelAdvertise; a malformed label counts as empty.
+func (n NodeInfo) Advertise() []Endpoint {
+	list, err := ParseEndpoints(n.Labels[LabelAdvertise])
+	if err != nil {
+		return nil
+	}
+	return list
+}
+
+// PartitionRef names one queue partition (or stream partition, Group "").
+// An absent group and the literal "default" are both "" (S-17).
+type PartitionRef struct {
+	Topic     string `json:"topic"`
+	Group     string `json:"group,omitempty"`
+	Partition uint32 `json:"partition"`
+}
+
+// String is topic[/group]#partition, for logs.
+func (p PartitionRef) String() string {
+	s := p.Topic
+	if p.Group != "" {
+		s += "/" + p.Group
+	}
+	return s + "#" + strconv.FormatUint(uint64(p.Partition), 10)
+}
+
+// Compare orders refs by topic, group, partition.
+func (p PartitionRef) Compare(o PartitionRef) int {
+	if c := strings.Compare(p.Topic, o.Topic); c != 0 {
+		return c
+	}
+	if c := strings.Compare(p.Group, o.Group); c != 0 {
+		return c
+	}
+	switch {
+	case p.Partition < o.Partition:
+		return -1
+	case p.Partition > o.Partition:
+		return 1
+	}
+	return 0
+}
+
+// Owner is a partition's assignment: the node that serves it and the epoch
+// of the assignment. The epoch rises whenever the owner changes, and a
+// write carrying an older epoch is refused (S-134).
+type Owner struct {
+	Node  NodeID `json:"node"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// SortNodeIDs sorts ids in place and returns them.
+func SortNodeIDs(ids []NodeID) []NodeID {
+	slices.Sort(ids)
+	return ids
+}
