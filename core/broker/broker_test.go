@@ -171,7 +171,7 @@ func TestPerChannelMetrics(t *testing.T) {
 
 // docs/metrics.md lists exactly the fibril_* series the broker exports.
 func TestMetricsDocumented(t *testing.T) {
-	b := startBroker(t)
+	b := startMemCluster(t, 1)[0] // coordinated mode exports every series a standalone broker does, and the cluster's
 	exported := map[string]bool{}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	for _, c := range b.registry.collectors {
