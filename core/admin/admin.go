@@ -1,12 +1,14 @@
 // Package admin serves the broker's admin HTTP listener: health and
 // readiness probes for load balancers, Prometheus metrics, Go profiling
 // under /debug/pprof/ (behind the same auth as /metrics), and the small
-// part of the admin API that exists so far (users). BROKER_SEMANTICS
+// part of the admin API that exists so far (users, runtime settings,
+// cluster topology, drain). BROKER_SEMANTICS
 // S-156…S-163 describe the full surface; the dashboard and the rest of the
 // API come later.
 package admin
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -20,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/settings"
 )
 
 // Users is the user store as the admin API manages it.
@@ -39,6 +42,13 @@ type UserInfo struct {
 type Options struct {
 	Gatherer prometheus.Gatherer
 	Users    Users // nil: the users API answers 404
+	// Settings returns the runtime settings store in force (nil: 404).
+	Settings func() *settings.Store
+	// Topology returns the cluster view for GET /admin/api/topology (nil:
+	// standalone, 404).
+	Topology func() any
+	// Drain starts a drain (S-127, S-128) and returns its report.
+	Drain func(ctx context.Context, grace time.Duration, message string) (any, error)
 	// Auth, when Username is set, protects everything but the probes with
 	// HTTP Basic (S-159); empty = open.
 	Username, Password string
@@ -68,6 +78,10 @@ func New(opts Options) *Server {
 	s.mux.Handle("GET /admin/api/users", s.auth(http.HandlerFunc(s.listUsers)))
 	s.mux.Handle("POST /admin/api/users", s.auth(http.HandlerFunc(s.addUser)))
 	s.mux.Handle("DELETE /admin/api/users/{username}", s.auth(http.HandlerFunc(s.removeUser)))
+	s.mux.Handle("GET /admin/api/runtime-settings", s.auth(http.HandlerFunc(s.getSettings)))
+	s.mux.Handle("PUT /admin/api/runtime-settings", s.auth(http.HandlerFunc(s.putSettings)))
+	s.mux.Handle("GET /admin/api/topology", s.auth(http.HandlerFunc(s.topology)))
+	s.mux.Handle("POST /admin/api/drain", s.auth(http.HandlerFunc(s.drain)))
 	// Profiling, for measuring before optimising (same auth as /metrics).
 	s.mux.Handle("GET /debug/pprof/", s.auth(http.HandlerFunc(pprof.Index)))
 	s.mux.Handle("GET /debug/pprof/profile", s.auth(http.HandlerFunc(pprof.Profile)))
@@ -166,6 +180,8 @@ func writeCoreError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, core.ErrConflict):
 		writeError(w, http.StatusConflict, "conflict", err.Error())
+	case errors.Is(err, core.ErrUnavailable):
+		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
 	default:
 		writeError(w, http.StatusInternalServerError, "internal", err.Error())
 	}

@@ -34,6 +34,9 @@ type Store struct {
 	path string
 	mu   sync.Mutex
 	cur  atomic.Pointer[userSet]
+
+	// Shared mode (OpenShared): the store is a document in the cluster.
+	shared *sharedDoc
 }
 
 // UserInfo is what List reports about a user: never the hash.
@@ -99,6 +102,12 @@ func readStore(path string) (userSet, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseStore(data)
+}
+
+// parseStore decodes the store's document (the file, or the shared
+// document in coordinated mode: the same format).
+func parseStore(data []byte) (userSet, error) {
 	var f fileFormat
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&f); err != nil {
@@ -282,6 +291,9 @@ func (s *Store) Seed(seeds []Seed) (int, error) {
 func (s *Store) update(change func(set userSet, now time.Time) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.shared != nil {
+		return s.shared.update(s, change)
+	}
 	cur := *s.cur.Load()
 	next := make(userSet, len(cur)+1)
 	for k, v := range cur {
@@ -298,6 +310,11 @@ func (s *Store) update(change func(set userSet, now time.Time) error) error {
 }
 
 func (s *Store) persist(set userSet) error {
+	return writeFileAtomic(s.path, encodeStore(set))
+}
+
+// encodeStore is the inverse of parseStore.
+func encodeStore(set userSet) []byte {
 	f := fileFormat{Format: currentFormat, Users: make([]fileRecord, 0, len(set))}
 	for _, u := range set {
 		f.Users = append(f.Users, fileRecord{
@@ -306,11 +323,8 @@ func (s *Store) persist(set userSet) error {
 		})
 	}
 	slices.SortFunc(f.Users, func(a, b fileRecord) int { return strings.Compare(a.Name, b.Name) })
-	data, err := json.MarshalIndent(f, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeFileAtomic(s.path, append(data, '\n'))
+	data, _ := json.MarshalIndent(f, "", "  ") // plain strings and times: cannot fail
+	return append(data, '\n')
 }
 
 func conflict(name string) error {

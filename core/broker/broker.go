@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -49,6 +50,13 @@ type Broker struct {
 	registry *metricsRegistry
 	nodeID   core.NodeID  // coordinated mode only
 	cluster  *coordinated // nil in standalone mode
+
+	// What the admin listener reads while Start may still swap the stores
+	// for the cluster's shared ones.
+	adminUsers    atomic.Pointer[auth.Store]
+	adminSettings atomic.Pointer[settings.Store]
+	adminCluster  atomic.Pointer[coordinated]
+	draining      atomic.Bool
 
 	brokerLn net.Listener
 	adminLn  net.Listener
@@ -87,9 +95,6 @@ func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	if err := b.startAdmin(); err != nil {
 		return nil, err
 	}
-	if err := b.openQueues(); err != nil {
-		return nil, err
-	}
 	// The client listener is bound before joining the cluster, so that
 	// the advertised address carries the real port (bind port 0 in tests).
 	if b.brokerLn, err = net.Listen("tcp", cfg.Broker.Listener.Bind); err != nil {
@@ -99,6 +104,12 @@ func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		if err := b.startCluster(); err != nil {
 			return nil, err
 		}
+		if err := b.shareStores(); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.openQueues(); err != nil {
+		return nil, err
 	}
 	if err := b.startSessions(); err != nil {
 		return nil, err
@@ -253,7 +264,10 @@ func (b *Broker) startAdmin() error {
 	if err != nil {
 		return err
 	}
-	opts := admin.Options{Gatherer: b.registry, Users: userAdmin{b.users}, Logger: b.log}
+	b.adminUsers.Store(b.users)
+	b.adminSettings.Store(b.settings)
+	opts := admin.Options{Gatherer: b.registry, Users: userAdmin{&b.adminUsers}, Logger: b.log,
+		Settings: b.adminSettings.Load, Topology: b.topologyView, Drain: b.drain}
 	if cfg.Admin.Auth.Enabled {
 		opts.Username, opts.Password = cfg.Admin.Auth.Username, pw
 	}

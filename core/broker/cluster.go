@@ -22,6 +22,7 @@ import (
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/routing"
 	"github.com/fibrilgo/fibril/core/session"
+	"github.com/fibrilgo/fibril/core/settings"
 	"github.com/fibrilgo/fibril/core/wire"
 	"github.com/fibrilgo/fibril/plugins"
 )
@@ -128,7 +129,9 @@ func (c *coordinated) run() {
 			c.applyCatalog(snap)
 			applied = snap.Index
 		}
-		if c.cl.LeaseValid() {
+		if c.b.draining.Load() {
+			c.b.admin.SetNotReady("draining")
+		} else if c.cl.LeaseValid() {
 			c.b.admin.SetReady()
 		} else {
 			c.b.admin.SetNotReady("cluster lease not surely valid (coordination unreachable?)")
@@ -163,6 +166,8 @@ func (c *coordinated) close() {
 	if c.ran {
 		<-c.done
 	}
+	c.b.users.Close() // stop following the shared documents
+	c.b.settings.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.cl.Close(ctx, true); err != nil {
@@ -387,4 +392,121 @@ func (c *coordinated) registerMetrics(reg prometheus.Registerer) {
 		v := ct.v
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: ct.name, Help: ct.help}, func() float64 { return float64(v.Load()) }))
 	}
+}
+
+// shareStores swaps the node-local user store and runtime settings for the
+// cluster's shared documents (S-144, S-173). The local ones seed them when
+// the cluster has none yet.
+func (b *Broker) shareStores() error {
+	ctx, cancel := context.WithTimeout(context.Background(), clusterJoinTimeout)
+	defer cancel()
+	users, err := auth.OpenShared(ctx, b.cluster.cl.Users(), b.users, b.log.With("component", "users"))
+	if err != nil {
+		return err
+	}
+	if n, err := users.Seed(b.cfg.Auth.Seeds()); err != nil {
+		users.Close()
+		return fmt.Errorf("auth.seed_users: %w", err)
+	} else if n > 0 {
+		b.log.Info("seeded the cluster's users", "count", n)
+	}
+	st, err := settings.OpenShared(ctx, b.cluster.cl.Settings(), b.settings.Current(), b.log.With("component", "settings"))
+	if err != nil {
+		users.Close()
+		return err
+	}
+	b.users, b.settings = users, st
+	b.adminUsers.Store(users)
+	b.adminSettings.Store(st)
+	b.adminCluster.Store(b.cluster)
+	return nil
+}
+
+// topologyView is GET /admin/api/topology: nodes with labels, liveness and
+// visibility; partitions with owner, epoch and the written mark. nil in
+// standalone mode.
+func (b *Broker) topologyView() any {
+	c := b.adminCluster.Load()
+	if c == nil {
+		return nil
+	}
+	snap := c.cl.Snapshot()
+	type nodeView struct {
+		ID         core.NodeID `json:"id"`
+		Live       bool        `json:"live"`
+		Visibility string      `json:"visibility"`
+		Draining   bool        `json:"draining"`
+		PeerAddr   string      `json:"peer_addr"`
+		AdminAddr  string      `json:"admin_addr"`
+		Labels     core.Labels `json:"labels"`
+		Controller bool        `json:"controller,omitempty"`
+	}
+	type partView struct {
+		Topic     string      `json:"topic"`
+		Group     string      `json:"group,omitempty"`
+		Kind      string      `json:"kind"`
+		Partition uint32      `json:"partition"`
+		Owner     core.NodeID `json:"owner,omitempty"`
+		Epoch     uint64      `json:"epoch"`
+		Written   bool        `json:"written"`
+		OwnerLive bool        `json:"owner_live"`
+		Endpoints []string    `json:"client_endpoints"`
+	}
+	out := struct {
+		Self       core.NodeID `json:"self"`
+		Index      uint64      `json:"index"`
+		Generation uint64      `json:"generation"`
+		Nodes      []nodeView  `json:"nodes"`
+		Partitions []partView  `json:"partitions"`
+	}{Self: c.self.ID, Index: snap.Index, Generation: snap.Generation, Nodes: []nodeView{}, Partitions: []partView{}}
+	for _, id := range snap.MemberIDs {
+		m := snap.Members[id]
+		out.Nodes = append(out.Nodes, nodeView{ID: id, Live: m.Live, Visibility: string(m.Info.Visibility()),
+			Draining: m.Info.Draining(), PeerAddr: m.Info.PeerAddr, AdminAddr: m.Info.AdminAddr, Labels: m.Info.Labels,
+			Controller: id == c.self.ID && c.cl.IsController()})
+	}
+	add := func(kind string, p cluster.Partition) {
+		v := partView{Topic: p.Ref.Topic, Group: p.Ref.Group, Kind: kind, Partition: p.Ref.Partition,
+			Owner: p.Node, Epoch: p.Epoch, Written: p.Written, OwnerLive: p.Placed() && snap.Live(p.Node), Endpoints: []string{}}
+		if p.Placed() {
+			for _, e := range routing.ClientEndpoints(snap, p.Node) {
+				v.Endpoints = append(v.Endpoints, e.String())
+			}
+		}
+		out.Partitions = append(out.Partitions, v)
+	}
+	for _, q := range snap.Queues {
+		for _, p := range q.Parts {
+			add("queue", p)
+		}
+	}
+	for _, st := range snap.Streams {
+		for _, p := range st.Parts {
+			add("stream", p)
+		}
+	}
+	return out
+}
+
+// drain is S-127 and, in coordinated mode, S-128: every connected session
+// gets GOING_AWAY, the node is marked draining (no new placements) and
+// /readyz turns false. Partitions with data stay: without replication they
+// can only move to a caught-up follower, which does not exist yet.
+func (b *Broker) drain(ctx context.Context, grace time.Duration, message string) (any, error) {
+	b.draining.Store(true)
+	b.admin.SetNotReady("draining")
+	notified := b.sessions.GoingAway(grace, message)
+	remaining := 0
+	if c := b.adminCluster.Load(); c != nil {
+		if err := c.cl.SetLabel(ctx, core.LabelDraining, "true"); err != nil {
+			return nil, core.Errorf(core.ErrUnavailable, "could not mark this node draining: %v", err)
+		}
+		c.cl.Snapshot().AllPartitions(func(p cluster.Partition) {
+			if p.Node == c.self.ID {
+				remaining++
+			}
+		})
+	}
+	return map[string]any{"connections_notified": notified, "owned_partitions_remaining": remaining,
+		"handoff_complete": remaining == 0}, nil
 }

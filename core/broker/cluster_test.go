@@ -2,9 +2,13 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,5 +161,144 @@ func TestClusterDoesNotAutoCreate(t *testing.T) {
 	var be *client.Error
 	if !errors.As(err, &be) || be.Code != 404 {
 		t.Fatalf("publish to an undeclared queue: %v, want 404", err)
+	}
+}
+
+func adminDo(t *testing.T, b *Broker, method, path, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+b.AdminAddr().String()+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out)
+}
+
+// Issue #4 §4: the user store is replicated (S-144); a user added at one
+// broker authenticates at another.
+func TestClusterUsersAreShared(t *testing.T) {
+	bs := startMemCluster(t, 2)
+	if code, body := adminDo(t, bs[0], "POST", "/admin/api/users", `{"username":"alice","password":"correct horse battery"}`); code != 201 {
+		t.Fatalf("add user: %d %s", code, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	for range 100 {
+		var c *client.Client
+		c, err = client.Dial(ctx, client.Options{Addrs: []string{bs[1].BrokerAddr().String()},
+			Username: "alice", Password: "correct horse battery", Dial: loopbackOnly(t)})
+		if err == nil {
+			c.Close()
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("alice cannot log in at the other broker: %v", err)
+	}
+	_, body := adminDo(t, bs[1], "GET", "/admin/api/users", "")
+	if !strings.Contains(body, "alice") {
+		t.Fatalf("other broker lists %s", body)
+	}
+}
+
+// S-162/S-173: one runtime settings document for the cluster, changed at
+// one broker and applied at all without a restart; a stale version is 409.
+func TestClusterRuntimeSettingsAreShared(t *testing.T) {
+	bs := startMemCluster(t, 2)
+	code, body := adminDo(t, bs[0], "GET", "/admin/api/runtime-settings", "")
+	if code != 200 {
+		t.Fatalf("get: %d %s", code, body)
+	}
+	var view struct {
+		Version  uint64          `json:"version"`
+		Settings json.RawMessage `json:"settings"`
+	}
+	if err := json.Unmarshal([]byte(body), &view); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	_ = json.Unmarshal(view.Settings, &doc)
+	doc["connection"].(map[string]any)["reconnect_grace_ms"] = 1234
+	nb, _ := json.Marshal(map[string]any{"expected_version": view.Version, "settings": doc})
+	if code, body := adminDo(t, bs[0], "PUT", "/admin/api/runtime-settings", string(nb)); code != 200 {
+		t.Fatalf("put: %d %s", code, body)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for bs[1].settings.Current().Connection.ReconnectGraceMS != 1234 {
+		if time.Now().After(deadline) {
+			t.Fatal("the other broker did not apply the change")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code, body := adminDo(t, bs[1], "PUT", "/admin/api/runtime-settings", string(nb)); code != 409 || !strings.Contains(body, "1234") {
+		t.Fatalf("stale put: %d %s, want 409 with the current settings", code, body)
+	}
+	doc["partitioning"].(map[string]any)["default_partition_count"] = 0
+	nb, _ = json.Marshal(map[string]any{"expected_version": view.Version + 1, "settings": doc})
+	if code, body := adminDo(t, bs[1], "PUT", "/admin/api/runtime-settings", string(nb)); code != 400 {
+		t.Fatalf("invalid put: %d %s, want 400", code, body)
+	}
+}
+
+// S-128: a drained node gets no new partitions and reports not ready; the
+// admin topology shows the flag.
+func TestClusterDrain(t *testing.T) {
+	bs := startMemCluster(t, 2)
+	code, body := adminDo(t, bs[1], "POST", "/admin/api/drain", `{"grace_ms": 1000}`)
+	if code != 200 || !strings.Contains(body, "connections_notified") {
+		t.Fatalf("drain: %d %s", code, body)
+	}
+	if code, _ := adminDo(t, bs[1], "GET", "/readyz", ""); code != 503 {
+		t.Fatalf("readyz of a draining node: %d", code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()},
+		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(func() string { _, b := adminDo(t, bs[0], "GET", "/admin/api/topology", ""); return b }(), `"draining":true`) {
+		if time.Now().After(deadline) {
+			t.Fatal("draining flag not visible")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "after", Partitions: 4}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, body := adminDo(t, bs[0], "GET", "/admin/api/topology", "")
+		var v struct {
+			Partitions []struct {
+				Owner string `json:"owner"`
+			} `json:"partitions"`
+		}
+		_ = json.Unmarshal([]byte(body), &v)
+		placed := 0
+		for _, p := range v.Partitions {
+			if p.Owner == "n1" {
+				t.Fatalf("partition placed on the draining node: %s", body)
+			}
+			if p.Owner != "" {
+				placed++
+			}
+		}
+		if placed == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not placed: %s", body)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

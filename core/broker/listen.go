@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,13 +110,15 @@ func certAdapter(a *auth.Authenticator) session.CertAuthenticator {
 }
 
 // userAdmin presents the user store to the admin API.
-type userAdmin struct{ s *auth.Store }
+// It reads the store through a pointer because coordinated mode swaps the
+// local store for the cluster's shared one during Start.
+type userAdmin struct{ s *atomic.Pointer[auth.Store] }
 
-func (u userAdmin) Add(name, pw string) error { return u.s.Add(name, pw) }
-func (u userAdmin) Remove(name string) error  { return u.s.Remove(name) }
+func (u userAdmin) Add(name, pw string) error { return u.s.Load().Add(name, pw) }
+func (u userAdmin) Remove(name string) error  { return u.s.Load().Remove(name) }
 func (u userAdmin) List() []admin.UserInfo {
 	var out []admin.UserInfo
-	for _, x := range u.s.List() {
+	for _, x := range u.s.Load().List() {
 		out = append(out, admin.UserInfo{Name: x.Name, Created: x.Created})
 	}
 	return out

@@ -208,3 +208,19 @@ func (s *Server) Stats() Stats {
 	s.sessions.mu.Unlock()
 	return Stats{Connections: n, Sessions: m}
 }
+
+// GoingAway sends GOING_AWAY to every session that has a socket (S-127;
+// dormant ones are skipped) and returns how many it notified.
+func (s *Server) GoingAway(grace time.Duration, message string) int {
+	n := 0
+	for _, sess := range s.sessions.all() {
+		sess.mu.Lock()
+		connected := sess.conn != nil && !sess.dormant
+		sess.mu.Unlock()
+		if connected {
+			sess.notify(wire.OpGoingAway, &wire.GoingAway{GraceMillis: uint64(grace / time.Millisecond), Message: message})
+			n++
+		}
+	}
+	return n
+}

@@ -6,15 +6,18 @@
 // boot. The routing group has built-in defaults and no boot seed (seed
 // §11).
 //
-// This is the standalone store: the document lives in
-// <data_dir>/runtime-settings.json. In coordinated mode the document moves
-// into the coordinator (S-173) behind the same Current/Replace calls.
+// Standalone, the document lives in <data_dir>/runtime-settings.json
+// (Open). In coordinated mode it lives in the coordinator, one for the
+// whole cluster (S-173), behind the same Current/Replace calls
+// (OpenShared).
 package settings
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -114,8 +117,15 @@ func Ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 // Store keeps the current document and persists changes.
 type Store struct {
 	path string
-	mu   sync.Mutex // serialises Replace
+	mu   sync.Mutex // serialises Replace (and, shared, the follower)
 	cur  atomic.Pointer[Document]
+
+	// Shared mode (OpenShared): the document lives in doc.
+	doc    core.Document
+	docVer uint64 // doc's version of cur; guarded by mu
+	log    *slog.Logger
+	stop   context.CancelFunc
+	done   chan struct{}
 }
 
 // Open loads the document at path, or seeds and persists it when none
@@ -166,6 +176,9 @@ func (s *Store) Replace(expected uint64, d Document) (Document, error) {
 		return cur, core.Errorf(core.ErrBadRequest, "%v", err)
 	}
 	d.Version = cur.Version + 1
+	if s.doc != nil {
+		return s.replaceShared(d)
+	}
 	if err := s.write(d); err != nil {
 		return cur, err
 	}

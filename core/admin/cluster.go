@@ -1,0 +1,119 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/settings"
+)
+
+// The runtime settings API (S-162) and the cluster endpoints.
+
+// settingsView is the GET answer and the PUT success answer (S-162).
+type settingsView struct {
+	Version  uint64            `json:"version"`
+	Settings settings.Document `json:"settings"`
+	Locks    []string          `json:"locks"`
+}
+
+func (s *Server) getSettings(w http.ResponseWriter, _ *http.Request) {
+	if s.opts.Settings == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no runtime settings")
+		return
+	}
+	d := s.opts.Settings().Current()
+	writeJSON(w, http.StatusOK, settingsView{Version: d.Version, Settings: d, Locks: []string{}})
+}
+
+// putSettings takes the whole document with the version it was read at: a
+// stale version is 409 with the current settings, an invalid document 400
+// (S-162). In coordinated mode the document is the cluster's (S-173) and
+// every broker applies the change without a restart.
+func (s *Server) putSettings(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Settings == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no runtime settings")
+		return
+	}
+	var req struct {
+		ExpectedVersion *uint64            `json:"expected_version"`
+		Settings        *settings.Document `json:"settings"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.ExpectedVersion == nil || req.Settings == nil {
+		msg := "body must be JSON {expected_version, settings}"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		writeError(w, http.StatusBadRequest, "bad_request", msg)
+		return
+	}
+	st := s.opts.Settings()
+	d, err := st.Replace(*req.ExpectedVersion, *req.Settings)
+	if errors.Is(err, core.ErrConflict) {
+		writeJSON(w, http.StatusConflict, map[string]any{"code": "conflict", "message": err.Error(),
+			"current": settingsView{Version: d.Version, Settings: d, Locks: []string{}}})
+		return
+	}
+	if err != nil {
+		writeCoreError(w, err)
+		return
+	}
+	s.opts.Logger.Info("runtime settings changed", "version", d.Version)
+	writeJSON(w, http.StatusOK, settingsView{Version: d.Version, Settings: d, Locks: []string{}})
+}
+
+func (s *Server) topology(w http.ResponseWriter, _ *http.Request) {
+	var v any
+	if s.opts.Topology != nil {
+		v = s.opts.Topology()
+	}
+	if v == nil {
+		writeError(w, http.StatusNotFound, "not_found", "standalone broker: no cluster topology")
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// drain is S-127/S-128: GOING_AWAY to every connected session and, in
+// coordinated mode, the draining mark (no new placements).
+func (s *Server) drain(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Drain == nil {
+		writeError(w, http.StatusNotFound, "not_found", "drain is not available")
+		return
+	}
+	req := struct {
+		GraceMS *int64 `json:"grace_ms"`
+		Message string `json:"message"`
+	}{}
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", "body must be JSON {grace_ms, message}: "+err.Error())
+			return
+		}
+	}
+	grace := 30 * time.Second
+	if req.GraceMS != nil {
+		if *req.GraceMS < 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", "grace_ms must not be negative")
+			return
+		}
+		grace = time.Duration(*req.GraceMS) * time.Millisecond
+	}
+	if req.Message == "" {
+		req.Message = "broker draining"
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	out, err := s.opts.Drain(ctx, grace, req.Message)
+	if err != nil {
+		writeCoreError(w, err)
+		return
+	}
+	s.opts.Logger.Info("drain requested", "grace", grace)
+	writeJSON(w, http.StatusOK, out)
+}

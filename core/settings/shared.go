@@ -1,0 +1,132 @@
+package settings
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+)
+
+// OpenShared opens the runtime settings document kept in doc — in
+// coordinated mode the Coordinator holds one document for the whole
+// cluster (S-173). It is seeded with seed only when none exists (S-167),
+// and followed: a change made at any broker applies here without a
+// restart. Close stops the following.
+func OpenShared(ctx context.Context, doc core.Document, seed Document, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	st := &Store{doc: doc, log: log}
+	data, ver, err := doc.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("runtime settings: %w", err)
+	}
+	if ver == 0 {
+		if err := seed.Validate(); err != nil {
+			return nil, fmt.Errorf("runtime settings seed: %w", err)
+		}
+		b, _ := json.Marshal(seed)
+		if ver, err = doc.Swap(ctx, b, 0); err == nil {
+			data = b
+		} else if errors.Is(err, core.ErrVersionConflict) { // another broker seeded first
+			if data, ver, err = doc.Load(ctx); err != nil {
+				return nil, fmt.Errorf("runtime settings: %w", err)
+			}
+		} else {
+			return nil, fmt.Errorf("runtime settings: %w", err)
+		}
+	}
+	d, err := parseDocument(data)
+	if err != nil {
+		return nil, fmt.Errorf("runtime settings in the coordinator: %w", err)
+	}
+	st.cur.Store(&d)
+	st.docVer = ver
+	fctx, cancel := context.WithCancel(context.Background())
+	st.stop = cancel
+	st.done = make(chan struct{})
+	go st.follow(fctx)
+	return st, nil
+}
+
+func parseDocument(b []byte) (Document, error) {
+	var d Document
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, err
+	}
+	if err := d.Validate(); err != nil {
+		return d, fmt.Errorf("version %d: %w", d.Version, err)
+	}
+	return d, nil
+}
+
+// follow adopts every newer document another broker stored. An invalid
+// one is logged and ignored: the broker keeps the last good settings.
+func (s *Store) follow(ctx context.Context) {
+	defer close(s.done)
+	var idx uint64
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		data, ver, next, err := s.doc.Watch(ctx, idx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			time.Sleep(backoff)
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		idx = next
+		s.mu.Lock()
+		if ver != 0 && ver != s.docVer {
+			if d, err := parseDocument(data); err != nil {
+				s.log.Warn("ignoring an invalid runtime settings document from the coordinator", "err", err)
+			} else {
+				s.cur.Store(&d)
+				s.docVer = ver
+				s.log.Info("runtime settings changed", "version", d.Version)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// replaceShared is Replace for a shared document: compare-and-set on the
+// coordinator's version, so two brokers changing settings at once cannot
+// both win.
+func (s *Store) replaceShared(d Document) (Document, error) {
+	cur := s.Current()
+	b, _ := json.Marshal(d)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ver, err := s.doc.Swap(ctx, b, s.docVer)
+	if errors.Is(err, core.ErrVersionConflict) {
+		if data, v, lerr := s.doc.Load(ctx); lerr == nil {
+			if nd, perr := parseDocument(data); perr == nil {
+				s.cur.Store(&nd)
+				s.docVer = v
+				cur = nd
+			}
+		}
+		return cur, core.Errorf(core.ErrConflict, "runtime settings changed elsewhere: version is now %d", cur.Version)
+	}
+	if err != nil {
+		return cur, core.Errorf(core.ErrUnavailable, "runtime settings not stored: %v", err)
+	}
+	s.cur.Store(&d)
+	s.docVer = ver
+	return d, nil
+}
+
+// Close stops following a shared document (no-op for a file store).
+func (s *Store) Close() {
+	if s.stop != nil {
+		s.stop()
+		<-s.done
+	}
+}
