@@ -206,6 +206,15 @@ func startBroker(t testing.TB, args ...string) *broker {
 // 127.0.0.1:0, and waits for its "broker ready" line.
 func startBrokerIn(t testing.TB, dataDir string, args ...string) *broker {
 	t.Helper()
+	b := launchBroker(t, dataDir, args...)
+	b.waitReady()
+	return b
+}
+
+// launchBroker starts the process without waiting for it to be ready (the
+// members of a new cluster wait for each other's quorum).
+func launchBroker(t testing.TB, dataDir string, args ...string) *broker {
+	t.Helper()
 	b := &broker{
 		t:       t,
 		name:    fmt.Sprintf("broker#%d", brokerSeq.Add(1)),
@@ -245,6 +254,13 @@ func startBrokerIn(t testing.TB, dataDir string, args ...string) *broker {
 			}
 		}
 	})
+	return b
+}
+
+// waitReady waits for the "broker ready" line and checks the addresses.
+func (b *broker) waitReady() {
+	t := b.t
+	t.Helper()
 	select {
 	case a := <-b.ready:
 		b.Addr, b.Admin = a[0], a[1]
@@ -259,7 +275,6 @@ func startBrokerIn(t testing.TB, dataDir string, args ...string) *broker {
 	if err := checkLoopback(b.Admin); err != nil {
 		t.Fatalf("%s: admin address: %v", b.name, err)
 	}
-	return b
 }
 
 // cleanEnv is the test environment without FIBRIL_* variables, so that
@@ -370,6 +385,22 @@ func (b *broker) restart() *broker {
 // set) and returns the status and body.
 func httpGet(t testing.TB, admin, path string, tc *tls.Config) (int, string) {
 	t.Helper()
+	return httpDoTLS(t, http.MethodGet, admin, path, "", tc)
+}
+
+// httpPost and httpDo send a JSON body to the (plain HTTP) admin listener.
+func httpPost(t testing.TB, admin, path, body string) (int, string) {
+	t.Helper()
+	return httpDoTLS(t, http.MethodPost, admin, path, body, nil)
+}
+
+func httpDo(t testing.TB, method, admin, path, body string) (int, string) {
+	t.Helper()
+	return httpDoTLS(t, method, admin, path, body, nil)
+}
+
+func httpDoTLS(t testing.TB, method, admin, path, body string, tc *tls.Config) (int, string) {
+	t.Helper()
 	g := newGuard(t)
 	tr := &http.Transport{DialContext: g.dial, TLSClientConfig: tc, DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
@@ -377,20 +408,24 @@ func httpGet(t testing.TB, admin, path string, tc *tls.Config) (int, string) {
 	if tc != nil {
 		scheme = "https"
 	}
-	req, err := http.NewRequestWithContext(ctxT(t, opTimeout), http.MethodGet, scheme+"://"+admin+path, nil)
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctxT(t, opTimeout), method, scheme+"://"+admin+path, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
+		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	out, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("GET %s: reading body: %v", path, err)
+		t.Fatalf("%s %s: reading body: %v", method, path, err)
 	}
-	return resp.StatusCode, string(body)
+	return resp.StatusCode, string(out)
 }
 
 // metrics scrapes /metrics into series → value ("name" or

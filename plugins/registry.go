@@ -11,6 +11,8 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fibrilgo/fibril/core"
 )
 
@@ -48,6 +50,9 @@ type CoordinationEnv struct {
 	PeerTLS *PeerTLS `json:"peer_tls,omitempty"`
 	// Logger is not serialised; an external plugin logs through go-plugin.
 	Logger *slog.Logger `json:"-"`
+	// Registerer receives a built-in backend's metrics (nil: none). Not
+	// serialised: an external plugin's metrics stay in its process.
+	Registerer prometheus.Registerer `json:"-"`
 }
 
 // CoordinationFactory opens a coordination backend. The returned

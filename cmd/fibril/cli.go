@@ -37,6 +37,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 			return exitOK
 		case "config":
 			return runConfig(args[1:], environ, stdout, stderr)
+		case "dev":
+			return runDev(ctx, args[1:], environ, stdout, stderr)
 		}
 	}
 	return serve(ctx, args, environ, stdout, stderr)
@@ -199,6 +201,7 @@ func usage(w io.Writer) {
   fibril config check [flags]                   validate only; exit 0 when valid, 2 otherwise
   fibril config example [-o FILE]               write fibril.example.toml
   fibril config docs [-o FILE]                  write docs/configuration.md
+  fibril dev [--nodes N] [--dir DIR]           a local N-broker cluster on loopback ports (Ctrl-C stops it)
   fibril version
 
 Precedence: defaults < TOML file < FIBRIL_* environment < flags.

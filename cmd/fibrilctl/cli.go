@@ -149,9 +149,12 @@ func init() {
 		{"declare", "--topic T [--stream] [...]", "declare a queue (or a stream with --stream)", runDeclare},
 		{"publish", "--topic T [...] [MESSAGE]", "publish a message (from the argument or stdin)", runPublish},
 		{"consume", "--topic T [...]", "print deliveries and settle them", runConsume},
-		{"topology", "[--topic T] [--json]", "show the broker's routing table", runTopology},
+		{"topology", "[--topic T] [--owners] [--json]", "show the broker's routing table (--owners: owner nodes, from the admin API)", runTopology},
+		{"cluster", "[--json]", "list the cluster's nodes (admin API)", runCluster},
+		{"settings", "get | set GROUP.KEY=VALUE ...", "show or change the runtime settings (admin API)", runSettings},
 		{"users", "add NAME | list | remove NAME", "manage users through the admin API", runUsers},
 		{"bench", "[--topic T] [...]", "measure throughput and latency", runBench},
+		{"plugins", "list | describe PATH", "list built-in and catalog plugins; describe a plugin binary", runPlugins},
 	}
 }
 

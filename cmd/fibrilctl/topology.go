@@ -27,15 +27,37 @@ type topologyJSON struct {
 }
 
 func runTopology(ctx context.Context, g *globals, e *env, args []string) error {
-	fs := newFlagSet("topology", "[--topic T] [--json]", g, e)
+	fs := newFlagSet("topology", "[--topic T] [--owners] [--json]", g, e)
 	topic := fs.String("topic", "", "only this topic (default: all)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	withOwners := fs.Bool("owners", false, "one line per partition with its owner node, epoch, written mark and the client endpoints a client would dial, from the admin API at --admin (cluster only)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q", pos[0])
+	}
+	if *withOwners {
+		v, err := fetchCluster(ctx, g, e)
+		if err != nil {
+			return err
+		}
+		if *topic != "" {
+			kept := v.Partitions[:0]
+			for _, p := range v.Partitions {
+				if p.Topic == *topic {
+					kept = append(kept, p)
+				}
+			}
+			v.Partitions = kept
+		}
+		if *asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(v.Partitions)
+		}
+		return printOwners(e, v)
 	}
 	c, err := g.dial(ctx, e)
 	if err != nil {

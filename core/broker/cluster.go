@@ -62,10 +62,9 @@ func (b *Broker) startCluster() error {
 	}
 	b.nodeID = id
 	b.log = b.log.With("node", string(id))
-	factory, ok := plugins.BuiltinCoordination(cfg.Coordination.Backend)
-	if !ok {
-		return fmt.Errorf("coordination.backend = %q: no such backend (built in: %s)", cfg.Coordination.Backend,
-			strings.Join(plugins.BuiltinCoordinationNames(), ", "))
+	catalog, err := plugins.LoadCatalog(cfg.Plugins.Catalog)
+	if err != nil {
+		return err
 	}
 	dir := filepath.Join(cfg.Server.DataDir, "coordination", cfg.Coordination.Backend)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -73,10 +72,11 @@ func (b *Broker) startCluster() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterJoinTimeout)
 	defer cancel()
-	coord, err := factory(ctx, plugins.CoordinationEnv{
+	coord, err := plugins.OpenCoordination(ctx, cfg.Coordination.Backend, plugins.CoordinationEnv{
 		NodeID: id, DataDir: dir, Config: coordinationConfig(cfg),
 		ClusterSecret: string(secret), Logger: b.log.With("component", "coordination"),
-	})
+		Registerer: b.registry,
+	}, catalog, b.log.With("component", "plugins"), plugins.WithRegisterer(b.registry))
 	if err != nil {
 		return fmt.Errorf("coordination.backend %s: %w", cfg.Coordination.Backend, err)
 	}
@@ -129,8 +129,15 @@ func (c *coordinated) run() {
 			c.applyCatalog(snap)
 			applied = snap.Index
 		}
+		health, isPlugin := c.coord.(plugins.PluginHealth)
+		up := true
+		if isPlugin {
+			up, _, _ = health.Health()
+		}
 		if c.b.draining.Load() {
 			c.b.admin.SetNotReady("draining")
+		} else if !up {
+			c.b.admin.SetNotReady("coordination plugin down; restarting it")
 		} else if c.cl.LeaseValid() {
 			c.b.admin.SetReady()
 		} else {
@@ -272,6 +279,7 @@ func coordinationConfig(cfg *config.Config) map[string]string {
 		"coordination.raft.advertise":        c.Raft.Advertise,
 		"coordination.raft.peers":            strings.Join(c.Raft.Peers, ","),
 		"coordination.raft.bootstrap_expect": strconv.FormatInt(c.Raft.BootstrapExpect, 10),
+		"coordination.raft.voter":            strconv.FormatBool(c.Raft.Voter),
 	}
 }
 

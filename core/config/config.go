@@ -154,6 +154,7 @@ type Raft struct {
 	Advertise       string   `key:"coordination.raft.advertise"`
 	Peers           []string `key:"coordination.raft.peers"`
 	BootstrapExpect int64    `key:"coordination.raft.bootstrap_expect"`
+	Voter           bool     `key:"coordination.raft.voter"`
 }
 
 // ParsedPeers returns the peers as id/address pairs. Load has validated

@@ -268,6 +268,11 @@ var keys = []Key{
 		Env: []string{"FIBRIL_COORDINATION_RAFT_BOOTSTRAP_EXPECT"},
 		Doc: "Number of voters to wait for before a new cluster bootstraps itself; 0 = never bootstrap, only join.",
 	},
+	{
+		Name: "coordination.raft.voter", Kind: KindBool, Default: true,
+		Env: []string{"FIBRIL_COORDINATION_RAFT_VOTER"},
+		Doc: "Whether this node votes in raft; false joins it as a non-voter that replicates and serves reads without counting toward the quorum.",
+	},
 
 	// transport
 	{

@@ -54,6 +54,7 @@ var samples = map[string]sample{
 	"coordination.raft.advertise":                           {text: "node-1.internal:7100", want: "node-1.internal:7100", env: []string{"FIBRIL_COORDINATION_BACKEND=raft"}},
 	"coordination.raft.peers":                               {text: "n1=127.0.0.1:7100,n2=127.0.0.2:7100", want: []string{"n1=127.0.0.1:7100", "n2=127.0.0.2:7100"}, env: []string{"FIBRIL_COORDINATION_BACKEND=raft"}},
 	"coordination.raft.bootstrap_expect":                    {text: "3", want: int64(3), env: []string{"FIBRIL_COORDINATION_BACKEND=raft"}},
+	"coordination.raft.voter":                               {text: "false", want: false, env: []string{"FIBRIL_COORDINATION_BACKEND=raft"}},
 	"transport.backend":                                     {text: "quic", want: "quic"},
 	"plugins.catalog":                                       {text: "/etc/fibril/plugins.toml", want: "/etc/fibril/plugins.toml"},
 	"log.level":                                             {text: "debug", want: "debug"},

@@ -161,13 +161,16 @@ func (s *suite) testLeaseExpiry(t *testing.T) {
 	cl := s.cluster(t, 2)
 	a, b := cl.Members[0], cl.Members[1]
 	l := grant(t, a, testTTL(a))
-	leasePut(t, l, "ct/node", "up", 0)
+	v := leasePut(t, l, "ct/node", "up", 0)
 	if err := l.Renew(bounded(t, waitTimeout)); err != nil {
 		t.Fatalf("Renew: %v", err)
 	}
 	validUntil := l.ValidUntil()
 
-	_, _, err := watchUntil(bounded(t, slowTimeout), b, "ct/", 0, func(kvs []core.KV) bool {
+	// Watch from just before the write: b's replica may not have applied
+	// it yet (Watch may read a local replica), and "absent" must mean
+	// "deleted", not "not arrived".
+	_, _, err := watchUntil(bounded(t, slowTimeout), b, "ct/", v-1, func(kvs []core.KV) bool {
 		_, ok := find(kvs, "ct/node")
 		return !ok
 	})

@@ -67,7 +67,7 @@ func (s *suite) testCloseKeepsLeases(t *testing.T) {
 		// Read while the lease was surely valid: it must be there.
 		wantKV(t, kv, "up", v)
 	}
-	_, _, err := watchUntil(bounded(t, slowTimeout), b, "ct/", 0, func(kvs []core.KV) bool {
+	_, _, err := watchUntil(bounded(t, slowTimeout), b, "ct/", v-1, func(kvs []core.KV) bool { // from the write on: see testLeaseExpiry
 		_, ok := find(kvs, "ct/node")
 		return !ok
 	})

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// devNode is one broker of a `fibril dev` cluster.
+type devNode struct {
+	id                  string
+	client, admin, raft string // loopback host:port
+	dir                 string
+	cmd                 *exec.Cmd
+	exited              chan struct{}
+}
+
+// runDev is `fibril dev`: a local cluster of N brokers on loopback ports,
+// each a child process of this binary on embedded raft, for trying the
+// cluster out and for tests. It prints one line per broker (node id, role,
+// client address, admin URL) once every broker is ready, and stops them
+// all gracefully when ctx ends (Ctrl-C).
+func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fibril dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	nodes := fs.Int("nodes", 3, "number of brokers")
+	dir := fs.String("dir", "", "directory for the brokers' data and logs (default: a new temporary directory, removed at exit)")
+	clientPort := fs.Int("client-port", 9876, "client port of the first broker; broker i uses this + i")
+	adminPort := fs.Int("admin-port", 8081, "admin port of the first broker; broker i uses this + i")
+	raftPort := fs.Int("raft-port", 7946, "raft port of the first broker; broker i uses this + i")
+	backend := fs.String("backend", "raft", "coordination backend")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: fibril dev [--nodes N] [--dir DIR] [--client-port P] [--admin-port P] [--raft-port P] [-- broker flags...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if *nodes < 1 || *nodes > 64 {
+		fmt.Fprintln(stderr, "fibril dev: --nodes must be between 1 and 64")
+		return exitUsage
+	}
+	extra := fs.Args() // passed to every broker
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(stderr, "fibril dev:", err)
+		return exitError
+	}
+	root := *dir
+	if root == "" {
+		if root, err = os.MkdirTemp("", "fibril-dev-"); err != nil {
+			fmt.Fprintln(stderr, "fibril dev:", err)
+			return exitError
+		}
+		defer os.RemoveAll(root)
+	} else if err := os.MkdirAll(root, 0o700); err != nil {
+		fmt.Fprintln(stderr, "fibril dev:", err)
+		return exitError
+	}
+	secretPath, err := devSecret(root)
+	if err != nil {
+		fmt.Fprintln(stderr, "fibril dev:", err)
+		return exitError
+	}
+	cluster := make([]*devNode, *nodes)
+	var peers []string
+	for i := range cluster {
+		n := &devNode{
+			id:     fmt.Sprintf("node-%d", i+1),
+			client: "127.0.0.1:" + strconv.Itoa(*clientPort+i),
+			admin:  "127.0.0.1:" + strconv.Itoa(*adminPort+i),
+			raft:   "127.0.0.1:" + strconv.Itoa(*raftPort+i),
+			exited: make(chan struct{}),
+		}
+		n.dir = filepath.Join(root, n.id)
+		cluster[i] = n
+		peers = append(peers, n.id+"="+n.raft)
+	}
+	for _, n := range cluster {
+		if err := n.start(exe, *backend, peers, secretPath, extra, environ); err != nil {
+			fmt.Fprintln(stderr, "fibril dev:", err)
+			stopDev(cluster)
+			return exitError
+		}
+	}
+	if err := waitDevReady(ctx, cluster); err != nil {
+		fmt.Fprintln(stderr, "fibril dev:", err)
+		for _, n := range cluster {
+			fmt.Fprintf(stderr, "  %s log: %s\n", n.id, filepath.Join(n.dir, "broker.log"))
+		}
+		stopDev(cluster)
+		return exitError
+	}
+	for _, n := range cluster {
+		fmt.Fprintf(stdout, "%s  public  client %s  admin http://%s\n", n.id, n.client, n.admin)
+	}
+	fmt.Fprintf(stdout, "cluster ready: %d brokers, data and logs in %s; Ctrl-C stops them\n", len(cluster), root)
+	select {
+	case <-ctx.Done():
+	case <-anyExited(cluster):
+		fmt.Fprintln(stderr, "fibril dev: a broker exited; stopping the others")
+	}
+	stopDev(cluster)
+	return exitOK
+}
+
+func (n *devNode) start(exe, backend string, peers []string, secretPath string, extra, environ []string) error {
+	if err := os.MkdirAll(n.dir, 0o700); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(n.dir, "broker.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	args := []string{
+		"--server.data_dir=" + filepath.Join(n.dir, "data"),
+		"--broker.listener.bind=" + n.client,
+		"--broker.peer_advertise=" + n.client,
+		"--admin.listener.bind=" + n.admin,
+		"--coordination.backend=" + backend,
+		"--coordination.node_id=" + n.id,
+		"--coordination.secret_path=" + secretPath,
+		"--coordination.raft.listen=" + n.raft,
+		"--coordination.raft.peers=" + strings.Join(peers, ","),
+		"--coordination.raft.bootstrap_expect=" + strconv.Itoa(len(peers)),
+	}
+	n.cmd = exec.Command(exe, append(args, extra...)...)
+	n.cmd.Env = devEnviron(environ)
+	n.cmd.Stdout, n.cmd.Stderr = logf, logf
+	if err := n.cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", n.id, err)
+	}
+	go func() {
+		_ = n.cmd.Wait()
+		logf.Close()
+		close(n.exited)
+	}()
+	return nil
+}
+
+// devEnviron keeps the caller's environment minus FIBRIL_* settings that
+// would fight the per-node flags (a developer's FIBRIL_DATA_DIR, say).
+func devEnviron(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "FIBRIL_") && !strings.HasPrefix(kv, "FIBRIL_LOG_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// devSecret makes the cluster secret file every dev broker reads.
+func devSecret(root string) (string, error) {
+	path := filepath.Join(root, "cluster.secret")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return path, os.WriteFile(path, []byte(hex.EncodeToString(b[:])+"\n"), 0o600)
+}
+
+// waitDevReady waits until every broker's /readyz answers 200 (bounded).
+func waitDevReady(ctx context.Context, cluster []*devNode) error {
+	deadline := time.Now().Add(60 * time.Second)
+	hc := &http.Client{Timeout: time.Second}
+	for _, n := range cluster {
+		for {
+			select {
+			case <-n.exited:
+				return fmt.Errorf("%s exited during startup", n.id)
+			case <-ctx.Done():
+				return ctx.Err()
+			default:
+			}
+			resp, err := hc.Get("http://" + n.admin + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s not ready after 60 s", n.id)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func anyExited(cluster []*devNode) <-chan struct{} {
+	ch := make(chan struct{})
+	for _, n := range cluster {
+		go func() {
+			<-n.exited
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}()
+	}
+	return ch
+}
+
+// stopDev sends SIGTERM to every broker it started (by PID) and waits for
+// them, killing any that has not exited after 20 s.
+func stopDev(cluster []*devNode) {
+	for _, n := range cluster {
+		if n.cmd != nil && n.cmd.Process != nil {
+			_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	timeout := time.After(20 * time.Second)
+	for _, n := range cluster {
+		if n.cmd == nil || n.cmd.Process == nil {
+			continue
+		}
+		select {
+		case <-n.exited:
+		case <-timeout:
+			_ = n.cmd.Process.Kill()
+			<-n.exited
+		}
+	}
+}

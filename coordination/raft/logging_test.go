@@ -1,0 +1,41 @@
+package raft
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+func TestHCLogAdapter(t *testing.T) {
+	sink := &logSink{}
+	l := newHCLog(slog.New(sink), "raft").Named("net").With("peer", "n2")
+	l.Info("entering follower state", "term", 3)
+	l.Trace("chatty")
+	l.Log(hclog.Error, "failed to appendEntries", "error", "boom")
+	l.StandardLogger(nil).Print("from the std logger")
+	for _, want := range [][]string{
+		{"INFO entering follower state", "component=raft.net", "peer=n2", "term=3"},
+		{"ERROR failed to appendEntries", "error=boom"},
+		{"INFO from the std logger"},
+	} {
+		if !sink.contains(want...) {
+			t.Errorf("no line with %q in %q", want, sink.lines)
+		}
+	}
+	if !l.IsTrace() || l.GetLevel() != hclog.Trace || l.Name() != "raft.net" {
+		t.Errorf("levels/name: trace %v level %v name %q", l.IsTrace(), l.GetLevel(), l.Name())
+	}
+	quiet := newHCLog(slog.New(slog.NewTextHandler(nil, &slog.HandlerOptions{Level: slog.LevelWarn})), "")
+	if quiet.IsInfo() || !quiet.IsWarn() || quiet.GetLevel() != hclog.Warn {
+		t.Errorf("warn-level logger: info %v warn %v level %v", quiet.IsInfo(), quiet.IsWarn(), quiet.GetLevel())
+	}
+}
+
+func TestThrottle(t *testing.T) {
+	th := newThrottle(time.Hour)
+	if !th.allow("a") || th.allow("a") || !th.allow("b") {
+		t.Fatal("throttle lets the wrong lines through")
+	}
+}

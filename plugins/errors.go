@@ -1,0 +1,127 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fibrilgo/fibril/core"
+	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+)
+
+// Errors cross the plugin boundary as gRPC statuses. The code alone is
+// ambiguous (a closed backend and a lost lease are both "failed
+// precondition"), so each status carries an ErrorReason detail naming the
+// core sentinel; the host maps it back, and errors.Is works on the host
+// exactly as it would against a built-in backend. The message is the
+// plugin's err.Error(), kept verbatim.
+
+const (
+	reasonVersionConflict = "version_conflict"
+	reasonLeaseLost       = "lease_lost"
+	reasonClosed          = "closed"
+	reasonUnavailable     = "unavailable"
+	reasonBadRequest      = "bad_request"
+)
+
+// sentinels in matching order: the first that err wraps decides. The
+// coordination-specific ones come before ErrUnavailable, which
+// ErrCoordinationUnavailable itself wraps.
+var sentinels = []struct {
+	err    error
+	code   codes.Code
+	reason string
+}{
+	{core.ErrVersionConflict, codes.Aborted, reasonVersionConflict},
+	{core.ErrLeaseLost, codes.FailedPrecondition, reasonLeaseLost},
+	{core.ErrClosed, codes.FailedPrecondition, reasonClosed},
+	{core.ErrUnavailable, codes.Unavailable, reasonUnavailable},
+	{core.ErrBadRequest, codes.InvalidArgument, reasonBadRequest},
+}
+
+// toStatus turns a backend error into the status the plugin answers.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err // already a status (e.g. built by the server itself)
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			return reasonStatus(s.code, s.reason, err.Error())
+		}
+	}
+	return status.Error(codes.Unknown, err.Error())
+}
+
+func reasonStatus(code codes.Code, reason, msg string) error {
+	st := status.New(code, msg)
+	if d, err := st.WithDetails(&pluginpb.ErrorReason{Reason: reason}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// fromStatus turns an RPC error into the error the host's caller sees. A
+// failure of the call itself (the plugin died, the connection broke) is
+// ErrCoordinationUnavailable; a cancelled or expired ctx stays the ctx's
+// error so callers can tell their own deadline from a backend refusal.
+func fromStatus(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return core.Errorf(core.ErrCoordinationUnavailable, "coordination plugin: %v", err)
+	}
+	msg := st.Message()
+	for _, d := range st.Details() {
+		r, ok := d.(*pluginpb.ErrorReason)
+		if !ok {
+			continue
+		}
+		switch r.GetReason() {
+		case reasonVersionConflict:
+			return core.Errorf(core.ErrVersionConflict, "%s", msg)
+		case reasonLeaseLost:
+			return core.Errorf(core.ErrLeaseLost, "%s", msg)
+		case reasonClosed:
+			return core.Errorf(core.ErrClosed, "%s", msg)
+		case reasonUnavailable:
+			return core.Errorf(core.ErrCoordinationUnavailable, "%s", msg)
+		case reasonBadRequest:
+			return core.Errorf(core.ErrBadRequest, "%s", msg)
+		}
+	}
+	switch st.Code() {
+	case codes.Canceled, codes.DeadlineExceeded:
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("coordination plugin: %w", cerr)
+		}
+		if _, has := ctx.Deadline(); has && st.Code() == codes.DeadlineExceeded {
+			// The plugin saw the deadline gRPC propagated from ctx pass a
+			// moment before this side did: it is the caller's deadline.
+			return fmt.Errorf("coordination plugin: %w", context.DeadlineExceeded)
+		}
+		// The plugin's side ended the call (it is stopping): the backend
+		// did not answer.
+		return core.Errorf(core.ErrCoordinationUnavailable, "coordination plugin: %s", msg)
+	case codes.Unavailable:
+		return core.Errorf(core.ErrCoordinationUnavailable, "coordination plugin unavailable: %s", msg)
+	case codes.Aborted:
+		return core.Errorf(core.ErrVersionConflict, "%s", msg)
+	case codes.InvalidArgument:
+		return core.Errorf(core.ErrBadRequest, "%s", msg)
+	}
+	return fmt.Errorf("coordination plugin: %s", msg)
+}

@@ -1,0 +1,9 @@
+package plugins
+
+import "github.com/fibrilgo/fibril/core"
+
+// PluginPID is the pid of the process behind an external Coordinator (0
+// while none runs), for the tests that kill it.
+func PluginPID(c core.Coordinator) int {
+	return c.(*externalCoordinator).sup.pid()
+}

@@ -1,0 +1,151 @@
+package plugins
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log"
+	"log/slog"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// slogHCLog is hclog.Logger on top of a slog.Logger: go-plugin logs (its
+// own lines and every line a plugin writes to stderr) through hclog, and
+// the broker logs through slog, so the bridge keeps one log.
+type slogHCLog struct {
+	l       *slog.Logger
+	name    string
+	implied []any
+}
+
+var _ hclog.Logger = (*slogHCLog)(nil)
+
+func newHCLogBridge(l *slog.Logger) hclog.Logger {
+	return &slogHCLog{l: l}
+}
+
+func slogLevel(l hclog.Level) slog.Level {
+	switch l {
+	case hclog.Trace:
+		return levelTrace
+	case hclog.Debug:
+		return slog.LevelDebug
+	case hclog.Warn:
+		return slog.LevelWarn
+	case hclog.Error:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+func (h *slogHCLog) Log(level hclog.Level, msg string, args ...any) {
+	if level == hclog.Off || level == hclog.NoLevel && !h.l.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	h.l.Log(context.Background(), slogLevel(level), msg, args...)
+}
+
+func (h *slogHCLog) Trace(msg string, args ...any) { h.Log(hclog.Trace, msg, args...) }
+func (h *slogHCLog) Debug(msg string, args ...any) { h.Log(hclog.Debug, msg, args...) }
+func (h *slogHCLog) Info(msg string, args ...any)  { h.Log(hclog.Info, msg, args...) }
+func (h *slogHCLog) Warn(msg string, args ...any)  { h.Log(hclog.Warn, msg, args...) }
+func (h *slogHCLog) Error(msg string, args ...any) { h.Log(hclog.Error, msg, args...) }
+
+func (h *slogHCLog) enabled(l hclog.Level) bool {
+	return h.l.Enabled(context.Background(), slogLevel(l))
+}
+
+func (h *slogHCLog) IsTrace() bool { return h.enabled(hclog.Trace) }
+func (h *slogHCLog) IsDebug() bool { return h.enabled(hclog.Debug) }
+func (h *slogHCLog) IsInfo() bool  { return h.enabled(hclog.Info) }
+func (h *slogHCLog) IsWarn() bool  { return h.enabled(hclog.Warn) }
+func (h *slogHCLog) IsError() bool { return h.enabled(hclog.Error) }
+
+func (h *slogHCLog) ImpliedArgs() []any { return h.implied }
+
+func (h *slogHCLog) With(args ...any) hclog.Logger {
+	return &slogHCLog{l: h.l.With(args...), name: h.name, implied: append(append([]any{}, h.implied...), args...)}
+}
+
+func (h *slogHCLog) Name() string { return h.name }
+
+// Named adds the name as a "logger" attribute (go-plugin names the
+// logger after the plugin binary).
+func (h *slogHCLog) Named(name string) hclog.Logger {
+	full := name
+	if h.name != "" {
+		full = h.name + "." + name
+	}
+	return &slogHCLog{l: h.l.With("logger", full), name: full, implied: h.implied}
+}
+
+func (h *slogHCLog) ResetNamed(name string) hclog.Logger {
+	return &slogHCLog{l: h.l.With("logger", name), name: name, implied: h.implied}
+}
+
+// SetLevel is ignored: the slog handler owns the level.
+func (h *slogHCLog) SetLevel(hclog.Level) {}
+
+// GetLevel reports the lowest level the slog handler keeps.
+func (h *slogHCLog) GetLevel() hclog.Level {
+	for _, l := range []hclog.Level{hclog.Trace, hclog.Debug, hclog.Info, hclog.Warn, hclog.Error} {
+		if h.enabled(l) {
+			return l
+		}
+	}
+	return hclog.Off
+}
+
+func (h *slogHCLog) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logger {
+	return log.New(h.StandardWriter(opts), "", 0)
+}
+
+func (h *slogHCLog) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
+	return &lineLogger{log: h.l, level: slog.LevelInfo}
+}
+
+// lineLogger logs each line written to it. It receives what a plugin
+// prints on its stdout/stderr after the handshake (go-plugin forwards it)
+// and what go-plugin's standard loggers write.
+type lineLogger struct {
+	log   *slog.Logger
+	level slog.Level
+	msg   string
+
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (w *lineLogger) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(bytes.TrimRight(w.buf[:i], "\r"))
+		w.buf = w.buf[i+1:]
+		if line != "" {
+			w.emit(line)
+		}
+	}
+	// A line longer than this without a newline is logged in pieces
+	// rather than buffered without bound.
+	if len(w.buf) > 64<<10 {
+		w.emit(string(w.buf))
+		w.buf = w.buf[:0]
+	}
+	return len(p), nil
+}
+
+func (w *lineLogger) emit(line string) {
+	if w.msg == "" {
+		w.log.Log(context.Background(), w.level, line)
+		return
+	}
+	w.log.Log(context.Background(), w.level, w.msg, "line", line)
+}

@@ -1,0 +1,127 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/fibrilgo/fibril/core"
+	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+)
+
+// ErrUnknownPlugin is wrapped by the error of a backend name that is
+// neither built in nor in the catalog.
+var ErrUnknownPlugin = errors.New("unknown plugin")
+
+// OpenCoordination opens the coordination backend called name (the value
+// of coordination.backend): the built-in registered under that name if
+// there is one, else the catalog's coordination entry of that name, run
+// as an external plugin process.
+//
+// For an external plugin the first launch must succeed (checksum,
+// handshake, API version, Configure): otherwise the error is returned and
+// nothing keeps running. Afterwards the process is supervised: when it
+// dies it is restarted with backoff (100 ms doubling to 5 s), Configure is
+// sent again and the leases still held are re-attached by id; meanwhile
+// every call fails with an error wrapping core.ErrCoordinationUnavailable.
+// The result then also implements PluginHealth and LeaseAttacher. Closing
+// it stops the process.
+//
+// env.Logger is set from log when nil; log may be nil (slog.Default).
+func OpenCoordination(ctx context.Context, name string, env CoordinationEnv, catalog *Catalog, log *slog.Logger, opts ...Option) (core.Coordinator, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if env.DataDir != "" {
+		if err := os.MkdirAll(env.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("coordination %q: data dir: %w", name, err)
+		}
+	}
+	if f, ok := BuiltinCoordination(name); ok {
+		if e, shadowed := catalog.Lookup(KindCoordination, name); shadowed {
+			log.Warn("the plugin catalog lists a coordination plugin with the name of a built-in; the built-in is used",
+				"name", name, "catalog", e.catalog, "entry", e.index)
+		}
+		if env.Logger == nil {
+			env.Logger = log.With("coordination", name)
+		}
+		return f(ctx, env)
+	}
+	e, ok := catalog.Lookup(KindCoordination, name)
+	if !ok {
+		where := "no plugin catalog is configured (plugins.catalog)"
+		if catalog != nil && catalog.Path != "" {
+			where = fmt.Sprintf("coordination plugins in catalog %s: %s", catalog.Path, listOrNone(catalog.Names(KindCoordination)))
+		}
+		return nil, fmt.Errorf("coordination backend %q: %w: built-ins: %s; %s",
+			name, ErrUnknownPlugin, listOrNone(BuiltinCoordinationNames()), where)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return openExternalCoordination(ctx, e, env, log.With("plugin_kind", KindCoordination, "plugin", e.Name), o)
+}
+
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// externalCoordinator is the Coordinator of an external plugin: the
+// protocol adapter plus the supervisor of its process.
+type externalCoordinator struct {
+	*remoteCoordinator
+	sup *supervisor
+}
+
+var (
+	_ PluginHealth  = (*externalCoordinator)(nil)
+	_ LeaseAttacher = (*externalCoordinator)(nil)
+)
+
+// Health implements PluginHealth.
+func (x *externalCoordinator) Health() (ok bool, restarts int, lastErr error) {
+	return x.sup.Health()
+}
+
+// supervisedConnector hands the adapter the current process's client.
+type supervisedConnector struct{ s *supervisor }
+
+func (c supervisedConnector) client() (pluginpb.CoordinationClient, error) {
+	raw, err := c.s.current()
+	if err != nil {
+		return nil, err
+	}
+	return raw.(pluginpb.CoordinationClient), nil
+}
+
+func (c supervisedConnector) shutdown() { c.s.close() }
+
+func openExternalCoordination(ctx context.Context, e *CatalogEntry, env CoordinationEnv, log *slog.Logger, o options) (*externalCoordinator, error) {
+	env.Logger = nil // the plugin logs through its stderr
+	sup := &supervisor{
+		kind: KindCoordination, entry: e, log: log, opts: o, m: metricsFor(o.reg),
+		kindPlugin: &coordPlugin{},
+	}
+	rc := newRemoteCoordinator(supervisedConnector{sup})
+	sup.setup = func(ctx context.Context, kindClient any, apiVersion int) error {
+		return rc.setup(ctx, kindClient.(pluginpb.CoordinationClient), apiVersion, env)
+	}
+	sup.unavailable = func(lastErr error) error {
+		if lastErr == nil {
+			return core.Errorf(core.ErrCoordinationUnavailable, "coordination plugin %q is not running", e.Name)
+		}
+		return core.Errorf(core.ErrCoordinationUnavailable, "coordination plugin %q is restarting (last error: %v)", e.Name, lastErr)
+	}
+	if err := sup.start(ctx); err != nil {
+		rc.cancel()
+		return nil, err
+	}
+	return &externalCoordinator{remoteCoordinator: rc, sup: sup}, nil
+}

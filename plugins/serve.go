@@ -1,0 +1,191 @@
+package plugins
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+)
+
+// coordPlugin is the go-plugin face of the coordination kind: on the
+// plugin side it registers the server, on the host side it hands out the
+// generated client. Only gRPC is spoken.
+type coordPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	srv *CoordinationServer // nil on the host side
+}
+
+func (p *coordPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	pluginpb.RegisterCoordinationServer(s, p.srv)
+	return nil
+}
+
+func (p *coordPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return pluginpb.NewCoordinationClient(c), nil
+}
+
+// infoPlugin serves PluginInfo in every plugin set, whatever the kind, so
+// a host can describe a binary before (or without) using its kind.
+type infoPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	srv pluginpb.PluginServer // nil on the host side
+}
+
+func (p *infoPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	pluginpb.RegisterPluginServer(s, p.srv)
+	return nil
+}
+
+func (p *infoPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return pluginpb.NewPluginClient(c), nil
+}
+
+// EnvLogLevel is the environment variable through which the host tells a
+// plugin the lowest level it will keep (trace, debug, info, warn, error),
+// so the plugin does not format lines that would be dropped.
+const EnvLogLevel = "FIBRIL_PLUGIN_LOG_LEVEL"
+
+// parentCheckInterval is how often a plugin checks that its host is still
+// its parent: go-plugin does not stop a plugin whose host was killed, and
+// an orphaned coordination plugin would hold on to the node's data dir.
+const parentCheckInterval = time.Second
+
+// ServeCoordination is the main of a coordination plugin binary:
+//
+//	func main() {
+//		plugins.ServeCoordination(mybackend.Open, plugins.Info{Name: "mybackend", Version: "1.0.0"})
+//	}
+//
+// It performs the go-plugin handshake, serves the coordination protocol
+// over gRPC with automatic mTLS, and opens the backend with factory when
+// the host sends Configure (with the broker's CoordinationEnv; its Logger
+// writes to the host's log). It returns when the host stops the plugin,
+// after closing the backend; it exits the process with status 1 when info
+// is invalid or the binary was not started by a Fibril host.
+func ServeCoordination(factory CoordinationFactory, info Info) {
+	if factory == nil {
+		fmt.Fprintln(os.Stderr, "plugins: ServeCoordination: nil factory")
+		os.Exit(1)
+	}
+	if err := info.validate(KindCoordination); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// Capture stderr now: plugin.Serve later points os.Stderr at a pipe of
+	// its own, while the host reads log lines from the real one.
+	stderr := os.Stderr
+	level := parseLevel(os.Getenv(EnvLogLevel))
+	log := slog.New(newPluginLogHandler(stderr, level)).With("plugin", info.Name)
+	srv := NewCoordinationServer(factory, info, log)
+	set := plugin.PluginSet{
+		KindCoordination: &coordPlugin{srv: srv},
+		infoPluginName:   &infoPlugin{srv: &infoServer{info: info, kind: KindCoordination}},
+	}
+	versions := map[int]plugin.PluginSet{}
+	for _, v := range info.servedVersions(KindCoordination) {
+		versions[v] = set
+	}
+	go watchParent(srv, log)
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig:  handshake,
+		VersionedPlugins: versions,
+		GRPCServer:       plugin.DefaultGRPCServer,
+		Logger: hclog.New(&hclog.LoggerOptions{
+			Name: info.Name, Output: stderr, JSONFormat: true, Level: hclogLevel(level),
+		}),
+	})
+	if err := srv.CloseBackend(); err != nil {
+		log.Warn("close backend", "error", err)
+	}
+}
+
+// watchParent closes the backend and exits once the host that started the
+// plugin is gone (the process was re-parented).
+func watchParent(srv *CoordinationServer, log *slog.Logger) {
+	parent := os.Getppid()
+	for range time.Tick(parentCheckInterval) {
+		if os.Getppid() != parent {
+			log.Warn("host process is gone; stopping")
+			_ = srv.CloseBackend()
+			os.Exit(2)
+		}
+	}
+}
+
+// newPluginLogHandler writes slog records as the JSON lines go-plugin's
+// host parses (hclog's format: @level, @message, @timestamp), so each
+// line reaches the broker's log at its own level with its attributes.
+func newPluginLogHandler(w io.Writer, level slog.Level) slog.Handler {
+	return slog.NewJSONHandler(w, &slog.HandlerOptions{
+		Level: level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) > 0 {
+				return a
+			}
+			switch a.Key {
+			case slog.TimeKey:
+				return slog.String("@timestamp", a.Value.Time().Format("2006-01-02T15:04:05.000000Z07:00"))
+			case slog.LevelKey:
+				lv, _ := a.Value.Any().(slog.Level)
+				return slog.String("@level", levelName(lv))
+			case slog.MessageKey:
+				return slog.String("@message", a.Value.String())
+			}
+			return a
+		},
+	})
+}
+
+// levelTrace is hclog's trace level in slog terms.
+const levelTrace = slog.LevelDebug - 4
+
+func levelName(l slog.Level) string {
+	switch {
+	case l < slog.LevelDebug:
+		return "trace"
+	case l < slog.LevelInfo:
+		return "debug"
+	case l < slog.LevelWarn:
+		return "info"
+	case l < slog.LevelError:
+		return "warn"
+	}
+	return "error"
+}
+
+func parseLevel(s string) slog.Level {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "trace":
+		return levelTrace
+	case "debug":
+		return slog.LevelDebug
+	case "warn", "warning":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+func hclogLevel(l slog.Level) hclog.Level {
+	switch {
+	case l < slog.LevelDebug:
+		return hclog.Trace
+	case l < slog.LevelInfo:
+		return hclog.Debug
+	case l < slog.LevelWarn:
+		return hclog.Info
+	case l < slog.LevelError:
+		return hclog.Warn
+	}
+	return hclog.Error
+}
