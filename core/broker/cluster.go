@@ -23,6 +23,7 @@ import (
 	"github.com/fibrilgo/fibril/core/routing"
 	"github.com/fibrilgo/fibril/core/session"
 	"github.com/fibrilgo/fibril/core/settings"
+	"github.com/fibrilgo/fibril/core/tlsconf"
 	"github.com/fibrilgo/fibril/core/wire"
 	"github.com/fibrilgo/fibril/plugins"
 )
@@ -62,6 +63,10 @@ func (b *Broker) startCluster() error {
 	}
 	b.nodeID = id
 	b.log = b.log.With("node", string(id))
+	peer, err := b.peerTLS(id)
+	if err != nil {
+		return err
+	}
 	catalog, err := plugins.LoadCatalog(cfg.Plugins.Catalog)
 	if err != nil {
 		return err
@@ -74,7 +79,7 @@ func (b *Broker) startCluster() error {
 	defer cancel()
 	coord, err := plugins.OpenCoordination(ctx, cfg.Coordination.Backend, plugins.CoordinationEnv{
 		NodeID: id, DataDir: dir, Config: coordinationConfig(cfg),
-		ClusterSecret: string(secret), Logger: b.log.With("component", "coordination"),
+		ClusterSecret: string(secret), PeerTLS: peer, Logger: b.log.With("component", "coordination"),
 		Registerer: b.registry,
 	}, catalog, b.log.With("component", "plugins"), plugins.WithRegisterer(b.registry))
 	if err != nil {
@@ -517,4 +522,31 @@ func (b *Broker) drain(ctx context.Context, grace time.Duration, message string)
 	}
 	return map[string]any{"connections_notified": notified, "owned_partitions_remaining": remaining,
 		"handoff_complete": remaining == 0}, nil
+}
+
+// peerTLS loads the inter-broker TLS material when tls.inter_broker is on
+// (nil otherwise): the operator's files (tls.peer_ca_path as the CA bundle,
+// tls.cert_path/key_path as this node's pair), or with tls.auto_self_signed
+// the shared cluster CA at tls.peer_ca_path, from which this node mints its
+// own certificate (SAN urn:fibril:node:<id>) into <data_dir>/tls/peer.
+func (b *Broker) peerTLS(id core.NodeID) (*plugins.PeerTLS, error) {
+	t := b.cfg.TLS
+	if !t.InterBroker {
+		return nil, nil
+	}
+	if t.PeerCAPath == "" {
+		return nil, errors.New("tls.inter_broker needs tls.peer_ca_path: the CA peers are verified against (with tls.auto_self_signed: the cluster CA file every node shares)")
+	}
+	opts := tlsconf.PeerOptions{NodeID: string(id), Logger: b.log}
+	if t.AutoSelfSigned {
+		opts.ClusterCAPath, opts.Dir = t.PeerCAPath, filepath.Join(b.cfg.Server.DataDir, "tls", "peer")
+	} else {
+		opts.CAFile, opts.CertFile, opts.KeyFile = t.PeerCAPath, t.CertPath, t.KeyPath
+	}
+	p, err := tlsconf.LoadPeer(opts)
+	if err != nil {
+		return nil, err
+	}
+	f := p.Files()
+	return &plugins.PeerTLS{CAFile: f.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile}, nil
 }

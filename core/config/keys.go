@@ -190,9 +190,9 @@ var keys = []Key{
 	},
 	{
 		Name: "tls.peer_ca_path", Kind: KindString, Default: "",
-		DefaultNote: "empty: the generated CA, else the OS roots",
+		DefaultNote: "empty: none (required for inter-broker TLS in a cluster)",
 		Env:         []string{"FIBRIL_TLS_PEER_CA_PATH"},
-		Doc:         "PEM CA bundle peers' certificates are verified against.",
+		Doc:         "Inter-broker TLS trust. With tls.cert_path/key_path: the PEM CA bundle peers' certificates are verified against (each node's certificate carries the URI SAN urn:fibril:node:<node id>). With tls.auto_self_signed: the cluster CA file (certificate and key) every node shares, created by the first node when absent; each node mints its own peer certificate from it.",
 	},
 	{
 		Name: "tls.client_auth", Kind: KindEnum, Default: "off", Enum: []string{"off", "request", "require"},

@@ -1,0 +1,197 @@
+package integration
+
+// The raft backend as an external go-plugin binary (issue #4 §2): a
+// 3-node cluster through the plugin boundary, and what an owner does when
+// its coordination plugin dies (DESIGN.md §8 "Ownership safety").
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/client"
+)
+
+var (
+	raftPluginOnce sync.Once
+	raftPluginPath string
+	raftPluginErr  error
+)
+
+// raftPlugin builds coordination/raft/cmd/fibril-coord-raft once per run.
+func raftPlugin(t *testing.T) string {
+	t.Helper()
+	raftPluginOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fibril-plugin-")
+		if err != nil {
+			raftPluginErr = err
+			return
+		}
+		raftPluginPath = filepath.Join(dir, "fibril-coord-raft")
+		cmd := exec.Command("go", "build", "-o", raftPluginPath, "github.com/fibrilgo/fibril/coordination/raft/cmd/fibril-coord-raft")
+		cmd.Env = append(os.Environ(), "GOFLAGS=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			raftPluginErr = fmt.Errorf("building the raft plugin: %v\n%s", err, out)
+		}
+	})
+	if raftPluginErr != nil {
+		t.Fatal(raftPluginErr)
+	}
+	return raftPluginPath
+}
+
+// pluginCatalog copies the plugin binary into a directory of the test's
+// and writes a catalog naming it "raft-ext" with its sha256.
+func pluginCatalog(t *testing.T) (catalog, binary string) {
+	t.Helper()
+	dir := t.TempDir()
+	binary = filepath.Join(dir, "fibril-coord-raft")
+	data, err := os.ReadFile(raftPlugin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(binary, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	catalog = filepath.Join(dir, "plugins.toml")
+	entry := fmt.Sprintf("[[plugin]]\nkind = \"coordination\"\nname = \"raft-ext\"\nversion = \"0.1.0\"\ncommand = %q\nsha256 = %q\n",
+		binary, hex.EncodeToString(sum[:]))
+	if err := os.WriteFile(catalog, []byte(entry), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return catalog, binary
+}
+
+// pluginPID finds the coordination plugin process the broker started (a
+// child of the broker's own process).
+func pluginPID(t *testing.T, b *broker) int {
+	t.Helper()
+	parent := strconv.Itoa(b.cmd.Process.Pid)
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skip("no /proc: cannot find the plugin process")
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(stat)
+		rp := strings.LastIndexByte(s, ')')
+		if rp < 0 || !strings.Contains(s[:rp], "fibril-coord") {
+			continue
+		}
+		if f := strings.Fields(s[rp+1:]); len(f) > 1 && f[1] == parent {
+			return pid
+		}
+	}
+	return 0
+}
+
+// A 3-node cluster whose raft runs in external plugin processes serves
+// like the built-in one. Then one owner's plugin is killed while its binary
+// no longer matches the catalog's sha256, so the host cannot restart it:
+// the owner must stop confirming before its lease could have been handed
+// on (its last renewal + TTL), report not ready, and serve again once the
+// plugin is back.
+func TestClusterExternalRaftPlugin(t *testing.T) {
+	catalog, binary := pluginCatalog(t)
+	rc := startRaftCluster(t, 3, "--coordination.backend=raft-ext", "--plugins.catalog="+catalog)
+	// startRaftCluster put --coordination.backend=raft first; the later flag wins.
+	for _, nd := range rc.nodes {
+		if pluginPID(t, nd.broker) == 0 {
+			t.Fatalf("%s runs no fibril-coord-raft plugin process", nd.id)
+		}
+	}
+	c := newClient(t, rc.nodes[0].Addr)
+	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "ext", Partitions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	owners := rc.placed(rc.nodes[0], "ext", 3)
+	var part uint32
+	var owner *clusterNode
+	for p, o := range owners {
+		part, owner = p, rc.node(o)
+		break
+	}
+	oc := newClient(t, owner.Addr)
+	if _, err := oc.Topology(ctxT(t, opTimeout), ""); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, oc, "ext", client.Message{Partition: u32(part), Payload: []byte("before")})
+
+	// Make restarts fail (sha256 mismatch), then kill the owner's plugin.
+	good, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(binary+".tmp", append(append([]byte{}, good...), 0), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(binary+".tmp", binary); err != nil {
+		t.Fatal(err)
+	}
+	pid := pluginPID(t, owner.broker)
+	killed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Publish to the owner's partition, on the owner itself, until it
+	// refuses; no confirm may come later than the last renewal + TTL.
+	handOver := killed.Add(testTTL)
+	refused := false
+	for deadline := time.Now().Add(3 * testTTL); time.Now().Before(deadline); {
+		_, err := oc.Publisher("ext", client.PublisherOptions{}).PublishConfirmed(ctxT(t, 200*time.Millisecond),
+			client.Message{Partition: u32(part), Payload: []byte("during")})
+		if err == nil {
+			if at := time.Now(); at.After(handOver) {
+				t.Fatalf("confirmed at %v after the kill; its lease could have been handed on at %v", at.Sub(killed), testTTL)
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if brokerCode(err) == 503 {
+			refused = true
+			t.Logf("owner refused confirms %v after its plugin was killed (TTL %v): %v", time.Since(killed), testTTL, err)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !refused {
+		t.Fatal("the owner never answered 503 while its coordination plugin was down")
+	}
+	eventually(t, waitTimeout, "the owner reports not ready", func() bool {
+		code, _ := httpGet(t, owner.Admin, "/readyz", nil)
+		return code == 503
+	})
+	// Restore the binary: the host restarts the plugin, the owner serves again.
+	if err := os.WriteFile(binary+".tmp", good, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(binary+".tmp", binary); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 4*waitTimeout, "the owner serves again", func() bool {
+		_, err := oc.Publisher("ext", client.PublisherOptions{}).PublishConfirmed(ctxT(t, time.Second),
+			client.Message{Partition: u32(part), Payload: []byte("after")})
+		return err == nil
+	})
+	if m := metric(t, owner.broker, "fibril_plugin_restarts_total{kind=\"coordination\",name=\"raft-ext\"}"); m < 1 {
+		t.Fatalf("fibril_plugin_restarts_total = %v, want ≥ 1", m)
+	}
+}
