@@ -133,15 +133,15 @@ var rules = []rule{
 		},
 	},
 	{
-		Doc:  "coordination.raft.* are used only with coordination.backend = raft (a warning otherwise).",
+		Doc:  "coordination.raft.* are used only in a cluster (a warning in standalone mode); an external raft plugin reads them too.",
 		Warn: true,
 		check: func(c *checker) {
-			if c.str("coordination.backend") == "raft" {
+			if c.str("coordination.backend") != "none" {
 				return
 			}
-			for _, k := range []string{"coordination.raft.listen", "coordination.raft.advertise", "coordination.raft.peers", "coordination.raft.bootstrap_expect"} {
+			for _, k := range []string{"coordination.raft.listen", "coordination.raft.advertise", "coordination.raft.peers", "coordination.raft.bootstrap_expect", "coordination.raft.voter"} {
 				if c.changed(k) {
-					c.warn(k, "has no effect: coordination.backend is "+c.str("coordination.backend")+", not raft")
+					c.warn(k, "has no effect: coordination.backend is none (standalone)")
 				}
 			}
 		},
