@@ -44,6 +44,11 @@ func slogLevel(l hclog.Level) slog.Level {
 
 func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	lv := slogLevel(level)
+	if lv >= slog.LevelError && shutdownNoise(args) {
+		// raft's network layer reports its own orderly shutdown as an
+		// error ("transport shutdown"); it is not one.
+		lv = slog.LevelDebug
+	}
 	ctx := context.Background()
 	if !a.l.Enabled(ctx, lv) {
 		return
@@ -155,4 +160,15 @@ func (t *throttle) allow(key string) bool {
 	}
 	t.last[key] = now
 	return true
+}
+
+// shutdownNoise reports whether an error's attributes only say that the
+// raft transport is shutting down.
+func shutdownNoise(args []any) bool {
+	for _, a := range args {
+		if err, ok := a.(error); ok && err.Error() == "transport shutdown" {
+			return true
+		}
+	}
+	return false
 }

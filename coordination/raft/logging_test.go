@@ -1,7 +1,10 @@
 package raft
 
 import (
+	"bytes"
+	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,5 +40,19 @@ func TestThrottle(t *testing.T) {
 	th := newThrottle(time.Hour)
 	if !th.allow("a") || th.allow("a") || !th.allow("b") {
 		t.Fatal("throttle lets the wrong lines through")
+	}
+}
+
+// raft reports its own orderly shutdown as an error; it is logged at debug.
+func TestShutdownNoiseIsDebug(t *testing.T) {
+	var buf bytes.Buffer
+	a := newHCLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), "raft-net")
+	a.Error("failed to decode incoming command", "error", errors.New("transport shutdown"))
+	if buf.Len() != 0 {
+		t.Fatalf("shutdown noise logged at info or above: %s", buf.String())
+	}
+	a.Error("failed to decode incoming command", "error", errors.New("unexpected EOF"))
+	if !strings.Contains(buf.String(), "level=ERROR") {
+		t.Fatalf("a real error was not logged: %q", buf.String())
 	}
 }
