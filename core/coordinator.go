@@ -166,19 +166,3 @@ type Leadership interface {
 	// is closed by the time it returns.
 	Resign(ctx context.Context) error
 }
-
-// Document is one compare-and-set versioned value kept in a shared place:
-// the replicated user store and runtime settings document (S-144) live in
-// the Coordinator through core/cluster.Doc, so every broker reads and
-// changes the same one. Version 0 means "absent".
-type Document interface {
-	// Load reads the document, linearizably.
-	Load(ctx context.Context) (data []byte, version uint64, err error)
-	// Swap writes data when the stored version equals version (0: only
-	// when absent) and returns the new version; a mismatch is
-	// ErrVersionConflict.
-	Swap(ctx context.Context, data []byte, version uint64) (uint64, error)
-	// Watch returns the document once the coordination index passes after
-	// (level-triggered, as Coordinator.Watch), with the index to pass next.
-	Watch(ctx context.Context, after uint64) (data []byte, version, index uint64, err error)
-}

@@ -15,15 +15,31 @@ import (
 // own lines and every line a plugin writes to stderr) through hclog, and
 // the broker logs through slog, so the bridge keeps one log.
 type slogHCLog struct {
-	l       *slog.Logger
+	l       *slog.Logger // base logger with the implied args, without the name
 	name    string
 	implied []any
 }
 
+// logger is l with the "logger" attribute naming this logger.
+func (h *slogHCLog) logger() *slog.Logger {
+	if h.name == "" {
+		return h.l
+	}
+	return h.l.With("logger", h.name)
+}
+
 var _ hclog.Logger = (*slogHCLog)(nil)
 
-func newHCLogBridge(l *slog.Logger) hclog.Logger {
-	return &slogHCLog{l: l}
+func newHCLogBridge(l *slog.Logger) hclog.Logger { return HCLog(l, "") }
+
+// HCLog returns an hclog.Logger that writes to l, for the hashicorp
+// libraries the broker embeds (go-plugin, raft): their lines share the
+// broker's format and level. A non-empty name becomes the "logger"
+// attribute. Trace maps below slog's Debug. An error that only reports an
+// orderly transport shutdown ("transport shutdown", raft's network layer
+// closing) is logged at Debug: it is not one.
+func HCLog(l *slog.Logger, name string) hclog.Logger {
+	return &slogHCLog{l: l, name: name}
 }
 
 func slogLevel(l hclog.Level) slog.Level {
@@ -44,7 +60,22 @@ func (h *slogHCLog) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off || level == hclog.NoLevel && !h.l.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
-	h.l.Log(context.Background(), slogLevel(level), msg, args...)
+	lv := slogLevel(level)
+	if lv >= slog.LevelError && shutdownNoise(args) {
+		lv = slog.LevelDebug
+	}
+	h.logger().Log(context.Background(), lv, msg, args...)
+}
+
+// shutdownNoise reports whether an error's attributes only say that a
+// transport is shutting down.
+func shutdownNoise(args []any) bool {
+	for _, a := range args {
+		if err, ok := a.(error); ok && err.Error() == "transport shutdown" {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *slogHCLog) Trace(msg string, args ...any) { h.Log(hclog.Trace, msg, args...) }
@@ -78,11 +109,11 @@ func (h *slogHCLog) Named(name string) hclog.Logger {
 	if h.name != "" {
 		full = h.name + "." + name
 	}
-	return &slogHCLog{l: h.l.With("logger", full), name: full, implied: h.implied}
+	return &slogHCLog{l: h.l, name: full, implied: h.implied}
 }
 
 func (h *slogHCLog) ResetNamed(name string) hclog.Logger {
-	return &slogHCLog{l: h.l.With("logger", name), name: name, implied: h.implied}
+	return &slogHCLog{l: h.l, name: name, implied: h.implied}
 }
 
 // SetLevel is ignored: the slog handler owns the level.
@@ -103,7 +134,7 @@ func (h *slogHCLog) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logge
 }
 
 func (h *slogHCLog) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
-	return &lineLogger{log: h.l, level: slog.LevelInfo}
+	return &lineLogger{log: h.logger(), level: slog.LevelInfo}
 }
 
 // lineLogger logs each line written to it. It receives what a plugin

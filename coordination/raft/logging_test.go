@@ -19,7 +19,7 @@ func TestHCLogAdapter(t *testing.T) {
 	l.Log(hclog.Error, "failed to appendEntries", "error", "boom")
 	l.StandardLogger(nil).Print("from the std logger")
 	for _, want := range [][]string{
-		{"INFO entering follower state", "component=raft.net", "peer=n2", "term=3"},
+		{"INFO entering follower state", "logger=raft.net", "peer=n2", "term=3"},
 		{"ERROR failed to appendEntries", "error=boom"},
 		{"INFO from the std logger"},
 	} {

@@ -125,24 +125,11 @@ func (d *sharedDoc) adopt(s *Store, data []byte, ver uint64) {
 // follow adopts every change another broker stores.
 func (d *sharedDoc) follow(ctx context.Context, s *Store) {
 	defer close(d.done)
-	var idx uint64
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		data, ver, next, err := d.doc.Watch(ctx, idx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			time.Sleep(backoff)
-			backoff = min(2*backoff, 2*time.Second)
-			continue
-		}
-		backoff = 50 * time.Millisecond
-		idx = next
+	core.Follow(ctx, d.doc, func(data []byte, ver uint64) {
 		s.mu.Lock()
 		d.adopt(s, data, ver)
 		s.mu.Unlock()
-	}
+	})
 }
 
 // Close stops following a shared store (no-op for a file store).

@@ -43,11 +43,7 @@ func ResolveQueue(cur *QueueInfo, spec QueueSpec, defaultCount uint32, kindOf fu
 	if k, ok := kindOf(spec.Topic); ok && k == KindStream {
 		return QueueInfo{}, core.Errorf(core.ErrBadRequest, "topic %q is a stream; a topic is a queue or a stream for life", spec.Topic)
 	}
-	count := defaultCount
-	if c, ok := spec.PartitionCount.Get(); ok {
-		count = c
-	}
-	count = max(count, 1)
+	count := partitionCount(spec.PartitionCount, defaultCount)
 	if cur != nil {
 		if spec.PartitionCount.Present && count != cur.PartitionCount {
 			return QueueInfo{}, core.Errorf(core.ErrConflict,
@@ -92,11 +88,7 @@ func ResolveStream(cur *StreamInfo, spec StreamSpec, defaultCount uint32, kindOf
 	if k, ok := kindOf(spec.Topic); ok && k == KindQueue {
 		return StreamInfo{}, core.Errorf(core.ErrBadRequest, "topic %q is a queue; a topic is a queue or a stream for life", spec.Topic)
 	}
-	count := defaultCount
-	if c, ok := spec.PartitionCount.Get(); ok {
-		count = c
-	}
-	count = max(count, 1)
+	count := partitionCount(spec.PartitionCount, defaultCount)
 	if cur != nil {
 		if spec.PartitionCount.Present && count != cur.PartitionCount {
 			return StreamInfo{}, core.Errorf(core.ErrConflict,
@@ -134,4 +126,13 @@ func DecodeStreamInfo(b []byte) (StreamInfo, error) {
 		return StreamInfo{}, core.Errorf(core.ErrBadRequest, "bad stream entry %q", c.Topic)
 	}
 	return fromCatalogStream(c), nil
+}
+
+// partitionCount is the count a declaration asks for: the explicit one,
+// else the default, never below 1.
+func partitionCount(asked wire.Option[uint32], def uint32) uint32 {
+	if c, ok := asked.Get(); ok {
+		def = c
+	}
+	return max(def, 1)
 }

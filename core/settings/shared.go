@@ -68,32 +68,21 @@ func parseDocument(b []byte) (Document, error) {
 // one is logged and ignored: the broker keeps the last good settings.
 func (s *Store) follow(ctx context.Context) {
 	defer close(s.done)
-	var idx uint64
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		data, ver, next, err := s.doc.Watch(ctx, idx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			time.Sleep(backoff)
-			backoff = min(2*backoff, 2*time.Second)
-			continue
-		}
-		backoff = 50 * time.Millisecond
-		idx = next
+	core.Follow(ctx, s.doc, func(data []byte, ver uint64) {
 		s.mu.Lock()
-		if ver != 0 && ver != s.docVer {
-			if d, err := parseDocument(data); err != nil {
-				s.log.Warn("ignoring an invalid runtime settings document from the coordinator", "err", err)
-			} else {
-				s.cur.Store(&d)
-				s.docVer = ver
-				s.log.Info("runtime settings changed", "version", d.Version)
-			}
+		defer s.mu.Unlock()
+		if ver == 0 || ver == s.docVer {
+			return
 		}
-		s.mu.Unlock()
-	}
+		d, err := parseDocument(data)
+		if err != nil {
+			s.log.Warn("ignoring an invalid runtime settings document from the coordinator", "err", err)
+			return
+		}
+		s.cur.Store(&d)
+		s.docVer = ver
+		s.log.Info("runtime settings changed", "version", d.Version)
+	})
 }
 
 // replaceShared is Replace for a shared document: compare-and-set on the
