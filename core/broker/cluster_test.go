@@ -17,6 +17,8 @@ import (
 	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/config"
 	"github.com/fibrilgo/fibril/core/memcoord"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/wire"
 	"github.com/fibrilgo/fibril/plugins"
 )
 
@@ -300,5 +302,100 @@ func TestClusterDrain(t *testing.T) {
 			t.Fatalf("not placed: %s", body)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// memMember is a handle on the in-memory coordinator of a memtest cluster.
+func memMember(t *testing.T) core.Coordinator {
+	memStores.Lock()
+	defer memStores.Unlock()
+	st := memStores.m[fmt.Sprintf("%s=127.0.0.1:1", t.Name())]
+	if st == nil {
+		t.Fatal("no memtest store for this test")
+	}
+	return st.Member("test-writer")
+}
+
+// WIRE §14.3, S-118, with a synthetic version bump (repartition is a later
+// capability): a PUBLISH carrying an older partitioning version gets a
+// REDIRECT with the newer version — even to this broker's own address —
+// and nothing is stored; the current version passes. A connection that
+// has the topology gets a TOPOLOGY_UPDATE for the change (S-119).
+func TestClusterVersionFenceAndPush(t *testing.T) {
+	bs := startMemCluster(t, 1)
+	b := bs[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pushes := make(chan client.Frame, 8)
+	conn, err := client.DialConn(ctx, b.BrokerAddr().String(), client.ConnConfig{Username: "fibril", Password: "fibril",
+		Dial: loopbackOnly(t), OnPush: func(_ *client.Conn, f client.Frame) {
+			if f.Op == wire.OpTopologyUpdate {
+				pushes <- f
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if f, err := conn.Do(ctx, wire.OpDeclareQueue, &wire.DeclareQueue{Topic: "fenced", PartitionCount: wire.Some(uint32(1))}); err != nil || f.Op != wire.OpDeclareQueueOK {
+		t.Fatalf("declare: %v %v", f.Op, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for b.cluster.cl.Snapshot().Queue("fenced", "") == nil || !b.cluster.cl.Snapshot().Queue("fenced", "").Parts[0].Placed() {
+		if time.Now().After(deadline) {
+			t.Fatal("not placed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Bump the partitioning version as a repartition would.
+	m := memMember(t)
+	kv, err := m.Get(ctx, "queues/fenced/@default")
+	if err != nil || kv.Version == 0 {
+		t.Fatalf("catalog entry: %+v %v", kv, err)
+	}
+	info, err := queue.DecodeQueueInfo(kv.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info.PartitioningVersion = 1
+	nb, _ := queue.EncodeQueueInfo(info)
+	if _, err := m.CompareAndSet(ctx, kv.Key, nb, kv.Version); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-pushes:
+		var up wire.TopologyUpdate
+		if err := up.Decode(f.Body); err != nil {
+			t.Fatal(err)
+		}
+		if len(up.Queues) != 1 || up.Queues[0].PartitioningVersion != 1 {
+			t.Fatalf("pushed topology %+v", up.Topology)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no TOPOLOGY_UPDATE after a routing change")
+	}
+	f, err := conn.Do(ctx, wire.OpPublish, &wire.Publish{Topic: "fenced", Partition: 0, RequireConfirm: true,
+		PartitioningVersion: 0, Payload: []byte("stale")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Op != wire.OpRedirect {
+		t.Fatalf("stale publish answered %v, want REDIRECT", f.Op)
+	}
+	var r wire.Redirect
+	if err := r.Decode(f.Body); err != nil {
+		t.Fatal(err)
+	}
+	if r.PartitioningVersion != 1 || len(r.Owners) != 1 || r.Owners[0].String() != b.BrokerAddr().String() {
+		t.Fatalf("redirect %+v: want version 1 to this broker's own address", r)
+	}
+	f, err = conn.Do(ctx, wire.OpPublish, &wire.Publish{Topic: "fenced", Partition: 0, RequireConfirm: true,
+		PartitioningVersion: 1, Payload: []byte("current")})
+	if err != nil || f.Op != wire.OpPublishOK {
+		t.Fatalf("current-version publish: %v %v", f.Op, err)
+	}
+	var ok wire.PublishOK
+	if err := ok.Decode(f.Body); err != nil || ok.Offset != 0 {
+		t.Fatalf("offset %d (%v): the fenced publish must not have been stored", ok.Offset, err)
 	}
 }
