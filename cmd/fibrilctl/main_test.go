@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -459,4 +461,82 @@ func TestInterruptStopsCleanly(t *testing.T) {
 		t.Fatalf("interrupted bench: %+v", r)
 	}
 	checkComplete(t, m, true) // it drained: nothing counted as lost
+}
+
+// settings get|set go through /admin/api/runtime-settings (S-162); a set
+// keeps the other settings and bumps the version.
+func TestSettings(t *testing.T) {
+	r := ctl(t, "", "settings", "get")
+	mustOK(t, r, "settings get")
+	if !strings.Contains(r.stdout, "connection.reconnect_grace_ms = ") || !strings.HasPrefix(r.stdout, "version ") {
+		t.Fatalf("settings get: %q", r.stdout)
+	}
+	mustOK(t, ctl(t, "", "settings", "set", "connection.reconnect_grace_ms=4321", "delivery.expiry_batch_max=100"), "settings set")
+	r = ctl(t, "", "settings", "get")
+	mustOK(t, r, "settings get")
+	for _, want := range []string{"connection.reconnect_grace_ms = 4321", "delivery.expiry_batch_max = 100", "delivery.inflight_ttl_ms = 30000"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("after set, no %q in %q", want, r.stdout)
+		}
+	}
+	for _, bad := range [][]string{
+		{"settings", "set", "connection.nope=1"},
+		{"settings", "set", "nogroup=1"},
+		{"settings", "set", "connection.reconnect_grace_ms=soon"},
+		{"settings", "frobnicate"},
+	} {
+		if r := ctl(t, "", bad...); r.code != exitUsage {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", bad, r.code, exitUsage, r.stderr)
+		}
+	}
+	// A value the broker refuses is a 400 from the API (exit 1).
+	if r := ctl(t, "", "settings", "set", "partitioning.default_partition_count=0"); r.code != exitFail || !strings.Contains(r.stderr, "default_partition_count") {
+		t.Fatalf("invalid value: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// cluster and topology --owners need a cluster: a standalone broker's admin
+// API answers 404, which the CLI reports.
+func TestClusterCommandsOnStandalone(t *testing.T) {
+	for _, args := range [][]string{{"cluster"}, {"topology", "--owners"}} {
+		r := ctl(t, "", args...)
+		if r.code != exitFail || !strings.Contains(r.stderr, "standalone") {
+			t.Errorf("%v on a standalone broker: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+}
+
+// cluster and topology --owners render GET /admin/api/topology: here from a
+// canned answer, in the shape core/broker serves.
+func TestClusterCommandsRender(t *testing.T) {
+	const answer = `{"self":"node-1","index":40,"generation":31,
+	 "nodes":[{"id":"node-1","live":true,"visibility":"public","draining":false,"peer_addr":"127.0.0.1:9876","admin_addr":"127.0.0.1:8081","labels":{"fibril/advertise":"127.0.0.1:9876"},"controller":true},
+	          {"id":"node-2","live":false,"visibility":"private","draining":true,"peer_addr":"127.0.0.1:9877","admin_addr":"127.0.0.1:8082","labels":{}}],
+	 "partitions":[{"topic":"orders","kind":"queue","partition":0,"owner":"node-1","epoch":1,"written":true,"owner_live":true,"client_endpoints":["127.0.0.1:9876"]},
+	               {"topic":"orders","kind":"queue","partition":1,"owner":"node-2","epoch":2,"written":false,"owner_live":false,"client_endpoints":[]},
+	               {"topic":"orders","kind":"queue","partition":2,"epoch":0,"written":false,"owner_live":false,"client_endpoints":[]}]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/admin/api/topology" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(answer))
+	}))
+	defer srv.Close()
+	admin := strings.TrimPrefix(srv.URL, "http://")
+	r := ctl(t, "", "--admin", admin, "cluster")
+	mustOK(t, r, "cluster")
+	for _, want := range []string{"live,controller,self", "dead,draining", "private", "127.0.0.1:9876"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("cluster: no %q in\n%s", want, r.stdout)
+		}
+	}
+	r = ctl(t, "", "--admin", admin, "topology", "--owners")
+	mustOK(t, r, "topology --owners")
+	for _, want := range []string{"node-1", "true", "127.0.0.1:9876", "node-2 (dead)", "(unplaced)", "(bootstrap)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("topology --owners: no %q in\n%s", want, r.stdout)
+		}
+	}
 }
