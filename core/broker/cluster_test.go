@@ -27,8 +27,10 @@ import (
 // and coordination.raft.peers = [name=127.0.0.1:1] share one.
 var memStores = struct {
 	sync.Mutex
-	m map[string]*memcoord.Store
-}{m: map[string]*memcoord.Store{}}
+	m     map[string]*memcoord.Store
+	names map[*testing.T]string // the store of each test's cluster
+	seq   int
+}{m: map[string]*memcoord.Store{}, names: map[*testing.T]string{}}
 
 func init() {
 	plugins.RegisterCoordination("memtest", func(ctx context.Context, env plugins.CoordinationEnv) (core.Coordinator, error) {
@@ -47,7 +49,11 @@ func init() {
 // startMemCluster starts n brokers sharing one in-memory coordinator.
 func startMemCluster(t *testing.T, n int) []*Broker {
 	t.Helper()
-	name := fmt.Sprintf("%s=127.0.0.1:1", t.Name())
+	memStores.Lock()
+	memStores.seq++ // a new store per run, also under -count
+	name := fmt.Sprintf("%s-%d=127.0.0.1:1", t.Name(), memStores.seq)
+	memStores.names[t] = name
+	memStores.Unlock()
 	var out []*Broker
 	for i := range n {
 		cfg, _, err := config.Load([]string{
@@ -309,7 +315,7 @@ func TestClusterDrain(t *testing.T) {
 func memMember(t *testing.T) core.Coordinator {
 	memStores.Lock()
 	defer memStores.Unlock()
-	st := memStores.m[fmt.Sprintf("%s=127.0.0.1:1", t.Name())]
+	st := memStores.m[memStores.names[t]]
 	if st == nil {
 		t.Fatal("no memtest store for this test")
 	}
