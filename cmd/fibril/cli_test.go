@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -155,5 +157,22 @@ func TestVersionHelpAndUsageErrors(t *testing.T) {
 		if code, _, _ := runCLI(t, args); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
 		}
+	}
+}
+
+// fibril dev refuses ports that are taken before it starts anything: a
+// foreign listener there would answer the readiness probe in place of the
+// broker that failed to bind.
+func TestDevRefusesTakenPorts(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"dev", "--nodes", "1", "--dir", t.TempDir(), "--admin-port", port}, nil, &out, &errOut)
+	if code != exitUsage || !strings.Contains(errOut.String(), "127.0.0.1:"+port) || !strings.Contains(errOut.String(), "--admin-port") {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -91,6 +92,10 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 		cluster[i] = n
 		peers = append(peers, n.id+"="+n.raft)
 	}
+	if err := devPortsFree(cluster); err != nil {
+		fmt.Fprintln(stderr, "fibril dev:", err)
+		return exitUsage
+	}
 	for _, n := range cluster {
 		if err := n.start(exe, *backend, peers, secretPath, extra, environ); err != nil {
 			fmt.Fprintln(stderr, "fibril dev:", err)
@@ -151,6 +156,23 @@ func (n *devNode) start(exe, backend string, peers []string, secretPath string, 
 		logf.Close()
 		close(n.exited)
 	}()
+	return nil
+}
+
+// devPortsFree checks every port the cluster will bind before starting
+// anything: a port already taken — another dev cluster, a broker — would
+// otherwise answer the readiness probe in place of the broker that failed
+// to bind it.
+func devPortsFree(cluster []*devNode) error {
+	for _, n := range cluster {
+		for _, p := range []struct{ addr, flag string }{{n.client, "--client-port"}, {n.admin, "--admin-port"}, {n.raft, "--raft-port"}} {
+			l, err := net.Listen("tcp", p.addr)
+			if err != nil {
+				return fmt.Errorf("%s cannot use %s (%v); choose other ports with %s", n.id, p.addr, err, p.flag)
+			}
+			l.Close()
+		}
+	}
 	return nil
 }
 
