@@ -191,7 +191,7 @@ func (c *coordinated) close() {
 }
 
 // Route implements session.Router (issue #4 §5; WIRE §7.3).
-func (c *coordinated) Route(ctx context.Context, ref core.PartitionRef, publish bool, version uint64) session.Route {
+func (c *coordinated) Route(ref core.PartitionRef, publish bool, version uint64) session.Route {
 	snap := c.cl.Snapshot()
 	if publish {
 		if d, fenced := routing.Fence(snap, ref, version); fenced {
@@ -213,23 +213,36 @@ func (c *coordinated) Route(ctx context.Context, ref core.PartitionRef, publish 
 		return session.Route{Err: err}
 	}
 	if publish && !c.cl.IsWritten(d.Partition) {
-		if err := c.cl.MarkWritten(ctx, ref); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+		err := c.cl.MarkWritten(ctx, ref)
+		cancel()
+		if err != nil {
 			return session.Route{Err: err}
 		}
 	}
 	return session.Route{Serve: true}
 }
 
+// markTimeout bounds the first-write mark of a partition (one
+// coordination write, once per partition and epoch).
+const markTimeout = 5 * time.Second
+
 // ensureLocal installs ref's channel in the local engine when the catalog
-// follower has not yet.
+// follower has not yet (a lock-free check first: this runs per operation).
 func (c *coordinated) ensureLocal(snap *cluster.Snapshot, ref core.PartitionRef) error {
 	if q := snap.Queue(ref.Topic, ref.Group); q != nil {
+		if c.b.queues.HasQueue(q.Info.Key) {
+			return nil
+		}
 		if _, err := c.b.queues.ApplyQueue(q.Info); err != nil {
 			return err
 		}
 		return nil
 	}
 	if st := snap.Stream(ref.Topic); st != nil {
+		if k, ok := c.b.queues.Kind(ref.Topic); ok && k == queue.KindStream {
+			return nil
+		}
 		_, err := c.b.queues.ApplyStream(st.Info)
 		return err
 	}

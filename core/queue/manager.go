@@ -394,6 +394,12 @@ func (m *Manager) applyStreamLocked(si StreamInfo) (StreamInfo, error) {
 	return si, nil
 }
 
+// HasQueue reports whether the engine knows the queue (lock-free).
+func (m *Manager) HasQueue(key Key) bool {
+	_, ok := m.queues.Load(key.norm())
+	return ok
+}
+
 // Queues lists every queue, sorted by topic then group.
 func (m *Manager) Queues() []QueueInfo {
 	var out []QueueInfo

@@ -20,7 +20,10 @@ type Router interface {
 	// SUBSCRIBE for ref. A Serve answer has made sure the partition may be
 	// written here: the node's lease is surely valid and the partition is
 	// declared locally (and, for a publish, marked written, DESIGN.md §8).
-	Route(ctx context.Context, ref core.PartitionRef, publish bool, version uint64) Route
+	// Route is on the hot path of every publish: it must not allocate or
+	// block in the common case (it may wait for the one coordination write
+	// of a first-write mark, bounded by routeTimeout).
+	Route(ref core.PartitionRef, publish bool, version uint64) Route
 	// DeclareQueue and DeclareStream record a declaration cluster-wide
 	// and return the cluster's decision (issue #4 §4).
 	DeclareQueue(ctx context.Context, spec queue.QueueSpec) (queue.QueueInfo, error)
@@ -41,8 +44,8 @@ type Route struct {
 	Err      error
 }
 
-// routeTimeout bounds what a Route may wait for (the first-write mark is
-// one coordination write).
+// routeTimeout bounds what a Route or a declaration may wait for (the
+// first-write mark is one coordination write).
 const routeTimeout = 5 * time.Second
 
 // route asks the router about ref; standalone mode serves everything.
@@ -55,9 +58,7 @@ func (c *Conn) route(topic string, group wire.Option[string], partition uint32, 
 	if group.Present {
 		g = group.Value
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), routeTimeout)
-	defer cancel()
-	return r.Route(ctx, core.PartitionRef{Topic: topic, Group: g, Partition: partition}, publish, version)
+	return r.Route(core.PartitionRef{Topic: topic, Group: g, Partition: partition}, publish, version)
 }
 
 // pushTopology is the live topology push (S-119, WIRE §14.2): whenever
