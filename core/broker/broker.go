@@ -221,8 +221,14 @@ func (b *Broker) openQueues() error {
 			SegmentMaxBytes: cfg.Storage.SegmentMaxBytes,
 			Logger:          b.log,
 		},
-		Settings:        b.queueSettings,
-		AutoCreate:      cfg.Coordination.Standalone(), // DESIGN §8 "Modes", S-21
+		Settings:   b.queueSettings,
+		AutoCreate: cfg.Coordination.Standalone(), // DESIGN §8 "Modes", S-21
+		DeadLetterPartition: func() func(queue.Key) (uint32, error) {
+			if b.cluster == nil {
+				return nil
+			}
+			return b.cluster.deadLetterPartition
+		}(),
 		MaxMessageBytes: int(cfg.Broker.MaxMessageBytes),
 		Logger:          b.log,
 	})

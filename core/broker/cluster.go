@@ -42,6 +42,7 @@ type coordinated struct {
 	stop  chan struct{}
 	done  chan struct{}
 	ran   bool // run was started (close waits for it)
+	dlqRR atomic.Uint64
 }
 
 // startCluster opens the coordination backend and joins the cluster
@@ -562,4 +563,42 @@ func (b *Broker) peerTLS(id core.NodeID) (*plugins.PeerTLS, error) {
 	}
 	f := p.Files()
 	return &plugins.PeerTLS{CAFile: f.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile}, nil
+}
+
+// deadLetterPartition is queue.Options.DeadLetterPartition in coordinated
+// mode: a dead letter is appended on this node, so it goes to a partition
+// of the target queue that this node owns (and marks it written first, as
+// any first append). A target that is not declared in the cluster, or of
+// which this node owns nothing, is an error: the message stays in its
+// queue and is dead-lettered again later.
+func (c *coordinated) deadLetterPartition(target queue.Key) (uint32, error) {
+	snap := c.cl.Snapshot()
+	q := snap.Queue(target.Topic, target.Group.Value)
+	if q == nil {
+		return 0, core.Errorf(core.ErrNotFound, "dead-letter target %s is not declared in this cluster", target)
+	}
+	var owned []cluster.Partition
+	for _, p := range q.Parts {
+		if p.Placed() && p.Node == c.self.ID {
+			owned = append(owned, p)
+		}
+	}
+	if len(owned) == 0 {
+		return 0, core.Errorf(core.ErrUnavailable, "this broker owns no partition of dead-letter target %s", target)
+	}
+	if !c.cl.LeaseValid() {
+		return 0, core.Errorf(core.ErrUnavailable, "cluster lease not surely valid")
+	}
+	p := owned[c.dlqRR.Add(1)%uint64(len(owned))]
+	if err := c.ensureLocal(snap, p.Ref); err != nil {
+		return 0, err
+	}
+	if !c.cl.IsWritten(p) {
+		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+		defer cancel()
+		if err := c.cl.MarkWritten(ctx, p.Ref); err != nil {
+			return 0, err
+		}
+	}
+	return p.Ref.Partition, nil
 }

@@ -405,3 +405,83 @@ func TestClusterVersionFenceAndPush(t *testing.T) {
 		t.Fatalf("offset %d (%v): the fenced publish must not have been stored", ok.Offset, err)
 	}
 }
+
+// Dead-lettering in a cluster: the dead letter is appended where the
+// message died, so it goes to a partition of the target that this broker
+// owns; consumers of the target, routed to its owners, get every one.
+func TestClusterDeadLetters(t *testing.T) {
+	bs := startMemCluster(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()},
+		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "dead", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	zero := uint32(0)
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "work", Partitions: 2, MaxRetries: &zero,
+		DLQ: &client.DLQPolicy{Kind: wire.DLQNamed, Topic: "dead"}}); err != nil {
+		t.Fatal(err)
+	}
+	placed := func(topic string) bool {
+		q := bs[0].cluster.cl.Snapshot().Queue(topic, "")
+		if q == nil {
+			return false
+		}
+		for _, p := range q.Parts {
+			if !p.Placed() {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !placed("dead") || !placed("work") {
+		if time.Now().After(deadline) {
+			t.Fatal("not placed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := c.Topology(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	pub := c.Publisher("work", client.PublisherOptions{})
+	for p := range uint32(2) {
+		if _, err := pub.PublishConfirmed(ctx, client.Message{Partition: &p, Payload: []byte(fmt.Sprint("msg-", p))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	work, err := c.Subscribe(ctx, "work", client.SubscribeOptions{Prefetch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		d, err := work.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Fail(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead, err := c.Subscribe(ctx, "dead", client.SubscribeOptions{Prefetch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for len(got) < 2 {
+		d, err := dead.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d dead letters: %v", len(got), err)
+		}
+		if d.Headers["stroma.dlq.source_topic"] != "work" {
+			t.Fatalf("dead letter without its source: %+v", d.Headers)
+		}
+		got[string(d.Payload)] = true
+		_ = d.Ack(ctx)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -110,13 +111,12 @@ func (p *Partition) runDeadLetter(j dlqJob) {
 		}
 		rec = &dec
 	}
-	tq, err := p.m.lookupOrCreate(j.target, true)
+	tq, tp, err := p.m.deadLetterTarget(j.target)
 	if err != nil {
 		p.m.log.Error("queue: dead-letter target unusable", "queue", p.q.key.String(), "target", j.target.String(), "err", err)
 		p.deadLetterDone(j.off, false)
 		return
 	}
-	tp := tq.parts[p.m.dlqRR.Add(1)%uint64(len(tq.parts))]
 	src := p.q.key
 	h := make(wire.Headers, 0, len(rec.Headers)+6)
 	for _, e := range rec.Headers {
@@ -214,4 +214,30 @@ func (p *Partition) drainDeadLetters() {
 			p.m.dlqWG.Done()
 		}
 	}
+}
+
+// deadLetterTarget picks the queue and partition a dead letter goes to:
+// through Options.DeadLetterPartition in a cluster (a partition this node
+// owns), else round-robin over the target's partitions, creating the
+// target when needed (standalone).
+func (m *Manager) deadLetterTarget(target Key) (*queue, *Partition, error) {
+	pick := m.opts.DeadLetterPartition
+	tq, err := m.lookupOrCreate(target, pick == nil)
+	if err != nil && pick == nil {
+		return nil, nil, err
+	}
+	if pick == nil {
+		return tq, tq.parts[m.dlqRR.Add(1)%uint64(len(tq.parts))], nil
+	}
+	n, err := pick(target)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tq, err = m.lookupOrCreate(target, false); err != nil {
+		return nil, nil, err
+	}
+	if int(n) >= len(tq.parts) {
+		return nil, nil, core.Errorf(core.ErrInternal, "dead-letter target %s has no partition %d", target, n)
+	}
+	return tq, tq.parts[n], nil
 }
