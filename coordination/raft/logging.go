@@ -41,4 +41,3 @@ func (t *throttle) allow(key string) bool {
 	t.last[key] = now
 	return true
 }
-

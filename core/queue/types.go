@@ -99,20 +99,20 @@ func DefaultSettings() Settings {
 
 // Options configure a Manager.
 type Options struct {
-	Dir             string             // root of all queue data, e.g. <data_dir>/queues
-	Storage         storage.Options    // fsync policy, segment size, FS seam
-	Settings        func() Settings    // nil = DefaultSettings
-	AutoCreate      bool               // standalone mode: create a queue on first publish/subscribe (S-21)
+	Dir        string          // root of all queue data, e.g. <data_dir>/queues
+	Storage    storage.Options // fsync policy, segment size, FS seam
+	Settings   func() Settings // nil = DefaultSettings
+	AutoCreate bool            // standalone mode: create a queue on first publish/subscribe (S-21)
 	// DeadLetterPartition, when set (coordinated mode), chooses the
 	// partition of a dead-letter target that this node may append to — one
 	// it owns — and makes sure the engine has the target queue; an error
 	// leaves the message where it was (it is retried later). nil: any
 	// partition, round-robin, the target created on demand (standalone).
 	DeadLetterPartition func(target Key) (uint32, error)
-	MaxMessageBytes int                // payload cap (broker.max_message_bytes); larger → ErrTooLarge
-	GlobalDLQ       func() (Key, bool) // S-64 broker-wide DLQ target; nil or false = none (then discard, S-65)
-	Now             func() time.Time   // nil = time.Now
-	Logger          *slog.Logger       // nil = slog.Default()
+	MaxMessageBytes     int                // payload cap (broker.max_message_bytes); larger → ErrTooLarge
+	GlobalDLQ           func() (Key, bool) // S-64 broker-wide DLQ target; nil or false = none (then discard, S-65)
+	Now                 func() time.Time   // nil = time.Now
+	Logger              *slog.Logger       // nil = slog.Default()
 	// Clock drives leases, TTL expiry and delays (added by the engine, so
 	// tests can run them without sleeping). nil = real time, reading Now
 	// above when it is set.
