@@ -485,3 +485,67 @@ func TestClusterDeadLetters(t *testing.T) {
 		_ = d.Ack(ctx)
 	}
 }
+
+// Reconcile (S-108, S-109) restores a subscription only on the broker that
+// serves its partition: on another broker the entry is answered "missing"
+// (the client re-subscribes through routing) instead of subscribing to a
+// local copy nobody writes to.
+func TestClusterReconcileDoesNotRestoreElsewhere(t *testing.T) {
+	bs := startMemCluster(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()},
+		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "rq", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var mine, theirs *uint32
+	deadline := time.Now().Add(5 * time.Second)
+	for mine == nil || theirs == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("not placed on both nodes")
+		}
+		time.Sleep(10 * time.Millisecond)
+		q := bs[0].cluster.cl.Snapshot().Queue("rq", "")
+		if q == nil {
+			continue
+		}
+		mine, theirs = nil, nil
+		for _, p := range q.Parts {
+			n := p.Ref.Partition
+			switch p.Node {
+			case "n0":
+				mine = &n
+			case "n1":
+				theirs = &n
+			}
+		}
+	}
+	sub := func(p uint32) wire.ReconcileSub {
+		return wire.ReconcileSub{SubID: 1 + uint64(p), Topic: "rq", Partition: p, Prefetch: 4}
+	}
+	conn, err := client.DialConn(ctx, bs[0].BrokerAddr().String(), client.ConnConfig{Username: "fibril", Password: "fibril",
+		Dial: loopbackOnly(t), Reconcile: &wire.ReconcileClient{Policy: wire.ReconcileRestore,
+			Subscriptions: []wire.ReconcileSub{sub(*mine), sub(*theirs)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	res := conn.Handshake().Reconcile
+	if res == nil || len(res.Entries) != 2 {
+		t.Fatalf("reconcile result %+v", res)
+	}
+	for _, e := range res.Entries {
+		p := e.Client.Value.Partition
+		switch {
+		case p == *mine && e.Code != wire.ReasonServerRestored:
+			t.Errorf("own partition %d: %v, want restored", p, e.Code)
+		case p == *theirs && (e.Code != wire.ReasonServerMissing || e.Server.Present):
+			t.Errorf("partition %d owned by the other broker: %v (server %v), want missing", p, e.Code, e.Server.Present)
+		}
+	}
+}

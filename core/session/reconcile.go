@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -81,6 +82,11 @@ func (s *Session) reconcile(policy wire.ReconcilePolicy, client []wire.Reconcile
 			// no one will settle (WIRE §16.3 Recommendation).
 			add(wire.Some(cs), wire.Some(sub.view()), vMismatch)
 			drop = append(drop, sub)
+		case s.routedElsewhere(cs):
+			// Coordinated mode: the partition is served by another broker
+			// (or nowhere right now); restoring it here would subscribe to
+			// a log this broker does not serve.
+			add(wire.Some(cs), wire.Option[wire.ReconcileSub]{}, vMissing)
 		case policy == wire.ReconcileRestore:
 			nsub, err := s.subscribeLocked(reconcileToSubscribe(cs))
 			if err != nil {
@@ -113,6 +119,22 @@ func (s *Session) reconcile(policy wire.ReconcilePolicy, client []wire.Reconcile
 
 // ownsPartition: in standalone mode this broker owns every queue partition
 // it can serve.
+// routedElsewhere reports, in coordinated mode, that this broker does not
+// serve the partition of cs now (another broker owns it, or nobody can
+// serve it yet), so it must not be restored or recreated here.
+func (s *Session) routedElsewhere(cs wire.ReconcileSub) bool {
+	r := s.srv.opts.Router
+	if r == nil {
+		return false
+	}
+	g := ""
+	if cs.Group.Present {
+		g = cs.Group.Value
+	}
+	return !r.Route(core.PartitionRef{Topic: cs.Topic, Group: g, Partition: cs.Partition}, false, 0).Serve
+}
+
+// ownsPartition reports whether the local engine has the partition.
 func (s *Session) ownsPartition(cs wire.ReconcileSub) bool {
 	_, err := s.srv.opts.Queues.Partition(queue.Key{Topic: cs.Topic, Group: cs.Group}, cs.Partition)
 	return err == nil
