@@ -223,6 +223,9 @@ func (b *Broker) openQueues() error {
 		},
 		Settings:   b.queueSettings,
 		AutoCreate: cfg.Coordination.Standalone(), // DESIGN §8 "Modes", S-21
+		// In a cluster only owned partitions are loaded (S-138): the
+		// catalog follower opens them, the rest stay closed on disk.
+		LazyPartitions: !cfg.Coordination.Standalone(),
 		DeadLetterPartition: func() func(queue.Key) (uint32, error) {
 			if b.cluster == nil {
 				return nil

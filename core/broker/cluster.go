@@ -163,6 +163,17 @@ func (c *coordinated) applyCatalog(snap *cluster.Snapshot) {
 	for _, q := range snap.Queues {
 		if _, err := qs.ApplyQueue(q.Info); err != nil {
 			c.b.log.Warn("cannot install declared queue", "queue", q.Info.Key.String(), "err", err)
+			continue
+		}
+		// Load (and recover) the partitions this node owns, so their
+		// leases, delays and TTLs run before anyone asks for them; the
+		// others stay closed on disk (S-138).
+		for _, p := range q.Parts {
+			if p.Placed() && p.Node == c.self.ID {
+				if _, err := qs.Partition(q.Info.Key, p.Ref.Partition); err != nil {
+					c.b.log.Warn("cannot open an owned partition", "partition", p.Ref.String(), "err", err)
+				}
+			}
 		}
 	}
 	for _, st := range snap.Streams {

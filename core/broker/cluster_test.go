@@ -151,6 +151,16 @@ func TestClusterRoutesClientsToOwners(t *testing.T) {
 	if st := c.Stats(); st.PrefetchViolations != 0 {
 		t.Fatalf("prefetch violations: %d", st.PrefetchViolations)
 	}
+	// S-138: each broker loaded only the partitions it owns.
+	for _, b := range bs {
+		snap := b.cluster.cl.Snapshot()
+		for _, d := range b.queues.Depths() {
+			p, _ := snap.Partition(core.PartitionRef{Topic: d.Key.Topic, Partition: d.Partition})
+			if p.Node != b.nodeID {
+				t.Errorf("%s loaded %s#%d, owned by %s", b.nodeID, d.Key, d.Partition, p.Node)
+			}
+		}
+	}
 }
 
 // Issue #4 §4: nothing is auto-created in coordinated mode; an undeclared

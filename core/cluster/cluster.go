@@ -99,8 +99,18 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		changed: make(chan struct{}),
 		labels:  opts.Self.Labels.Clone(),
 	}
-	if err := c.register(ctx); err != nil {
-		return nil, err
+	// A lease can end before its first record is written when granting it
+	// took longer than its TTL (a cluster still electing its first
+	// leader): register again with a fresh one.
+	for {
+		err := c.register(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, core.ErrLeaseLost) || ctx.Err() != nil {
+			return nil, err
+		}
+		c.log.Info("lease ended before registration completed; registering again", "err", err)
 	}
 	// The first snapshot is read before Start returns, so callers never
 	// see a nil one.

@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -227,7 +226,8 @@ func (m *Manager) deadLetterTarget(target Key) (*queue, *Partition, error) {
 		return nil, nil, err
 	}
 	if pick == nil {
-		return tq, tq.parts[m.dlqRR.Add(1)%uint64(len(tq.parts))], nil
+		tp, err := m.part(tq, uint32(m.dlqRR.Add(1)%uint64(len(tq.parts))))
+		return tq, tp, err
 	}
 	n, err := pick(target)
 	if err != nil {
@@ -236,8 +236,6 @@ func (m *Manager) deadLetterTarget(target Key) (*queue, *Partition, error) {
 	if tq, err = m.lookupOrCreate(target, false); err != nil {
 		return nil, nil, err
 	}
-	if int(n) >= len(tq.parts) {
-		return nil, nil, core.Errorf(core.ErrInternal, "dead-letter target %s has no partition %d", target, n)
-	}
-	return tq, tq.parts[n], nil
+	tp, err := m.part(tq, n)
+	return tq, tp, err
 }

@@ -54,8 +54,21 @@ type Manager struct {
 // so readers load it atomically at the moment they need it.
 type queue struct {
 	key   Key
-	parts []*Partition
+	parts []atomic.Pointer[Partition] // nil until opened (Options.LazyPartitions)
 	cfg   atomic.Pointer[queueConfig]
+
+	openMu sync.Mutex // serialises opening a partition on first use
+}
+
+// opened returns the partitions that are open, in index order.
+func (q *queue) opened() []*Partition {
+	out := make([]*Partition, 0, len(q.parts))
+	for i := range q.parts {
+		if p := q.parts[i].Load(); p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 type queueConfig struct {
@@ -141,21 +154,49 @@ func Open(opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// openQueue opens (creating when needed) every partition of a queue.
+// openQueue opens (creating when needed) every partition of a queue, or
+// none with Options.LazyPartitions: then each opens on first use.
 func (m *Manager) openQueue(info QueueInfo) (*queue, error) {
-	q := &queue{key: info.Key}
+	q := &queue{key: info.Key, parts: make([]atomic.Pointer[Partition], info.PartitionCount)}
 	q.cfg.Store(&queueConfig{dlq: info.DLQ, maxRetries: info.MaxRetries, defaultTTL: info.DefaultTTLMillis})
+	if m.opts.LazyPartitions {
+		return q, nil
+	}
 	for n := range info.PartitionCount {
 		p, err := m.openPartition(q, n)
 		if err != nil {
-			for _, p := range q.parts {
+			for _, p := range q.opened() {
 				p.closeStorage()
 			}
 			return nil, err
 		}
-		q.parts = append(q.parts, p)
+		q.parts[n].Store(p)
 	}
 	return q, nil
+}
+
+// part returns partition n, opening (and recovering) it on first use.
+func (m *Manager) part(q *queue, n uint32) (*Partition, error) {
+	if int(n) >= len(q.parts) {
+		return nil, core.Errorf(core.ErrNotFound, "queue %s has %d partitions; partition %d does not exist", q.key, len(q.parts), n)
+	}
+	if p := q.parts[n].Load(); p != nil {
+		return p, nil
+	}
+	q.openMu.Lock()
+	defer q.openMu.Unlock()
+	if p := q.parts[n].Load(); p != nil {
+		return p, nil
+	}
+	if m.closed.Load() {
+		return nil, errClosed()
+	}
+	p, err := m.openPartition(q, n)
+	if err != nil {
+		return nil, err
+	}
+	q.parts[n].Store(p)
+	return p, nil
 }
 
 // Close stops timers, lets dead-letter copies in progress finish, then
@@ -171,7 +212,10 @@ func (m *Manager) Close() error {
 	m.mu.Lock()
 	var parts []*Partition
 	m.queues.Range(func(_, v any) bool {
-		parts = append(parts, v.(*queue).parts...)
+		q := v.(*queue)
+		q.openMu.Lock() // an open in progress finishes; later ones see closed
+		parts = append(parts, q.opened()...)
+		q.openMu.Unlock()
 		return true
 	})
 	m.mu.Unlock()
@@ -194,7 +238,7 @@ func (m *Manager) Close() error {
 // closeAll releases what a failed Open had opened.
 func (m *Manager) closeAll() {
 	m.queues.Range(func(_, v any) bool {
-		for _, p := range v.(*queue).parts {
+		for _, p := range v.(*queue).opened() {
 			p.stop()
 			p.closeStorage()
 		}
@@ -305,7 +349,7 @@ func (m *Manager) createQueueLocked(info QueueInfo) (*queue, error) {
 		return nil, err
 	}
 	if err := m.saveCatalogLocked(q); err != nil {
-		for _, p := range q.parts {
+		for _, p := range q.opened() {
 			p.stop()
 			p.closeStorage()
 		}
@@ -427,13 +471,13 @@ type PartitionDepth struct {
 	Depth
 }
 
-// Depths returns the Depth of every queue partition (every queue the
-// engine has: they are all loaded), sorted by queue then partition.
+// Depths returns the Depth of every open queue partition (all of them,
+// unless Options.LazyPartitions), sorted by queue then partition.
 func (m *Manager) Depths() []PartitionDepth {
 	var out []PartitionDepth
 	for _, q := range m.sortedQueues() {
-		for n, p := range q.parts {
-			out = append(out, PartitionDepth{Key: q.key, Partition: uint32(n), Depth: p.Depth()})
+		for _, p := range q.opened() {
+			out = append(out, PartitionDepth{Key: q.key, Partition: p.index, Depth: p.Depth()})
 		}
 	}
 	return out
@@ -465,11 +509,7 @@ func (m *Manager) Partition(key Key, partition uint32) (*Partition, error) {
 		}
 		v = q
 	}
-	q := v.(*queue)
-	if int(partition) >= len(q.parts) {
-		return nil, core.Errorf(core.ErrNotFound, "queue %s has %d partitions; partition %d does not exist", key, len(q.parts), partition)
-	}
-	return q.parts[partition], nil
+	return m.part(v.(*queue), partition)
 }
 
 // lookupOrCreate finds a queue not yet in the map, creating it if create.

@@ -103,6 +103,10 @@ type Options struct {
 	Storage    storage.Options // fsync policy, segment size, FS seam
 	Settings   func() Settings // nil = DefaultSettings
 	AutoCreate bool            // standalone mode: create a queue on first publish/subscribe (S-21)
+	// LazyPartitions opens (and recovers) a partition only when it is first
+	// used, not at Open or declaration. In a cluster most partitions are
+	// owned by other nodes: their local copies are never loaded (S-138).
+	LazyPartitions bool
 	// DeadLetterPartition, when set (coordinated mode), chooses the
 	// partition of a dead-letter target that this node may append to — one
 	// it owns — and makes sure the engine has the target queue; an error
