@@ -97,10 +97,23 @@ func TestPublishConsumeEndToEnd(t *testing.T) {
 	if st := c.Stats(); st.PrefetchViolations != 0 || st.ProtocolViolations != 0 || st.UncorrelatedErrors != 0 {
 		t.Fatalf("client saw broker misbehaviour: %+v", st)
 	}
-	body := scrape(t, b)
-	for _, want := range []string{"fibril_broker_published_total 10", "fibril_broker_acked_total 10", "fibril_tcp_connections_open 1"} {
-		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %q", want)
+	// ACK is fire-and-forget: the last one may still be on its way when
+	// Ack returns, so the scrape is retried (bounded) until it shows.
+	want := []string{"fibril_broker_published_total 10", "fibril_broker_acked_total 10", "fibril_tcp_connections_open 1"}
+	var body string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		body = scrape(t, b)
+		missing := false
+		for _, w := range want {
+			missing = missing || !strings.Contains(body, w)
+		}
+		if !missing || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("metrics lack %q", w)
 		}
 	}
 }
