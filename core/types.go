@@ -33,6 +33,9 @@ const (
 	LabelDraining = "fibril/draining"
 	// LabelVisibility is "private" for private nodes; absent means public.
 	LabelVisibility = "fibril/visibility"
+	// LabelAdoption is the node's topology adoption level (S-120): the
+	// lowest generation its connections acknowledged. Absent until one did.
+	LabelAdoption = "fibril/adoption"
 )
 
 // Labels are a node's key/value annotations.

@@ -115,7 +115,8 @@ func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		return nil, err
 	}
 	if b.cluster != nil {
-		b.cluster.start() // readiness follows the cluster lease
+		b.cluster.cl.SetAdoptionSource(b.sessions.AdoptionLevel) // published with the heartbeat (S-120)
+		b.cluster.start()                                        // readiness follows the cluster lease
 	} else {
 		b.admin.SetReady()
 	}

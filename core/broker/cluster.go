@@ -405,6 +405,10 @@ func (c *coordinated) registerMetrics(reg prometheus.Registerer) {
 		}},
 		{"fibril_cluster_snapshot_index", "Coordination index of the snapshot in force.", func() float64 { return float64(snap().Index) }},
 		{"fibril_topology_generation", "Topology generation in force.", func() float64 { return float64(snap().Generation) }},
+		{"fibril_cluster_adoption_floor", "Lowest adoption level published by live nodes (S-120).", func() float64 {
+			f, _ := snap().AdoptionFloor()
+			return float64(f)
+		}},
 		{"fibril_topology_adoption_generation", "Lowest generation acknowledged by connections that acknowledged (S-120).", func() float64 {
 			if c.b.sessions == nil {
 				return 0
@@ -494,9 +498,15 @@ func (b *Broker) topologyView() any {
 		Self       core.NodeID `json:"self"`
 		Index      uint64      `json:"index"`
 		Generation uint64      `json:"generation"`
-		Nodes      []nodeView  `json:"nodes"`
-		Partitions []partView  `json:"partitions"`
+		// AdoptionFloor is the lowest adoption level live nodes published
+		// (S-120); absent when none has.
+		AdoptionFloor *uint64    `json:"adoption_floor,omitempty"`
+		Nodes         []nodeView `json:"nodes"`
+		Partitions    []partView `json:"partitions"`
 	}{Self: c.self.ID, Index: snap.Index, Generation: snap.Generation, Nodes: []nodeView{}, Partitions: []partView{}}
+	if f, ok := snap.AdoptionFloor(); ok {
+		out.AdoptionFloor = &f
+	}
 	for _, id := range snap.MemberIDs {
 		m := snap.Members[id]
 		out.Nodes = append(out.Nodes, nodeView{ID: id, Live: m.Live, Visibility: string(m.Info.Visibility()),

@@ -387,6 +387,19 @@ func TestClusterVersionFenceAndPush(t *testing.T) {
 		if len(up.Queues) != 1 || up.Queues[0].PartitioningVersion != 1 {
 			t.Fatalf("pushed topology %+v", up.Topology)
 		}
+		// The client acknowledges; the node publishes its adoption level
+		// with the heartbeat and the cluster floor follows (S-120).
+		if err := conn.Send(wire.OpTopologyUpdateAck, f.RequestID, &wire.TopologyUpdateAck{Generation: up.Generation}); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf(`"adoption_floor":%d`, up.Generation)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, body := adminDo(t, b, "GET", "/admin/api/topology", ""); strings.Contains(body, want) {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("admin topology never showed %s: %s", want, body)
+			}
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no TOPOLOGY_UPDATE after a routing change")
 	}

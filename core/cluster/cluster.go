@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,9 @@ type Cluster struct {
 	written sync.Map // core.PartitionRef → epoch marked written by this node
 
 	leader atomic.Bool
+
+	adoption     atomic.Pointer[func() (uint64, bool)]
+	adoptionSent uint64 // heartbeat goroutine only
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -261,6 +265,31 @@ func (c *Cluster) putRecord(ctx context.Context, lease core.Lease, labels core.L
 	return nil
 }
 
+// SetAdoptionSource tells the heartbeat where to read this node's topology
+// adoption level (S-120); it is published as LabelAdoption when it
+// changes. The session server exists only after the cluster is joined,
+// hence a setter.
+func (c *Cluster) SetAdoptionSource(f func() (uint64, bool)) { c.adoption.Store(&f) }
+
+// publishAdoption writes LabelAdoption when the level moved (heartbeat
+// goroutine only). The label is not routing content: it never moves the
+// generation.
+func (c *Cluster) publishAdoption() {
+	f := c.adoption.Load()
+	if f == nil {
+		return
+	}
+	gen, ok := (*f)()
+	if !ok || gen == c.adoptionSent {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.Heartbeat)
+	defer cancel()
+	if err := c.SetLabel(ctx, core.LabelAdoption, strconv.FormatUint(gen, 10)); err == nil {
+		c.adoptionSent = gen
+	}
+}
+
 // SetLabel changes one of this node's labels ("" deletes it) and writes
 // the record at once.
 func (c *Cluster) SetLabel(ctx context.Context, key, value string) error {
@@ -310,6 +339,7 @@ func (c *Cluster) heartbeatLoop() {
 				}
 				cancel()
 			}
+			c.publishAdoption()
 		case errors.Is(err, core.ErrLeaseLost):
 			c.stats.LeaseLosses.Add(1)
 			c.log.Warn("liveness lease lost; registering again", "err", err)

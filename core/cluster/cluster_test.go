@@ -351,3 +351,30 @@ func TestGenerationMovesOnRoutingChangesOnly(t *testing.T) {
 	declare(t, a.Cluster, "more", 1)
 	eventually(t, "generation moves", func() bool { return a.Snapshot().Generation > g })
 }
+
+// S-120: each node publishes its adoption level with its heartbeat; the
+// cluster floor is the lowest among live nodes; the label never moves the
+// topology generation.
+func TestAdoptionFloor(t *testing.T) {
+	tc := newTestCluster(t, "a", "b")
+	a, b := tc.nodes["a"], tc.nodes["b"]
+	if _, ok := a.Snapshot().AdoptionFloor(); ok {
+		t.Fatal("a floor before any node published one")
+	}
+	eventually(t, "both nodes live", func() bool { return a.Snapshot().Live("a") && a.Snapshot().Live("b") })
+	gen := a.Snapshot().Generation
+	a.SetAdoptionSource(func() (uint64, bool) { return 9, true })
+	b.SetAdoptionSource(func() (uint64, bool) { return 7, true })
+	eventually(t, "the floor is 7", func() bool {
+		f, ok := a.Snapshot().AdoptionFloor()
+		return ok && f == 7
+	})
+	if g := a.Snapshot().Generation; g != gen {
+		t.Fatalf("adoption labels moved the generation %d → %d", gen, g)
+	}
+	tc.crash("b") // dead nodes do not hold the floor down
+	eventually(t, "the floor is 9", func() bool {
+		f, ok := a.Snapshot().AdoptionFloor()
+		return ok && f == 9
+	})
+}

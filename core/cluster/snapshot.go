@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"strconv"
+
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/queue"
 )
@@ -117,6 +119,25 @@ func (s *Snapshot) LiveNodes() []*Member {
 		}
 	}
 	return out
+}
+
+// AdoptionFloor is the cluster adoption floor (S-120): the lowest
+// adoption level published by live nodes; ok is false when none has.
+func (s *Snapshot) AdoptionFloor() (floor uint64, ok bool) {
+	for _, id := range s.MemberIDs {
+		m := s.Members[id]
+		if !m.Live {
+			continue
+		}
+		v, err := strconv.ParseUint(m.Info.Labels[core.LabelAdoption], 10, 64)
+		if err != nil {
+			continue
+		}
+		if !ok || v < floor {
+			floor, ok = v, true
+		}
+	}
+	return floor, ok
 }
 
 // AllPartitions calls f for every queue partition, then every stream
