@@ -86,17 +86,13 @@ func TestClusterRoutesClientsToOwners(t *testing.T) {
 	bs := startMemCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()},
-		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialClient(ctx, t, bs[0])
 	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "orders", Partitions: 6}); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until every partition has an owner in the topology.
 	var topo *client.Topology
+	var err error
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		topo, err = c.Topology(ctx, "orders")
@@ -169,13 +165,8 @@ func TestClusterDoesNotAutoCreate(t *testing.T) {
 	bs := startMemCluster(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()},
-		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_, err = c.Publisher("nope", client.PublisherOptions{}).PublishConfirmed(ctx, client.Message{Payload: []byte("x")})
+	c := dialClient(ctx, t, bs[0])
+	_, err := c.Publisher("nope", client.PublisherOptions{}).PublishConfirmed(ctx, client.Message{Payload: []byte("x")})
 	var be *client.Error
 	if !errors.As(err, &be) || be.Code != 404 {
 		t.Fatalf("publish to an undeclared queue: %v, want 404", err)
@@ -248,13 +239,9 @@ func TestClusterRuntimeSettingsAreShared(t *testing.T) {
 	if code, body := adminDo(t, bs[0], "PUT", "/admin/api/runtime-settings", string(nb)); code != 200 {
 		t.Fatalf("put: %d %s", code, body)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for bs[1].settings.Current().Connection.ReconnectGraceMS != 1234 {
-		if time.Now().After(deadline) {
-			t.Fatal("the other broker did not apply the change")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the other broker applies the change", func() bool {
+		return bs[1].settings.Current().Connection.ReconnectGraceMS == 1234
+	})
 	if code, body := adminDo(t, bs[1], "PUT", "/admin/api/runtime-settings", string(nb)); code != 409 || !strings.Contains(body, "1234") {
 		t.Fatalf("stale put: %d %s, want 409 with the current settings", code, body)
 	}
@@ -278,23 +265,15 @@ func TestClusterDrain(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()},
-		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(func() string { _, b := adminDo(t, bs[0], "GET", "/admin/api/topology", ""); return b }(), `"draining":true`) {
-		if time.Now().After(deadline) {
-			t.Fatal("draining flag not visible")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	c := dialClient(ctx, t, bs[0])
+	waitFor(t, "the draining flag is visible", func() bool {
+		_, body := adminDo(t, bs[0], "GET", "/admin/api/topology", "")
+		return strings.Contains(body, `"draining":true`)
+	})
 	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "after", Partitions: 4}); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	waitFor(t, "the new queue is placed", func() bool {
 		_, body := adminDo(t, bs[0], "GET", "/admin/api/topology", "")
 		var v struct {
 			Partitions []struct {
@@ -311,14 +290,8 @@ func TestClusterDrain(t *testing.T) {
 				placed++
 			}
 		}
-		if placed == 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not placed: %s", body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return placed == 4
+	})
 }
 
 // memMember is a handle on the in-memory coordinator of a memtest cluster.
@@ -356,13 +329,10 @@ func TestClusterVersionFenceAndPush(t *testing.T) {
 	if f, err := conn.Do(ctx, wire.OpDeclareQueue, &wire.DeclareQueue{Topic: "fenced", PartitionCount: wire.Some(uint32(1))}); err != nil || f.Op != wire.OpDeclareQueueOK {
 		t.Fatalf("declare: %v %v", f.Op, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for b.cluster.cl.Snapshot().Queue("fenced", "") == nil || !b.cluster.cl.Snapshot().Queue("fenced", "").Parts[0].Placed() {
-		if time.Now().After(deadline) {
-			t.Fatal("not placed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the queue is placed", func() bool {
+		q := b.cluster.cl.Snapshot().Queue("fenced", "")
+		return q != nil && q.Parts[0].Placed()
+	})
 	// Bump the partitioning version as a repartition would.
 	m := memMember(t)
 	kv, err := m.Get(ctx, "queues/fenced/@default")
@@ -436,12 +406,7 @@ func TestClusterDeadLetters(t *testing.T) {
 	bs := startMemCluster(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()},
-		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialClient(ctx, t, bs[0])
 	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "dead", Partitions: 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -462,13 +427,7 @@ func TestClusterDeadLetters(t *testing.T) {
 		}
 		return true
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !placed("dead") || !placed("work") {
-		if time.Now().After(deadline) {
-			t.Fatal("not placed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "both queues are placed", func() bool { return placed("dead") && placed("work") })
 	if _, err := c.Topology(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -517,12 +476,7 @@ func TestClusterReconcileDoesNotRestoreElsewhere(t *testing.T) {
 	bs := startMemCluster(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()},
-		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialClient(ctx, t, bs[0])
 	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "rq", Partitions: 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -569,6 +523,29 @@ func TestClusterReconcileDoesNotRestoreElsewhere(t *testing.T) {
 			t.Errorf("own partition %d: %v, want restored", p, e.Code)
 		case p == *theirs && (e.Code != wire.ReasonServerMissing || e.Server.Present):
 			t.Errorf("partition %d owned by the other broker: %v (server %v), want missing", p, e.Code, e.Server.Present)
+		}
+	}
+}
+
+// dialClient connects the Go client to b as the built-in loopback user;
+// the client is closed at cleanup.
+func dialClient(ctx context.Context, t *testing.T, b *Broker) *client.Client {
+	t.Helper()
+	c, err := client.Dial(ctx, client.Options{Addrs: []string{b.BrokerAddr().String()},
+		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitFor retries cond until it holds, failing t after 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
 		}
 	}
 }
