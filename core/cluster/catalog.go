@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 
 	"github.com/fibrilgo/fibril/core"
@@ -23,88 +24,71 @@ const maxDeclareRounds = 16
 // that concurrent declarations on different brokers agree. defaultCount
 // is partitioning.default_partition_count from the runtime settings.
 func (c *Cluster) DeclareQueue(ctx context.Context, spec queue.QueueSpec, defaultCount uint32) (queue.QueueInfo, error) {
-	key := queueKey(spec.Topic, spec.Group.Value)
-	for range maxDeclareRounds {
-		kv, err := c.coord.Get(ctx, key)
-		if err != nil {
-			return queue.QueueInfo{}, unavailable(err)
-		}
-		var cur *queue.QueueInfo
-		if kv.Version != 0 {
-			info, err := queue.DecodeQueueInfo(kv.Value)
-			if err != nil {
-				return queue.QueueInfo{}, core.Errorf(core.ErrInternal, "catalog entry %s is unreadable: %v", key, err)
-			}
-			cur = &info
-		}
-		kinds, err := c.kindOf(ctx, spec.Topic)
-		if err != nil {
-			return queue.QueueInfo{}, err
-		}
-		info, err := queue.ResolveQueue(cur, spec, defaultCount, kinds)
-		if err != nil {
-			return queue.QueueInfo{}, err
-		}
-		if cur != nil && reflect.DeepEqual(info, *cur) {
-			return info, nil
-		}
-		if cur == nil {
-			if err := c.claimTopic(ctx, spec.Topic, queue.KindQueue); err != nil {
-				return queue.QueueInfo{}, err
-			}
-		}
-		b, err := queue.EncodeQueueInfo(info)
-		if err != nil {
-			return queue.QueueInfo{}, core.Errorf(core.ErrInternal, "encode %s: %v", key, err)
-		}
-		if _, err := c.coord.CompareAndSet(ctx, key, b, kv.Version); err == nil {
-			return info, nil
-		} else if !errors.Is(err, core.ErrVersionConflict) {
-			return queue.QueueInfo{}, unavailable(err)
-		}
-	}
-	return queue.QueueInfo{}, core.Errorf(core.ErrUnavailable, "queue %s: concurrent declarations kept conflicting; retry", spec.Key)
+	return declareEntry(ctx, c, queueKey(spec.Topic, spec.Group.Value), spec.Topic, queue.KindQueue,
+		"queue "+spec.Key.String(), queue.DecodeQueueInfo, queue.EncodeQueueInfo,
+		func(cur *queue.QueueInfo, kinds func(string) (queue.Kind, bool)) (queue.QueueInfo, error) {
+			return queue.ResolveQueue(cur, spec, defaultCount, kinds)
+		})
 }
 
 // DeclareStream records a stream declaration (S-70), as DeclareQueue does
 // for queues.
 func (c *Cluster) DeclareStream(ctx context.Context, spec queue.StreamSpec, defaultCount uint32) (queue.StreamInfo, error) {
-	key := streamKey(spec.Topic)
+	return declareEntry(ctx, c, streamKey(spec.Topic), spec.Topic, queue.KindStream,
+		fmt.Sprintf("stream %q", spec.Topic), queue.DecodeStreamInfo, queue.EncodeStreamInfo,
+		func(cur *queue.StreamInfo, kinds func(string) (queue.Kind, bool)) (queue.StreamInfo, error) {
+			return queue.ResolveStream(cur, spec, defaultCount, kinds)
+		})
+}
+
+// declareEntry is the compare-and-set loop behind both declarations: read the
+// catalog entry at key, let resolve decide against it, claim the topic's
+// kind for a new entry, and write the decision unless it changes nothing.
+// A conflicting concurrent write makes it read and decide again.
+func declareEntry[T any](ctx context.Context, c *Cluster, key, topic string, kind queue.Kind, what string,
+	decode func([]byte) (T, error), encode func(T) ([]byte, error),
+	resolve func(cur *T, kinds func(string) (queue.Kind, bool)) (T, error)) (T, error) {
+	var zero T
 	for range maxDeclareRounds {
 		kv, err := c.coord.Get(ctx, key)
 		if err != nil {
-			return queue.StreamInfo{}, unavailable(err)
+			return zero, unavailable(err)
 		}
-		var cur *queue.StreamInfo
+		var cur *T
 		if kv.Version != 0 {
-			info, err := queue.DecodeStreamInfo(kv.Value)
+			info, err := decode(kv.Value)
 			if err != nil {
-				return queue.StreamInfo{}, core.Errorf(core.ErrInternal, "catalog entry %s is unreadable: %v", key, err)
+				return zero, core.Errorf(core.ErrInternal, "catalog entry %s is unreadable: %v", key, err)
 			}
 			cur = &info
 		}
-		kinds, err := c.kindOf(ctx, spec.Topic)
+		kinds, err := c.kindOf(ctx, topic)
 		if err != nil {
-			return queue.StreamInfo{}, err
+			return zero, err
 		}
-		info, err := queue.ResolveStream(cur, spec, defaultCount, kinds)
-		if err != nil || cur != nil {
-			return info, err
-		}
-		if err := c.claimTopic(ctx, spec.Topic, queue.KindStream); err != nil {
-			return queue.StreamInfo{}, err
-		}
-		b, err := queue.EncodeStreamInfo(info)
+		info, err := resolve(cur, kinds)
 		if err != nil {
-			return queue.StreamInfo{}, core.Errorf(core.ErrInternal, "encode %s: %v", key, err)
+			return zero, err
 		}
-		if _, err := c.coord.CompareAndSet(ctx, key, b, 0); err == nil {
+		if cur != nil && reflect.DeepEqual(info, *cur) {
+			return info, nil
+		}
+		if cur == nil {
+			if err := c.claimTopic(ctx, topic, kind); err != nil {
+				return zero, err
+			}
+		}
+		b, err := encode(info)
+		if err != nil {
+			return zero, core.Errorf(core.ErrInternal, "encode %s: %v", key, err)
+		}
+		if _, err := c.coord.CompareAndSet(ctx, key, b, kv.Version); err == nil {
 			return info, nil
 		} else if !errors.Is(err, core.ErrVersionConflict) {
-			return queue.StreamInfo{}, unavailable(err)
+			return zero, unavailable(err)
 		}
 	}
-	return queue.StreamInfo{}, core.Errorf(core.ErrUnavailable, "stream %q: concurrent declarations kept conflicting; retry", spec.Topic)
+	return zero, core.Errorf(core.ErrUnavailable, "%s: concurrent declarations kept conflicting; retry", what)
 }
 
 // kindOf returns a kind lookup for queue.Resolve*: topic itself is read
