@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -45,4 +46,28 @@ func Follow(ctx context.Context, doc Document, apply func(data []byte, version u
 		idx = next
 		apply(data, ver)
 	}
+}
+
+// LoadOrSeed reads doc; when it does not exist yet, seed (nil, or returning
+// nil data: nothing to seed) supplies its first content, stored with
+// compare-and-set — if another writer stored one first, that one is read
+// instead. seeded reports whether this call wrote the document. An error
+// from seed is returned as it is.
+func LoadOrSeed(ctx context.Context, doc Document, seed func() ([]byte, error)) (data []byte, version uint64, seeded bool, err error) {
+	if data, version, err = doc.Load(ctx); err != nil || version != 0 || seed == nil {
+		return data, version, false, err
+	}
+	first, err := seed()
+	if err != nil || first == nil {
+		return data, version, false, err
+	}
+	version, err = doc.Swap(ctx, first, 0)
+	switch {
+	case err == nil:
+		return first, version, true, nil
+	case errors.Is(err, ErrVersionConflict): // another writer seeded first
+		data, version, err = doc.Load(ctx)
+		return data, version, false, err
+	}
+	return nil, 0, false, err
 }

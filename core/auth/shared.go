@@ -33,22 +33,17 @@ func OpenShared(ctx context.Context, doc core.Document, local *Store, log *slog.
 	if log == nil {
 		log = slog.Default()
 	}
-	data, ver, err := doc.Load(ctx)
+	data, ver, seeded, err := core.LoadOrSeed(ctx, doc, func() ([]byte, error) {
+		if local == nil || local.Len() == 0 {
+			return nil, nil
+		}
+		return encodeStore(*local.cur.Load()), nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("user store: %w", err)
 	}
-	if ver == 0 && local != nil && local.Len() > 0 {
-		b := encodeStore(*local.cur.Load())
-		if ver, err = doc.Swap(ctx, b, 0); err == nil {
-			data = b
-			log.Info("user store: the cluster's store starts with this node's users", "count", local.Len())
-		} else if errors.Is(err, core.ErrVersionConflict) {
-			if data, ver, err = doc.Load(ctx); err != nil {
-				return nil, fmt.Errorf("user store: %w", err)
-			}
-		} else {
-			return nil, fmt.Errorf("user store: %w", err)
-		}
+	if seeded {
+		log.Info("user store: the cluster's store starts with this node's users", "count", local.Len())
 	}
 	set := userSet{}
 	if ver != 0 {

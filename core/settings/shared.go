@@ -21,24 +21,19 @@ func OpenShared(ctx context.Context, doc core.Document, seed Document, log *slog
 		log = slog.Default()
 	}
 	st := &Store{doc: doc, log: log}
-	data, ver, err := doc.Load(ctx)
+	var seedErr error
+	data, ver, _, err := core.LoadOrSeed(ctx, doc, func() ([]byte, error) {
+		if err := seed.Validate(); err != nil {
+			seedErr = fmt.Errorf("runtime settings seed: %w", err)
+			return nil, seedErr
+		}
+		return json.Marshal(seed)
+	})
+	if seedErr != nil {
+		return nil, seedErr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("runtime settings: %w", err)
-	}
-	if ver == 0 {
-		if err := seed.Validate(); err != nil {
-			return nil, fmt.Errorf("runtime settings seed: %w", err)
-		}
-		b, _ := json.Marshal(seed)
-		if ver, err = doc.Swap(ctx, b, 0); err == nil {
-			data = b
-		} else if errors.Is(err, core.ErrVersionConflict) { // another broker seeded first
-			if data, ver, err = doc.Load(ctx); err != nil {
-				return nil, fmt.Errorf("runtime settings: %w", err)
-			}
-		} else {
-			return nil, fmt.Errorf("runtime settings: %w", err)
-		}
 	}
 	d, err := parseDocument(data)
 	if err != nil {
