@@ -38,18 +38,20 @@ const ShutdownTimeout = 10 * time.Second
 
 // Broker is one running broker process.
 type Broker struct {
-	cfg      *config.Config
-	log      *slog.Logger
-	ownerID  wire.UUID
-	settings *settings.Store
-	tls      *tlsconf.Material
-	users    *auth.Store
-	queues   *queue.Manager
-	sessions *session.Server
-	admin    *admin.Server
-	registry *metricsRegistry
-	nodeID   core.NodeID  // coordinated mode only
-	cluster  *coordinated // nil in standalone mode
+	cfg          *config.Config
+	log          *slog.Logger
+	ownerID      wire.UUID
+	settings     *settings.Store
+	tls          *tlsconf.Material
+	users        *auth.Store
+	queues       *queue.Manager
+	sessions     *session.Server
+	admin        *admin.Server
+	registry     *metricsRegistry
+	secret       []byte       // the cluster secret (S-149); nil when none is configured
+	secretOrigin string       // where it came from, for the log
+	nodeID       core.NodeID  // coordinated mode only
+	cluster      *coordinated // nil in standalone mode
 
 	// What the admin listener reads while Start may still swap the stores
 	// for the cluster's shared ones.
@@ -194,6 +196,11 @@ func (b *Broker) openSecurity() error {
 	if err != nil {
 		return err
 	}
+	// Resolved once: the authenticator (@node logins) and the coordination
+	// backend both use it.
+	if b.secret, b.secretOrigin, err = auth.ResolveClusterSecret(*cfg); err != nil {
+		return err
+	}
 	if b.users, err = auth.OpenStore(filepath.Join(cfg.Server.DataDir, auth.StoreFile)); err != nil {
 		return err
 	}
@@ -299,11 +306,7 @@ func (b *Broker) startAdmin() error {
 func (b *Broker) startSessions() error {
 	cfg := b.cfg
 	var err error
-	secret, _, err := auth.ResolveClusterSecret(*cfg)
-	if err != nil {
-		return err
-	}
-	authn := auth.NewAuthenticator(auth.Options{Store: b.users, ClusterSecret: secret,
+	authn := auth.NewAuthenticator(auth.Options{Store: b.users, ClusterSecret: b.secret,
 		AllowDefaultLoopback: cfg.Auth.AllowDefaultLoopback})
 	adv, err := b.advertised()
 	if err != nil {

@@ -50,10 +50,7 @@ type coordinated struct {
 // no client is served yet.
 func (b *Broker) startCluster() error {
 	cfg := b.cfg
-	secret, origin, err := auth.ResolveClusterSecret(*cfg)
-	if err != nil {
-		return err
-	}
+	secret, origin := b.secret, b.secretOrigin
 	if len(secret) == 0 {
 		return fmt.Errorf("coordination.backend = %q needs a cluster secret (S-149): set FIBRIL_CLUSTER_SECRET, or coordination.secret_path, or put it in %s",
 			cfg.Coordination.Backend, filepath.Join(cfg.Server.DataDir, auth.ClusterSecretFile))
@@ -362,18 +359,6 @@ func loadNodeID(cfg *config.Config) (core.NodeID, error) {
 		return "", fmt.Errorf("server.data_dir: keep node id: %w", err)
 	}
 	return core.NodeID(id), nil
-}
-
-func writeFileSync(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	if f, err := os.Open(tmp); err == nil {
-		_ = f.Sync()
-		f.Close()
-	}
-	return os.Rename(tmp, path)
 }
 
 // registerClusterMetrics exports the cluster view (docs/metrics.md,

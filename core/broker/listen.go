@@ -143,16 +143,21 @@ func loadOwnerID(path string) (wire.UUID, error) {
 	_, _ = rand.Read(id[:])
 	id[6] = 0x40 | id[6]&0x0f
 	id[8] = 0x80 | id[8]&0x3f
+	return id, writeFileSync(path, []byte(id.String()+"\n"))
+}
+
+// writeFileSync writes a small file crash-safely enough for an id that is
+// generated once: a temp file, fsynced, renamed into place.
+func writeFileSync(path string, data []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(id.String()+"\n"), 0o600); err != nil {
-		return id, err
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
 	}
-	f, err := os.Open(tmp)
-	if err == nil {
+	if f, err := os.Open(tmp); err == nil {
 		_ = f.Sync()
 		f.Close()
 	}
-	return id, os.Rename(tmp, path)
+	return os.Rename(tmp, path)
 }
 
 // registerEngineMetrics exports the queue engine's and the storage's
