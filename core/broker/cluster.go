@@ -221,15 +221,24 @@ func (c *coordinated) Route(ref core.PartitionRef, publish bool, version uint64)
 	if err := c.ensureLocal(snap, ref); err != nil {
 		return session.Route{Err: err}
 	}
-	if publish && !c.cl.IsWritten(d.Partition) {
-		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
-		err := c.cl.MarkWritten(ctx, ref)
-		cancel()
-		if err != nil {
+	if publish {
+		if err := c.markWritten(d.Partition); err != nil {
 			return session.Route{Err: err}
 		}
 	}
 	return session.Route{Serve: true}
+}
+
+// markWritten records the first-write mark of an owned partition before
+// its first append (DESIGN.md §8). Once marked it costs a map lookup: no
+// context, no I/O.
+func (c *coordinated) markWritten(p cluster.Partition) error {
+	if c.cl.IsWritten(p) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+	defer cancel()
+	return c.cl.MarkWritten(ctx, p.Ref)
 }
 
 // markTimeout bounds the first-write mark of a partition (one
@@ -599,12 +608,8 @@ func (c *coordinated) deadLetterPartition(target queue.Key) (uint32, error) {
 	if err := c.ensureLocal(snap, p.Ref); err != nil {
 		return 0, err
 	}
-	if !c.cl.IsWritten(p) {
-		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
-		defer cancel()
-		if err := c.cl.MarkWritten(ctx, p.Ref); err != nil {
-			return 0, err
-		}
+	if err := c.markWritten(p); err != nil {
+		return 0, err
 	}
 	return p.Ref.Partition, nil
 }

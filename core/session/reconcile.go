@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -127,11 +126,7 @@ func (s *Session) routedElsewhere(cs wire.ReconcileSub) bool {
 	if r == nil {
 		return false
 	}
-	g := ""
-	if cs.Group.Present {
-		g = cs.Group.Value
-	}
-	return !r.Route(core.PartitionRef{Topic: cs.Topic, Group: g, Partition: cs.Partition}, false, 0).Serve
+	return !r.Route(partitionRef(cs.Topic, cs.Group, cs.Partition), false, 0).Serve
 }
 
 // ownsPartition reports whether the local engine has the partition.

@@ -54,11 +54,17 @@ func (c *Conn) route(topic string, group wire.Option[string], partition uint32, 
 	if r == nil {
 		return Route{Serve: true}
 	}
-	g := "" // an absent group; the engine keys queues the same way
+	return r.Route(partitionRef(topic, group, partition), publish, version)
+}
+
+// partitionRef names a partition from its wire fields: an absent group is
+// "", as the engine keys queues.
+func partitionRef(topic string, group wire.Option[string], partition uint32) core.PartitionRef {
+	g := ""
 	if group.Present {
 		g = group.Value
 	}
-	return r.Route(core.PartitionRef{Topic: topic, Group: g, Partition: partition}, publish, version)
+	return core.PartitionRef{Topic: topic, Group: g, Partition: partition}
 }
 
 // pushTopology is the live topology push (S-119, WIRE §14.2): whenever
