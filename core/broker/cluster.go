@@ -42,7 +42,10 @@ type coordinated struct {
 	stop  chan struct{}
 	done  chan struct{}
 	ran   bool // run was started (close waits for it)
-	dlqRR atomic.Uint64
+	// applied are the queues of the last snapshot installed without error
+	// (applyCatalog, run goroutine only).
+	applied map[*cluster.Queue]bool
+	dlqRR   atomic.Uint64
 }
 
 // startCluster opens the coordination backend and joins the cluster
@@ -155,9 +158,19 @@ func (c *coordinated) run() {
 	}
 }
 
+// applyCatalog installs the snapshot's queues and streams in the local
+// engine. Snapshots share the *cluster.Queue of every channel a change did
+// not touch, so a queue applied without error before is skipped: a
+// first-write mark elsewhere does not make every node walk every
+// partition again. Run goroutine only.
 func (c *coordinated) applyCatalog(snap *cluster.Snapshot) {
 	qs := c.b.queues
+	applied := make(map[*cluster.Queue]bool, len(snap.Queues))
 	for _, q := range snap.Queues {
+		if c.applied[q] {
+			applied[q] = true
+			continue
+		}
 		if _, err := qs.ApplyQueue(q.Info); err != nil {
 			c.b.log.Warn("cannot install declared queue", "queue", q.Info.Key.String(), "err", err)
 			continue
@@ -165,14 +178,18 @@ func (c *coordinated) applyCatalog(snap *cluster.Snapshot) {
 		// Load (and recover) the partitions this node owns, so their
 		// leases, delays and TTLs run before anyone asks for them; the
 		// others stay closed on disk (S-138).
+		ok := true
 		for _, p := range q.Parts {
 			if p.Placed() && p.Node == c.self.ID {
 				if _, err := qs.Partition(q.Info.Key, p.Ref.Partition); err != nil {
 					c.b.log.Warn("cannot open an owned partition", "partition", p.Ref.String(), "err", err)
+					ok = false
 				}
 			}
 		}
+		applied[q] = ok
 	}
+	c.applied = applied
 	for _, st := range snap.Streams {
 		if _, err := qs.ApplyStream(st.Info); err != nil {
 			c.b.log.Warn("cannot install declared stream", "stream", st.Info.Topic, "err", err)

@@ -141,11 +141,10 @@ func (b *builder) incremental(prev *Snapshot, kvs []core.KV, index uint64) *Snap
 	if len(changed) == 0 {
 		return s
 	}
-	s.Queues = slices.Clone(prev.Queues)
-	s.Streams = slices.Clone(prev.Streams)
-	s.queues = make(map[queueID]*Queue, len(prev.queues))
-	s.streams = make(map[string]*Stream, len(prev.streams))
-	copied := make(map[any]bool)
+	// Copy-on-write: each channel a change touches is copied once (old →
+	// copy); every other channel is shared with prev.
+	queues := make(map[*Queue]*Queue)
+	streams := make(map[*Stream]*Stream)
 	for _, kv := range changed {
 		topic, group, n, ok := parseAssignRef(kv.Key)
 		a, ok2 := decodeAssignment(kv.Value)
@@ -153,44 +152,44 @@ func (b *builder) incremental(prev *Snapshot, kvs []core.KV, index uint64) *Snap
 			continue
 		}
 		p := Partition{Ref: core.PartitionRef{Topic: topic, Group: group, Partition: n}, Assignment: a, Version: kv.Version}
-		if qi := slices.IndexFunc(s.Queues, func(q *Queue) bool { return q.Info.Topic == topic && q.Info.Group.Value == group }); qi >= 0 {
-			q := s.Queues[qi]
-			if int(n) >= len(q.Parts) {
-				continue
+		if old := prev.queues[queueID{topic, group}]; old != nil {
+			if int(n) < len(old.Parts) {
+				q := queues[old]
+				if q == nil {
+					q = &Queue{Info: old.Info, Parts: slices.Clone(old.Parts)}
+					queues[old] = q
+				}
+				q.Parts[n] = p
 			}
-			if !copied[q] {
-				q = &Queue{Info: q.Info, Parts: slices.Clone(q.Parts)}
-				s.Queues[qi] = q
-				copied[q] = true
-			}
-			q.Parts[n] = p
 			continue
 		}
-		if group == "" {
-			if si := slices.IndexFunc(s.Streams, func(st *Stream) bool { return st.Info.Topic == topic }); si >= 0 {
-				st := s.Streams[si]
-				if int(n) >= len(st.Parts) {
-					continue
-				}
-				if !copied[st] {
-					st = &Stream{Info: st.Info, Parts: slices.Clone(st.Parts)}
-					s.Streams[si] = st
-					copied[st] = true
-				}
-				st.Parts[n] = p
+		if old := prev.streams[topic]; old != nil && group == "" && int(n) < len(old.Parts) {
+			st := streams[old]
+			if st == nil {
+				st = &Stream{Info: old.Info, Parts: slices.Clone(old.Parts)}
+				streams[old] = st
 			}
+			st.Parts[n] = p
 		}
 	}
-	for _, q := range s.Queues {
-		if copied[q] {
-			q.fp = q.fingerprint()
+	s.Queues = make([]*Queue, len(prev.Queues))
+	s.queues = make(map[queueID]*Queue, len(prev.queues))
+	for i, q := range prev.Queues {
+		if c := queues[q]; c != nil {
+			c.fp = c.fingerprint()
+			q = c
 		}
+		s.Queues[i] = q
 		s.queues[queueID{q.Info.Topic, q.Info.Group.Value}] = q
 	}
-	for _, st := range s.Streams {
-		if copied[st] {
-			st.fp = st.fingerprint()
+	s.Streams = make([]*Stream, len(prev.Streams))
+	s.streams = make(map[string]*Stream, len(prev.streams))
+	for i, st := range prev.Streams {
+		if c := streams[st]; c != nil {
+			c.fp = c.fingerprint()
+			st = c
 		}
+		s.Streams[i] = st
 		s.streams[st.Info.Topic] = st
 	}
 	return s
