@@ -69,15 +69,24 @@ func (s *Store) follow(ctx context.Context) {
 		if ver == 0 || ver == s.docVer {
 			return
 		}
-		d, err := parseDocument(data)
-		if err != nil {
+		if err := s.adoptLocked(data, ver); err != nil {
 			s.log.Warn("ignoring an invalid runtime settings document from the coordinator", "err", err)
 			return
 		}
-		s.cur.Store(&d)
-		s.docVer = ver
-		s.log.Info("runtime settings changed", "version", d.Version)
+		s.log.Info("runtime settings changed", "version", s.Current().Version)
 	})
+}
+
+// adoptLocked makes data, the shared document at version ver, current; an
+// invalid document changes nothing. Called with s.mu held.
+func (s *Store) adoptLocked(data []byte, ver uint64) error {
+	d, err := parseDocument(data)
+	if err != nil {
+		return err
+	}
+	s.cur.Store(&d)
+	s.docVer = ver
+	return nil
 }
 
 // replaceShared is Replace for a shared document: compare-and-set on the
@@ -90,12 +99,8 @@ func (s *Store) replaceShared(d Document) (Document, error) {
 	defer cancel()
 	ver, err := s.doc.Swap(ctx, b, s.docVer)
 	if errors.Is(err, core.ErrVersionConflict) {
-		if data, v, lerr := s.doc.Load(ctx); lerr == nil {
-			if nd, perr := parseDocument(data); perr == nil {
-				s.cur.Store(&nd)
-				s.docVer = v
-				cur = nd
-			}
+		if data, v, lerr := s.doc.Load(ctx); lerr == nil && s.adoptLocked(data, v) == nil {
+			cur = s.Current()
 		}
 		return cur, core.Errorf(core.ErrConflict, "runtime settings changed elsewhere: version is now %d", cur.Version)
 	}
