@@ -67,12 +67,8 @@ func (d *sharedDoc) update(s *Store, change func(set userSet, now time.Time) err
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for range sharedRounds {
-		cur := *s.cur.Load()
-		next := make(userSet, len(cur)+1)
-		for k, v := range cur {
-			next[k] = v
-		}
-		if err := change(next, time.Now().UTC().Truncate(time.Second)); err != nil {
+		next, err := s.changed(change)
+		if err != nil {
 			return err
 		}
 		ver, err := d.doc.Swap(ctx, encodeStore(next), d.ver)

@@ -294,12 +294,8 @@ func (s *Store) update(change func(set userSet, now time.Time) error) error {
 	if s.shared != nil {
 		return s.shared.update(s, change)
 	}
-	cur := *s.cur.Load()
-	next := make(userSet, len(cur)+1)
-	for k, v := range cur {
-		next[k] = v
-	}
-	if err := change(next, time.Now().UTC().Truncate(time.Second)); err != nil {
+	next, err := s.changed(change)
+	if err != nil {
 		return err
 	}
 	if err := s.persist(next); err != nil {
@@ -307,6 +303,20 @@ func (s *Store) update(change func(set userSet, now time.Time) error) error {
 	}
 	s.cur.Store(&next)
 	return nil
+}
+
+// changed returns a copy of the current set with change applied (the
+// current one is immutable: readers hold it without locks).
+func (s *Store) changed(change func(set userSet, now time.Time) error) (userSet, error) {
+	cur := *s.cur.Load()
+	next := make(userSet, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	if err := change(next, time.Now().UTC().Truncate(time.Second)); err != nil {
+		return nil, err
+	}
+	return next, nil
 }
 
 func (s *Store) persist(set userSet) error {
