@@ -2,7 +2,6 @@ package core
 
 import (
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -161,33 +160,10 @@ func (p PartitionRef) String() string {
 	return s + "#" + strconv.FormatUint(uint64(p.Partition), 10)
 }
 
-// Compare orders refs by topic, group, partition.
-func (p PartitionRef) Compare(o PartitionRef) int {
-	if c := strings.Compare(p.Topic, o.Topic); c != 0 {
-		return c
-	}
-	if c := strings.Compare(p.Group, o.Group); c != 0 {
-		return c
-	}
-	switch {
-	case p.Partition < o.Partition:
-		return -1
-	case p.Partition > o.Partition:
-		return 1
-	}
-	return 0
-}
-
 // Owner is a partition's assignment: the node that serves it and the epoch
 // of the assignment. The epoch rises whenever the owner changes, and a
 // write carrying an older epoch is refused (S-134).
 type Owner struct {
 	Node  NodeID `json:"node"`
 	Epoch uint64 `json:"epoch"`
-}
-
-// SortNodeIDs sorts ids in place and returns them.
-func SortNodeIDs(ids []NodeID) []NodeID {
-	slices.Sort(ids)
-	return ids
 }
