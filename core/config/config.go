@@ -174,6 +174,14 @@ func (r Raft) ParsedPeers() ([]RaftPeer, error) {
 // Transport selects the inter-broker transport.
 type Transport struct {
 	Backend string `key:"transport.backend"`
+	QUIC    QUIC
+}
+
+// QUIC tunes transport/quic.
+type QUIC struct {
+	MaxIncomingStreams       int64 `key:"transport.quic.max_incoming_streams"`
+	StreamReceiveWindowBytes int64 `key:"transport.quic.stream_receive_window_bytes"`
+	MaxIdleTimeoutMS         int64 `key:"transport.quic.max_idle_timeout_ms"`
 }
 
 // Plugins locates external plugins.

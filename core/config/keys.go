@@ -281,6 +281,21 @@ var keys = []Key{
 		Doc:   "Inter-broker transport: tcp, quic, or the name of an external plugin from plugins.catalog.",
 		Check: pluginName,
 	},
+	{
+		Name: "transport.quic.max_incoming_streams", Kind: KindInt, Default: int64(1024), Min: bound(1), Max: bound(1 << 20),
+		Env: []string{"FIBRIL_TRANSPORT_QUIC_MAX_INCOMING_STREAMS"},
+		Doc: "Streams (upstream sessions) one peer may have open towards this broker at once over QUIC; more wait for a free one until their open times out.",
+	},
+	{
+		Name: "transport.quic.stream_receive_window_bytes", Kind: KindInt, Default: int64(1 * MiB), Min: bound(16 * 1024), Max: bound(64 * MiB),
+		Env: []string{"FIBRIL_TRANSPORT_QUIC_STREAM_RECEIVE_WINDOW_BYTES"},
+		Doc: "Most bytes one QUIC stream may have received and not yet read; size it to what one session keeps in flight (prefetch × message size). The connection window is this times transport.quic.max_incoming_streams, so a stalled stream never blocks the others.",
+	},
+	{
+		Name: "transport.quic.max_idle_timeout_ms", Kind: KindInt, Default: int64(15000), Min: bound(1000),
+		Env: []string{"FIBRIL_TRANSPORT_QUIC_MAX_IDLE_TIMEOUT_MS"},
+		Doc: "A QUIC connection that hears nothing for this long is dead and its streams abort; keepalives go out at a third of it.",
+	},
 
 	// plugins
 	{
