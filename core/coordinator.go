@@ -27,8 +27,8 @@ var (
 	// no leader, plugin restarting). Retry later. It wraps ErrUnavailable,
 	// so it reaches a client as 503 if it ever does.
 	ErrCoordinationUnavailable = Errorf(ErrUnavailable, "coordination unavailable")
-	// ErrClosed: the Coordinator was closed.
-	ErrClosed = errors.New("coordination: closed")
+	// ErrClosed: the Coordinator (or Transport, or Links) was closed.
+	ErrClosed = errors.New("closed")
 )
 
 // KV is one key of the coordination key space.

@@ -60,6 +60,14 @@ type Link interface {
 	// transport applies DefaultConnectTimeout when ctx has none). A link
 	// whose connection died re-establishes it here.
 	//
+	// Success means the peer was there to take the stream: a transport
+	// whose streams are invisible until data flows (QUIC) exchanges a
+	// preamble first, so that a stream to a crashed peer fails here rather
+	// than at the first read. One case still shows only later: with TLS
+	// 1.3 the dialer finishes its handshake before the listener has checked
+	// the dialer's certificate, so a peer that refuses it aborts the stream
+	// at the first read.
+	//
 	// An error wraps ErrPeerRefused: no stream exists, so nothing written
 	// to one can have reached the peer. (Handshake bytes may have been
 	// exchanged; whether a request counts as sent is the caller's
@@ -89,6 +97,10 @@ type Link interface {
 //   - Abort resets the stream (TCP RST, QUIC RESET_STREAM); the peer's
 //     next Read fails with an error wrapping ErrStreamAborted and bytes
 //     in flight may be lost.
+//
+// A Write after the peer closed its read side (its Close) fails with an
+// error wrapping ErrStreamAborted, like a broken pipe. Close while a Write
+// is blocked on backpressure cannot deliver a clean end and resets instead.
 //
 // Read distinguishes them: io.EOF only after the peer's orderly end, an
 // error wrapping ErrStreamAborted after an abort, a lost link (reset,

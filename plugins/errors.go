@@ -25,6 +25,8 @@ const (
 	reasonClosed          = "closed"
 	reasonUnavailable     = "unavailable"
 	reasonBadRequest      = "bad_request"
+	reasonPeerRefused     = "peer_refused"
+	reasonStreamAborted   = "stream_aborted"
 )
 
 // sentinels in matching order: the first that err wraps decides. The
@@ -40,6 +42,9 @@ var sentinels = []struct {
 	{core.ErrClosed, codes.FailedPrecondition, reasonClosed},
 	{core.ErrUnavailable, codes.Unavailable, reasonUnavailable},
 	{core.ErrBadRequest, codes.InvalidArgument, reasonBadRequest},
+	// The transport's sentinels wrap none of the above.
+	{core.ErrPeerRefused, codes.Unavailable, reasonPeerRefused},
+	{core.ErrStreamAborted, codes.Aborted, reasonStreamAborted},
 }
 
 // toStatus turns a backend error into the status the plugin answers.
@@ -101,6 +106,10 @@ func fromStatus(ctx context.Context, err error) error {
 			return core.Errorf(core.ErrCoordinationUnavailable, "%s", msg)
 		case reasonBadRequest:
 			return core.Errorf(core.ErrBadRequest, "%s", msg)
+		case reasonPeerRefused:
+			return core.Errorf(core.ErrPeerRefused, "%s", msg)
+		case reasonStreamAborted:
+			return core.Errorf(core.ErrStreamAborted, "%s", msg)
 		}
 	}
 	switch st.Code() {

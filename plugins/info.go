@@ -40,6 +40,7 @@ const infoPluginName = "info"
 // picks the highest version both sides list (VersionedPlugins).
 var apiVersions = map[string][]int{
 	KindCoordination: {core.CoordinationAPIVersion},
+	KindTransport:    {core.TransportAPIVersion},
 }
 
 // APIVersions returns the API versions of kind this build supports, in
@@ -49,7 +50,8 @@ func APIVersions(kind string) []int {
 }
 
 // Info is what a plugin author says about a plugin binary. ServeCoordination
-// answers PluginInfo with it, and `fibrilctl plugins describe` prints it.
+// and ServeTransport answer PluginInfo with it, and `fibrilctl plugins
+// describe` prints it.
 type Info struct {
 	// Name is the plugin's own name (e.g. "etcd"). The operator may list
 	// it under another name in the catalog; the catalog name is the one
@@ -64,7 +66,8 @@ type Info struct {
 	// the truth. Setting it only makes sense in tests of the negotiation.
 	APIVersions []int
 	// Config documents the keys the plugin reads from
-	// CoordinationEnv.Config, without the "coordination.<name>." prefix.
+	// CoordinationEnv.Config or TransportEnv.Config, without the
+	// "coordination.<name>." or "transport.<name>." prefix.
 	Config []ConfigKey
 }
 

@@ -80,21 +80,32 @@ func ServeCoordination(factory CoordinationFactory, info Info) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	servePlugin(KindCoordination, info, func(log *slog.Logger) (plugin.Plugin, func() error) {
+		srv := NewCoordinationServer(factory, info, log)
+		return &coordPlugin{srv: srv}, srv.CloseBackend
+	})
+}
+
+// servePlugin is the body of every Serve<Kind>: the logger, the plugin set
+// (the kind's plugin and PluginInfo) for each served API version, the
+// parent watch, go-plugin's Serve, and closing the backend afterwards.
+// open builds the kind's plugin and returns how to close its backend.
+func servePlugin(kind string, info Info, open func(log *slog.Logger) (plugin.Plugin, func() error)) {
 	// Capture stderr now: plugin.Serve later points os.Stderr at a pipe of
 	// its own, while the host reads log lines from the real one.
 	stderr := os.Stderr
 	level := parseLevel(os.Getenv(EnvLogLevel))
 	log := slog.New(newPluginLogHandler(stderr, level)).With("plugin", info.Name)
-	srv := NewCoordinationServer(factory, info, log)
+	kindPlugin, closeBackend := open(log)
 	set := plugin.PluginSet{
-		KindCoordination: &coordPlugin{srv: srv},
-		infoPluginName:   &infoPlugin{srv: &infoServer{info: info, kind: KindCoordination}},
+		kind:           kindPlugin,
+		infoPluginName: &infoPlugin{srv: &infoServer{info: info, kind: kind}},
 	}
 	versions := map[int]plugin.PluginSet{}
-	for _, v := range info.servedVersions(KindCoordination) {
+	for _, v := range info.servedVersions(kind) {
 		versions[v] = set
 	}
-	go watchParent(srv, log)
+	go watchParent(closeBackend, log)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  handshake,
 		VersionedPlugins: versions,
@@ -103,19 +114,19 @@ func ServeCoordination(factory CoordinationFactory, info Info) {
 			Name: info.Name, Output: stderr, JSONFormat: true, Level: hclogLevel(level),
 		}),
 	})
-	if err := srv.CloseBackend(); err != nil {
-		log.Warn("close backend", "error", err)
+	if err := closeBackend(); err != nil {
+		log.Warn("close "+kind+" backend", "error", err)
 	}
 }
 
-// watchParent closes the backend and exits once the host that started the
-// plugin is gone (the process was re-parented).
-func watchParent(srv *CoordinationServer, log *slog.Logger) {
+// watchParent closes the backend (with closeBackend) and exits once the
+// host that started the plugin is gone (the process was re-parented).
+func watchParent(closeBackend func() error, log *slog.Logger) {
 	parent := os.Getppid()
 	for range time.Tick(parentCheckInterval) {
 		if os.Getppid() != parent {
 			log.Warn("host process is gone; stopping")
-			_ = srv.CloseBackend()
+			_ = closeBackend()
 			os.Exit(2)
 		}
 	}

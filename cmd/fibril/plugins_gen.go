@@ -6,4 +6,6 @@ package main
 // The built-in plugins (plugins.toml): each registers itself in its init.
 import (
 	_ "github.com/fibrilgo/fibril/coordination/raft" // coordination "raft"
+	_ "github.com/fibrilgo/fibril/transport/quic"    // transport "quic"
+	_ "github.com/fibrilgo/fibril/transport/tcp"     // transport "tcp"
 )

@@ -151,6 +151,7 @@ func init() {
 		{"consume", "--topic T [...]", "print deliveries and settle them", runConsume},
 		{"topology", "[--topic T] [--owners] [--json]", "show the broker's routing table (--owners: owner nodes, from the admin API)", runTopology},
 		{"cluster", "[--json]", "list the cluster's nodes (admin API)", runCluster},
+		{"peers", "[--json]", "probe every live peer over the inter-broker transport (admin API)", runPeers},
 		{"settings", "get | set GROUP.KEY=VALUE ...", "show or change the runtime settings (admin API)", runSettings},
 		{"users", "add NAME | list | remove NAME", "manage users through the admin API", runUsers},
 		{"bench", "[--topic T] [...]", "measure throughput and latency", runBench},

@@ -193,8 +193,11 @@ func pluginsDescribe(ctx context.Context, e *env, path string, args []string, as
 		return nil
 	}
 	prefix := ""
-	if info.Kind == plugins.KindCoordination {
+	switch info.Kind {
+	case plugins.KindCoordination:
 		prefix = "coordination.<name>."
+	case plugins.KindTransport:
+		prefix = "transport.<name>."
 	}
 	fmt.Fprintf(e.stdout, "config (keys %s*):\n", prefix)
 	tw = tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)

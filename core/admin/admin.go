@@ -47,6 +47,9 @@ type Options struct {
 	// Topology returns the cluster view for GET /admin/api/topology (nil:
 	// standalone, 404).
 	Topology func() any
+	// Peers probes every live peer over the inter-broker transport for
+	// GET /admin/api/peers (nil: standalone, 404).
+	Peers func(ctx context.Context) any
 	// Drain starts a drain (S-127, S-128) and returns its report.
 	Drain func(ctx context.Context, grace time.Duration, message string) (any, error)
 	// Auth, when Username is set, protects everything but the probes with
@@ -82,6 +85,7 @@ func New(opts Options) *Server {
 	s.mux.Handle("PUT /admin/api/runtime-settings", s.auth(http.HandlerFunc(s.putSettings)))
 	s.mux.Handle("GET /admin/api/topology", s.auth(http.HandlerFunc(s.topology)))
 	s.mux.Handle("POST /admin/api/drain", s.auth(http.HandlerFunc(s.drain)))
+	s.mux.Handle("GET /admin/api/peers", s.auth(http.HandlerFunc(s.peers)))
 	// Profiling, for measuring before optimising (same auth as /metrics).
 	s.mux.Handle("GET /debug/pprof/", s.auth(http.HandlerFunc(pprof.Index)))
 	s.mux.Handle("GET /debug/pprof/profile", s.auth(http.HandlerFunc(pprof.Profile)))

@@ -117,3 +117,17 @@ func (s *Server) drain(w http.ResponseWriter, r *http.Request) {
 	s.opts.Logger.Info("drain requested", "grace", grace)
 	writeJSON(w, http.StatusOK, out)
 }
+
+// peers reports, for every live peer, whether this broker reaches it over
+// the inter-broker transport as a peer (stream, @node handshake, one round
+// trip) and how long that took: the check an operator runs after changing
+// peer addresses, TLS material or firewalls.
+func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Peers == nil {
+		writeError(w, http.StatusNotFound, "not_found", "standalone broker: no peers")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	writeJSON(w, http.StatusOK, s.opts.Peers(ctx))
+}

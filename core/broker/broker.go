@@ -24,6 +24,7 @@ import (
 	"github.com/fibrilgo/fibril/core/admin"
 	"github.com/fibrilgo/fibril/core/auth"
 	"github.com/fibrilgo/fibril/core/config"
+	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/session"
 	"github.com/fibrilgo/fibril/core/settings"
@@ -52,6 +53,13 @@ type Broker struct {
 	secretOrigin string       // where it came from, for the log
 	nodeID       core.NodeID  // coordinated mode only
 	cluster      *coordinated // nil in standalone mode
+
+	// The peer side (coordinated mode only; see peers.go).
+	peer         *tlsconf.Peer  // inter-broker TLS material; nil when tls.inter_broker is off
+	transport    core.Transport // transport.backend
+	links        *forward.Links // one link per peer, over transport
+	peerShared   bool           // peers connect to the client listener
+	peerAccepted chan struct{}  // closed when the peer accept loop has ended
 
 	// What the admin listener reads while Start may still swap the stores
 	// for the cluster's shared ones.
@@ -152,6 +160,7 @@ func (b *Broker) Shutdown() error {
 	defer cancel()
 	grace := time.Duration(0)
 	b.sessions.Shutdown(ctx, grace, "broker shutting down")
+	b.closeTransport()
 	if b.cluster != nil {
 		b.cluster.close()
 		b.cluster = nil
@@ -171,6 +180,7 @@ func (b *Broker) closeAll() {
 	if b.brokerLn != nil {
 		_ = b.brokerLn.Close()
 	}
+	b.closeTransport()
 	if b.cluster != nil {
 		b.cluster.close()
 		b.cluster = nil
@@ -284,7 +294,7 @@ func (b *Broker) startAdmin() error {
 	b.adminUsers.Store(b.users)
 	b.adminSettings.Store(b.settings)
 	opts := admin.Options{Gatherer: b.registry, Users: userAdmin{&b.adminUsers}, Logger: b.log,
-		Settings: b.adminSettings.Load, Topology: b.topologyView, Drain: b.drain}
+		Settings: b.adminSettings.Load, Topology: b.topologyView, Drain: b.drain, Peers: b.probePeers}
 	if cfg.Admin.Auth.Enabled {
 		opts.Username, opts.Password = cfg.Admin.Auth.Username, pw
 	}
@@ -316,11 +326,16 @@ func (b *Broker) startSessions() error {
 	if b.cluster != nil {
 		router = b.cluster
 	}
+	var nodeIdentity func(net.Conn) (string, error)
+	if b.peer != nil {
+		nodeIdentity = b.nodeIdentity
+	}
 	b.sessions, err = session.New(session.Options{
 		Queues:          b.queues,
 		Router:          router,
 		Auth:            authAdapter{authn},
 		CertAuth:        certAdapter(authn),
+		NodeIdentity:    nodeIdentity,
 		OwnerID:         b.ownerID,
 		SkeletonDir:     filepath.Join(cfg.Server.DataDir, "sessions"),
 		Settings:        b.sessionSettings,
@@ -334,6 +349,10 @@ func (b *Broker) startSessions() error {
 		return err
 	}
 	go b.acceptLoop()
+	if b.transport != nil {
+		b.peerAccepted = make(chan struct{})
+		go b.peerAcceptLoop(b.transport, b.peerAccepted)
+	}
 	return nil
 }
 

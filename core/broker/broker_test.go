@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -184,7 +185,10 @@ func TestPerChannelMetrics(t *testing.T) {
 
 // docs/metrics.md lists exactly the fibril_* series the broker exports.
 func TestMetricsDocumented(t *testing.T) {
-	b := startMemCluster(t, 1)[0] // coordinated mode exports every series a standalone broker does, and the cluster's
+	// Coordinated mode exports every series a standalone broker does, and
+	// the cluster's; quic exports the shared transport series and its own.
+	ca := filepath.Join(t.TempDir(), "cluster-ca.pem")
+	b := startMemClusterWith(t, 1, func(int) []string { return append(tlsFlags(ca), "--transport.backend=quic") })[0]
 	exported := map[string]bool{}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	for _, c := range b.registry.collectors {

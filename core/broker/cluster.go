@@ -23,7 +23,6 @@ import (
 	"github.com/fibrilgo/fibril/core/routing"
 	"github.com/fibrilgo/fibril/core/session"
 	"github.com/fibrilgo/fibril/core/settings"
-	"github.com/fibrilgo/fibril/core/tlsconf"
 	"github.com/fibrilgo/fibril/core/wire"
 	"github.com/fibrilgo/fibril/plugins"
 )
@@ -64,23 +63,25 @@ func (b *Broker) startCluster() error {
 	}
 	b.nodeID = id
 	b.log = b.log.With("node", string(id))
-	peer, err := b.peerTLS(id)
-	if err != nil {
+	if b.peer, err = b.loadPeerTLS(id); err != nil {
 		return err
 	}
 	catalog, err := plugins.LoadCatalog(cfg.Plugins.Catalog)
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterJoinTimeout)
+	defer cancel()
+	if err := b.openTransport(ctx, id, catalog); err != nil {
+		return err
+	}
 	dir := filepath.Join(cfg.Server.DataDir, "coordination", cfg.Coordination.Backend)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("server.data_dir: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), clusterJoinTimeout)
-	defer cancel()
 	coord, err := plugins.OpenCoordination(ctx, cfg.Coordination.Backend, plugins.CoordinationEnv{
 		NodeID: id, DataDir: dir, Config: coordinationConfig(cfg),
-		ClusterSecret: string(secret), PeerTLS: peer, Logger: b.log.With("component", "coordination"),
+		ClusterSecret: string(secret), PeerTLS: peerFiles(b.peer), Logger: b.log.With("component", "coordination"),
 		Registerer: b.registry,
 	}, catalog, b.log.With("component", "plugins"), plugins.WithRegisterer(b.registry))
 	if err != nil {
@@ -133,6 +134,7 @@ func (c *coordinated) run() {
 		snap := c.cl.Snapshot()
 		if snap.Index != applied {
 			c.applyCatalog(snap)
+			c.retainLinks(snap)
 			applied = snap.Index
 		}
 		health, isPlugin := c.coord.(plugins.PluginHealth)
@@ -334,19 +336,6 @@ func coordinationConfig(cfg *config.Config) map[string]string {
 		"coordination.raft.bootstrap_expect": strconv.FormatInt(c.Raft.BootstrapExpect, 10),
 		"coordination.raft.voter":            strconv.FormatBool(c.Raft.Voter),
 	}
-}
-
-// peerAdvertise is where peers reach this broker: broker.peer_advertise,
-// else the first client advertise entry, else the bind address (seed §11).
-func (b *Broker) peerAdvertise() string {
-	cfg := b.cfg
-	if a := cfg.Broker.PeerAdvertise; a != "" {
-		return a
-	}
-	if len(cfg.Broker.Listener.Advertise) > 0 {
-		return cfg.Broker.Listener.Advertise[0]
-	}
-	return b.brokerLn.Addr().String()
 }
 
 func toEndpoints(adv []wire.AdvertisedAddress) []core.Endpoint {
@@ -568,33 +557,6 @@ func (b *Broker) drain(ctx context.Context, grace time.Duration, message string)
 	}
 	return map[string]any{"connections_notified": notified, "owned_partitions_remaining": remaining,
 		"handoff_complete": remaining == 0}, nil
-}
-
-// peerTLS loads the inter-broker TLS material when tls.inter_broker is on
-// (nil otherwise): the operator's files (tls.peer_ca_path as the CA bundle,
-// tls.cert_path/key_path as this node's pair), or with tls.auto_self_signed
-// the shared cluster CA at tls.peer_ca_path, from which this node mints its
-// own certificate (SAN urn:fibril:node:<id>) into <data_dir>/tls/peer.
-func (b *Broker) peerTLS(id core.NodeID) (*plugins.PeerTLS, error) {
-	t := b.cfg.TLS
-	if !t.InterBroker {
-		return nil, nil
-	}
-	if t.PeerCAPath == "" {
-		return nil, errors.New("tls.inter_broker needs tls.peer_ca_path: the CA peers are verified against (with tls.auto_self_signed: the cluster CA file every node shares)")
-	}
-	opts := tlsconf.PeerOptions{NodeID: string(id), Logger: b.log}
-	if t.AutoSelfSigned {
-		opts.ClusterCAPath, opts.Dir = t.PeerCAPath, filepath.Join(b.cfg.Server.DataDir, "tls", "peer")
-	} else {
-		opts.CAFile, opts.CertFile, opts.KeyFile = t.PeerCAPath, t.CertPath, t.KeyPath
-	}
-	p, err := tlsconf.LoadPeer(opts)
-	if err != nil {
-		return nil, err
-	}
-	f := p.Files()
-	return &plugins.PeerTLS{CAFile: f.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile}, nil
 }
 
 // deadLetterPartition is queue.Options.DeadLetterPartition in coordinated

@@ -49,14 +49,20 @@ func init() {
 // startMemCluster starts n brokers sharing one in-memory coordinator.
 func startMemCluster(t *testing.T, n int) []*Broker {
 	t.Helper()
+	return startMemClusterWith(t, n, nil)
+}
+
+// startMemClusterWith is startMemCluster with extra flags for node i.
+func startMemClusterWith(t *testing.T, n int, extra func(i int) []string) []*Broker {
+	t.Helper()
 	memStores.Lock()
 	memStores.seq++ // a new store per run, also under -count
-	name := fmt.Sprintf("%s-%d=127.0.0.1:1", t.Name(), memStores.seq)
+	name := fmt.Sprintf("%s-%d=127.0.0.1:1", memName(t), memStores.seq)
 	memStores.names[t] = name
 	memStores.Unlock()
 	var out []*Broker
 	for i := range n {
-		cfg, _, err := config.Load([]string{
+		args := []string{
 			"--server.data_dir=" + t.TempDir(),
 			"--broker.listener.bind=127.0.0.1:0",
 			"--admin.listener.bind=127.0.0.1:0",
@@ -65,7 +71,11 @@ func startMemCluster(t *testing.T, n int) []*Broker {
 			fmt.Sprintf("--coordination.node_id=n%d", i),
 			"--coordination.heartbeat_interval_ms=50",
 			"--coordination.liveness_ttl_ms=300",
-		}, []string{"FIBRIL_CLUSTER_SECRET=test-secret"})
+		}
+		if extra != nil {
+			args = append(args, extra(i)...)
+		}
+		cfg, _, err := config.Load(args, []string{"FIBRIL_CLUSTER_SECRET=test-secret"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -548,4 +558,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
 	}
+}
+
+// memName is the test's name as a node id (subtest names hold '/', ' ', ',').
+func memName(t *testing.T) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == ' ' || r == ',' || r == '=' {
+			return '-'
+		}
+		return r
+	}, t.Name())
 }

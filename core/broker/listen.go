@@ -63,7 +63,7 @@ func (b *Broker) prepare(nc net.Conn) {
 	tlsOn := b.tls != nil
 	switch {
 	case kind == tlsconf.SniffTLS && tlsOn:
-		tc := tls.Server(conn, b.tls.ServerConfig())
+		tc := tls.Server(conn, b.serverTLS())
 		ctx, cancel := context.WithTimeout(context.Background(), sniffTimeout)
 		err := tc.HandshakeContext(ctx)
 		cancel()
@@ -100,6 +100,9 @@ func (x authAdapter) Authenticate(ctx context.Context, user, pw string, peer net
 // certAdapter maps a verified client certificate to a stored user (S-154).
 func certAdapter(a *auth.Authenticator) session.CertAuthenticator {
 	return func(st tls.ConnectionState) (session.Principal, bool) {
+		if len(st.PeerCertificates) > 0 && tlsconf.CertNodeID(st.PeerCertificates[0]) != "" {
+			return session.Principal{}, false // a peer certificate never logs in as a user
+		}
 		id := tlsconf.PeerIdentity(st)
 		if id == "" {
 			return session.Principal{}, false
@@ -230,6 +233,16 @@ type metricsRegistry struct {
 
 func newMetricsRegistry() *metricsRegistry {
 	return &metricsRegistry{Registry: prometheus.NewRegistry()}
+}
+
+// Register records c too: plugins and transports register with Register
+// so that a second instance on one registry is not fatal.
+func (r *metricsRegistry) Register(c prometheus.Collector) error {
+	if err := r.Registry.Register(c); err != nil {
+		return err
+	}
+	r.collectors = append(r.collectors, c)
+	return nil
 }
 
 func (r *metricsRegistry) MustRegister(cs ...prometheus.Collector) {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -33,6 +34,7 @@ type Conn struct {
 	// Reader-only state.
 	sess        *Session   // set once HELLO succeeded, never changed
 	principal   *Principal // nil until authenticated
+	peerNode    string     // node named by the verified peer certificate of an @node login (NodeIdentity)
 	rbuf        []byte     // frame buffer reused between frames
 	slotPending bool       // the request being handled holds an unused reply slot
 	acks        pendingAcks
@@ -97,8 +99,9 @@ func newConn(srv *Server, nc net.Conn, id uint64) *Conn {
 	if ap, err := netip.ParseAddrPort(c.remote); err == nil {
 		c.peer = ap.Addr().Unmap()
 	}
-	if tc, ok := nc.(*tls.Conn); ok {
-		st := tc.ConnectionState()
+	if ts, ok := nc.(core.TLSStater); ok {
+		// *tls.Conn, or a transport stream that ran a TLS handshake
+		st := ts.ConnectionState()
 		c.tlsState = &st
 	}
 	counted := &countingConn{Conn: nc, m: srv.opts.Metrics}

@@ -138,6 +138,20 @@ func (c *Conn) handleAuth(id uint64, body []byte) {
 		c.replyAndClose(wire.OpAuthErr, id, &wire.ErrorBody{Code: wire.CodeUnauthorized, Message: msg})
 		return
 	}
+	if p.Node && c.srv.opts.NodeIdentity != nil && c.peerNode == "" {
+		// With inter-broker TLS on, @node also needs the peer certificate
+		// (issue 5 §4): a leaked secret alone does not make a peer.
+		node, err := c.srv.opts.NodeIdentity(c.nc)
+		if err != nil {
+			c.srv.opts.Metrics.AuthFailures.Inc()
+			msg := "@node login refused: inter-broker TLS is on and " + err.Error()
+			c.log.Info("auth refused", "user", a.Username, "reason", msg)
+			c.replyAndClose(wire.OpAuthErr, id, &wire.ErrorBody{Code: wire.CodeUnauthorized, Message: msg})
+			return
+		}
+		c.peerNode = node
+		c.log = c.log.With("peer_node", node)
+	}
 	if c.principal == nil {
 		c.principal = &p
 		c.sess.setPrincipal(&p)

@@ -2,6 +2,10 @@ package session
 
 import (
 	"encoding/binary"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,6 +126,42 @@ func TestUnknownAndNodeOnlyOps(t *testing.T) {
 	c.expectError(wire.OpError, 14, wire.CodeForbidden)
 	c.sendID(wire.OpPing, 15, nil)
 	c.expect(wire.OpPong, 15)
+}
+
+// Issue 5 §4 (S-146, WIRE §22.3): with inter-broker TLS on, @node needs
+// the peer certificate as well as the cluster secret. The secret alone is
+// refused with AUTH_ERR 401 and the connection closes; with an identity the
+// login succeeds and node-only ops pass the 403 check. Users are unaffected.
+func TestNodeLoginNeedsPeerIdentity(t *testing.T) {
+	var verified atomic.Bool
+	e := newEnv(t, func(o *Options) {
+		o.NodeIdentity = func(net.Conn) (string, error) {
+			if !verified.Load() {
+				return "", errors.New("no client certificate was presented")
+			}
+			return "node-b", nil
+		}
+	})
+	c := e.dial()
+	c.hello(false)
+	id := c.send(wire.OpAuth, &wire.Auth{Username: "@node", Password: "s3cret"})
+	eb := c.expectError(wire.OpAuthErr, id, wire.CodeUnauthorized)
+	if !strings.Contains(eb.Message, "inter-broker TLS") {
+		t.Fatalf("refusal should say why: %q", eb.Message)
+	}
+	c.expectClosed(time.Second)
+
+	u := e.dial()
+	u.login() // a user never needs a peer identity
+	u.sendID(wire.OpReplicationRead, 7, nil)
+	u.expectError(wire.OpError, 7, wire.CodeForbidden)
+
+	verified.Store(true)
+	n := e.dial()
+	n.hello(false)
+	n.auth("@node", "s3cret")
+	n.sendID(wire.OpReplicationRead, 8, nil)
+	n.expectError(wire.OpError, 8, wire.CodeBadRequest) // past the 403: the op itself is not served yet
 }
 
 // S-11, WIRE §8.6: the broker PINGs about one interval after the handshake

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"log/slog"
+	"net"
 	"net/netip"
 	"time"
 
@@ -43,10 +44,16 @@ type Settings struct {
 
 // Options configure a Server.
 type Options struct {
-	Queues          *queue.Manager
-	Router          Router // nil = standalone mode
-	Auth            Authenticator
-	CertAuth        CertAuthenticator        // nil = no certificate logins
+	Queues   *queue.Manager
+	Router   Router // nil = standalone mode
+	Auth     Authenticator
+	CertAuth CertAuthenticator // nil = no certificate logins
+	// NodeIdentity, when set (inter-broker TLS is on), is asked at every
+	// successful @node AUTH for the node the connection's verified peer
+	// certificate names; an error refuses the login, so the cluster secret
+	// alone never makes a peer. nil: the secret suffices (inter-broker
+	// TLS off).
+	NodeIdentity    func(nc net.Conn) (string, error)
 	OwnerID         wire.UUID                // this broker instance (persisted: S-100)
 	SkeletonDir     string                   // durable session skeletons (S-106); "" disables them
 	Settings        func() Settings          // nil = 5 s grace, 60 s restart TTL

@@ -28,6 +28,12 @@ import (
 // NodeURIPrefix starts the URI SAN that names a node.
 const NodeURIPrefix = "urn:fibril:node:"
 
+// PeerALPN is the TLS application protocol brokers offer one another. On a
+// port that clients and peers share, the listener recognises a peer by it
+// and answers with the peer certificate and mutual TLS (SharedConfig); a
+// client offering anything else gets the client-facing certificate.
+const PeerALPN = "fibril-peer/1"
+
 // Files of auto peer material in PeerOptions.Dir.
 const (
 	PeerCAFile   = "peer-ca.pem" // copy of the cluster CA certificate (no key)
@@ -274,6 +280,7 @@ func (p *Peer) CAPool() *x509.CertPool { return p.pool.Clone() }
 func (p *Peer) ServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
+		NextProtos:   []string{PeerALPN},
 		Certificates: []tls.Certificate{*p.pair},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    p.pool,
@@ -295,6 +302,7 @@ func (p *Peer) ClientConfig(expectNode string) *tls.Config {
 	pool, pair := p.pool, p.pair
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
+		NextProtos:   []string{PeerALPN},
 		Certificates: []tls.Certificate{*pair},
 		// Verification happens in VerifyConnection below, by node id.
 		InsecureSkipVerify: true, //nolint:gosec // replaced by the chain + node id check
@@ -339,4 +347,59 @@ func peerVerifyOptions(pool *x509.CertPool, pair *tls.Certificate, usage x509.Ex
 		}
 	}
 	return opts
+}
+
+// VerifyNode checks the client certificate of a connection this broker
+// accepted on a listener that did not verify it against the peer CA (the
+// client listener when peers share it and the client did not offer
+// PeerALPN): the chain must verify against the peer CA and the leaf must
+// name a node. It returns that node id.
+func (p *Peer) VerifyNode(cs tls.ConnectionState) (string, error) {
+	if len(cs.PeerCertificates) == 0 {
+		return "", errors.New("no client certificate was presented")
+	}
+	leaf := cs.PeerCertificates[0]
+	opts := x509.VerifyOptions{
+		Roots:         p.pool,
+		Intermediates: x509.NewCertPool(),
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	for _, c := range cs.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := leaf.Verify(opts); err != nil {
+		return "", fmt.Errorf("the client certificate does not verify against the peer CA: %w", err)
+	}
+	id := CertNodeID(leaf)
+	if id == "" {
+		return "", errors.New("the client certificate names no node (" + NodeURIPrefix + "<id> URI SAN)")
+	}
+	return id, nil
+}
+
+// SharedConfig adapts the client listener's TLS config (client) to a port
+// that peers share: a ClientHello offering PeerALPN gets this node's peer
+// certificate and must present a peer certificate that verifies against
+// the peer CA and names a node (ServerConfig); any other ClientHello gets
+// client, except that a client certificate is requested even when
+// tls.client_auth asks for none, so a peer that does not offer PeerALPN can
+// still prove itself (VerifyNode) when it logs in as @node. Clients
+// without certificates are unaffected.
+func (p *Peer) SharedConfig(client *tls.Config) *tls.Config {
+	peer := p.ServerConfig()
+	clientSide := client.Clone()
+	if clientSide.ClientAuth == tls.NoClientCert {
+		clientSide.ClientAuth = tls.RequestClientCert
+	}
+	return &tls.Config{
+		MinVersion: client.MinVersion,
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			for _, proto := range hello.SupportedProtos {
+				if proto == PeerALPN {
+					return peer, nil
+				}
+			}
+			return clientSide, nil
+		},
+	}
 }

@@ -1,6 +1,6 @@
-// Package plugintest helps plugin authors test a coordination backend
-// through the plugin protocol, in one process and without building a
-// binary:
+// Package plugintest helps plugin authors test a coordination backend or
+// a transport through the plugin protocol, in one process and without
+// building a binary:
 //
 //	func TestConformance(t *testing.T) {
 //		coordtest.Run(t, func(t *testing.T, n int) *coordtest.Cluster {
@@ -12,8 +12,14 @@
 //		})
 //	}
 //
+// and, for a transport, with transporttest:
+//
+//	transporttest.Run(t, transporttest.Config{Network: "tcp", Open: func(t testing.TB, env plugins.TransportEnv) core.Transport {
+//		return plugintest.Transport(t, mytransport.Open, info, env)
+//	}})
+//
 // Every call then crosses gRPC exactly as it does between the broker and a
-// plugin process (encoding, error mapping, lease and election streams), so
+// plugin process (and every stream's bytes the plugin's unix data socket) (encoding, error mapping, lease and election streams), so
 // what passes here fails in production only for process-level reasons
 // (start, handshake, restarts), which the plugins package's own tests and
 // `fibrilctl plugins describe` cover.
@@ -69,7 +75,16 @@ func SocketDir(t testing.TB) string {
 // gives several plugin processes one shared backend.
 func Serve(t testing.TB, dir string, factory plugins.CoordinationFactory, info plugins.Info) string {
 	t.Helper()
-	f, err := os.CreateTemp(dir, "c*.sock")
+	srv := plugins.NewCoordinationServer(factory, info, nil)
+	return serveGRPC(t, dir, "c", srv.Register, srv.CloseBackend)
+}
+
+// serveGRPC serves a plugin server (register) on a new unix socket in dir
+// and returns its path; the gRPC server stops with the test, then the
+// backend closes.
+func serveGRPC(t testing.TB, dir, prefix string, register func(*grpc.Server), closeBackend func() error) string {
+	t.Helper()
+	f, err := os.CreateTemp(dir, prefix+"*.sock")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,9 +95,8 @@ func Serve(t testing.TB, dir string, factory plugins.CoordinationFactory, info p
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := plugins.NewCoordinationServer(factory, info, nil)
 	g := grpc.NewServer()
-	srv.Register(g)
+	register(g)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -91,9 +105,21 @@ func Serve(t testing.TB, dir string, factory plugins.CoordinationFactory, info p
 	t.Cleanup(func() {
 		g.Stop()
 		<-done
-		_ = srv.CloseBackend()
+		_ = closeBackend()
 	})
 	return path
+}
+
+// dialGRPC connects to the plugin server at the unix socket path; the
+// connection closes with the test.
+func dialGRPC(t testing.TB, path string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.Dial("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 // Dial connects to the CoordinationServer at the unix socket path and
@@ -101,14 +127,9 @@ func Serve(t testing.TB, dir string, factory plugins.CoordinationFactory, info p
 // closes the backend; the connection closes with the test.
 func Dial(t testing.TB, path string, env plugins.CoordinationEnv) core.Coordinator {
 	t.Helper()
-	conn, err := grpc.Dial("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := plugins.ConnectCoordination(ctx, conn, env)
+	c, err := plugins.ConnectCoordination(ctx, dialGRPC(t, path), env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,4 +143,24 @@ func Dial(t testing.TB, path string, env plugins.CoordinationEnv) core.Coordinat
 func Coordination(t testing.TB, factory plugins.CoordinationFactory, info plugins.Info, env plugins.CoordinationEnv) core.Coordinator {
 	t.Helper()
 	return Dial(t, Serve(t, SocketDir(t), factory, info), env)
+}
+
+// Transport serves factory in-process, as a plugin process would (the
+// transport protocol over gRPC on a unix socket, each stream's bytes over
+// the server's data socket), and returns the Transport that reaches it
+// through the protocol, Configured with env, as a broker would reach the
+// plugin. It fails the test when the factory fails. Closing the result
+// closes the transport; everything stops with the test.
+func Transport(t testing.TB, factory plugins.TransportFactory, info plugins.Info, env plugins.TransportEnv) core.Transport {
+	t.Helper()
+	srv := plugins.NewTransportServer(factory, info, env.Logger)
+	path := serveGRPC(t, SocketDir(t), "t", srv.Register, srv.CloseBackend)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tr, err := plugins.ConnectTransport(ctx, dialGRPC(t, path), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr
 }

@@ -231,7 +231,7 @@ func (x *ConfigKey) GetRequired() bool {
 type ErrorReason struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// reason is one of version_conflict, lease_lost, closed, unavailable,
-	// bad_request.
+	// bad_request (coordination), peer_refused, stream_aborted (transport).
 	Reason        string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1,0 +1,104 @@
+package forward
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// NodePrincipal is the username of an upstream login (the auth package's
+// reserved principal; repeated here so this package stays below auth).
+const NodePrincipal = "@node"
+
+// Upstream describes how to log in to peers: as @node with the cluster
+// secret (S-149), naming this node in HELLO.
+type Upstream struct {
+	Self   core.NodeID
+	Secret string
+}
+
+// Dial opens a stream to peer over link and runs the upstream handshake
+// on it (HELLO, AUTH as @node; WIRE §8.1). The returned connection is
+// started; closing it closes the stream in order. An error before the
+// stream exists wraps core.ErrPeerRefused.
+func (u Upstream) Dial(ctx context.Context, link core.Link, heartbeat time.Duration) (*client.Conn, core.Stream, error) {
+	var stream core.Stream
+	cfg := client.ConnConfig{
+		ClientName:    "fibril-peer " + string(u.Self),
+		ClientVersion: "1",
+		Username:      NodePrincipal,
+		Password:      u.Secret,
+		Heartbeat:     heartbeat,
+		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			s, err := link.OpenStream(ctx)
+			if err != nil {
+				return nil, err
+			}
+			stream = s
+			return s, nil
+		},
+	}
+	conn, err := client.DialConn(ctx, link.Peer().Addr, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, stream, nil
+}
+
+// ProbeResult is what one peer probe found.
+type ProbeResult struct {
+	Node core.NodeID `json:"node"`
+	Addr string      `json:"peer_addr"`
+	// OK: the stream opened, the peer accepted @node and answered a
+	// TOPOLOGY request.
+	OK bool `json:"ok"`
+	// VerifiedNode is the node id the peer's certificate names ("" without
+	// inter-broker TLS).
+	VerifiedNode core.NodeID `json:"verified_node,omitempty"`
+	// ConnectMS covers opening the stream and the handshake; RoundTripMS
+	// one request/response on the established stream.
+	ConnectMS   float64 `json:"connect_ms"`
+	RoundTripMS float64 `json:"round_trip_ms"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// Probe checks that peer is reachable over the transport as a peer should
+// be: a stream opens, the upstream handshake succeeds, and the peer
+// answers a TOPOLOGY request. The stream is closed in order afterwards.
+func (u Upstream) Probe(ctx context.Context, links *Links, peer core.Peer) ProbeResult {
+	res := ProbeResult{Node: peer.ID, Addr: peer.Addr}
+	fail := func(err error) ProbeResult {
+		res.Error = err.Error()
+		return res
+	}
+	start := time.Now()
+	link, err := links.Get(ctx, peer)
+	if err != nil {
+		return fail(err)
+	}
+	conn, stream, err := u.Dial(ctx, link, 0)
+	if err != nil {
+		return fail(err)
+	}
+	defer conn.Close()
+	res.ConnectMS = ms(time.Since(start))
+	res.VerifiedNode = stream.PeerNode()
+	rt := time.Now()
+	f, err := conn.Do(ctx, wire.OpTopology, &wire.TopologyRequest{})
+	if err != nil {
+		return fail(err)
+	}
+	if f.Op != wire.OpTopologyOK {
+		return fail(fmt.Errorf("peer answered TOPOLOGY with %s", f.Op))
+	}
+	res.RoundTripMS = ms(time.Since(rt))
+	res.OK = true
+	return res
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

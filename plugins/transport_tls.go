@@ -1,0 +1,79 @@
+package plugins
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+
+	"github.com/fibrilgo/fibril/core"
+	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+)
+
+// A stream's TLS handshake happens in the plugin, so the host cannot hand
+// out the *tls.Conn's ConnectionState; the announcement carries what
+// callers read from it (version, cipher suite, ALPN, server name, the
+// peer's certificates and verified chains), and the host stream rebuilds a
+// tls.ConnectionState from that (core.TLSStater).
+
+// tlsStateToProto describes st's handshake, or nil when st ran none.
+func tlsStateToProto(st core.Stream) *pluginpb.TLSState {
+	ts, ok := st.(core.TLSStater)
+	if !ok {
+		return nil
+	}
+	cs := ts.ConnectionState()
+	out := &pluginpb.TLSState{
+		Version: uint32(cs.Version), CipherSuite: uint32(cs.CipherSuite),
+		NegotiatedProtocol: cs.NegotiatedProtocol, ServerName: cs.ServerName, DidResume: cs.DidResume,
+	}
+	for _, c := range cs.PeerCertificates {
+		out.PeerCertificates = append(out.PeerCertificates, c.Raw)
+	}
+	for _, chain := range cs.VerifiedChains {
+		pc := &pluginpb.CertChain{}
+		for _, c := range chain {
+			pc.Certs = append(pc.Certs, c.Raw)
+		}
+		out.VerifiedChains = append(out.VerifiedChains, pc)
+	}
+	return out
+}
+
+// tlsStateFromProto rebuilds the connection state a plugin described.
+// Certificates that do not parse are left out (they were verified, if at
+// all, in the plugin).
+func tlsStateFromProto(p *pluginpb.TLSState) tls.ConnectionState {
+	cs := tls.ConnectionState{
+		Version: uint16(p.GetVersion()), CipherSuite: uint16(p.GetCipherSuite()),
+		NegotiatedProtocol: p.GetNegotiatedProtocol(), ServerName: p.GetServerName(),
+		DidResume: p.GetDidResume(), HandshakeComplete: true,
+	}
+	cs.PeerCertificates = parseCerts(p.GetPeerCertificates())
+	for _, chain := range p.GetVerifiedChains() {
+		if certs := parseCerts(chain.GetCerts()); len(certs) > 0 {
+			cs.VerifiedChains = append(cs.VerifiedChains, certs)
+		}
+	}
+	return cs
+}
+
+func parseCerts(ders [][]byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, der := range ders {
+		if c, err := x509.ParseCertificate(der); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// tlsHostStream is a host stream whose plugin-side stream ran a TLS
+// handshake. Plain streams lack the method, so a type assertion on
+// core.TLSStater tells them apart, as with the built-in transports.
+type tlsHostStream struct {
+	*hostStream
+	state tls.ConnectionState
+}
+
+var _ core.TLSStater = tlsHostStream{}
+
+func (s tlsHostStream) ConnectionState() tls.ConnectionState { return s.state }

@@ -1,0 +1,675 @@
+package quic
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/tlsconf"
+	"github.com/fibrilgo/fibril/plugins"
+)
+
+// Application error codes on the wire. Stream codes travel in
+// RESET_STREAM / STOP_SENDING, connection codes in CONNECTION_CLOSE.
+const (
+	// codeStreamClosed: Close stopped reading (STOP_SENDING); an orderly
+	// end of the reader's interest, not a failure.
+	codeStreamClosed quicgo.StreamErrorCode = 0
+	// codeStreamAborted: Abort, or the transport shutting down.
+	codeStreamAborted quicgo.StreamErrorCode = 1
+	// codeStreamProtocol: the stream did not start with the preamble.
+	codeStreamProtocol quicgo.StreamErrorCode = 2
+
+	// codeConnSuperseded: the losing connection of a simultaneous dial,
+	// closed by its dialer once no stream used it.
+	codeConnSuperseded quicgo.ApplicationErrorCode = 0
+	// codeConnShutdown: the transport closed; open streams are aborted.
+	codeConnShutdown quicgo.ApplicationErrorCode = 1
+	// codeConnIdentity: the client certificate named no node.
+	codeConnIdentity quicgo.ApplicationErrorCode = 2
+)
+
+// Every stream starts with a handshake: the opener sends preamble, the
+// acceptor's transport answers with the single byte ack, and only then
+// does either side hand the stream to its caller.
+//
+//   - QUIC makes a stream visible to the peer only once a frame for it
+//     arrives, so sending at once makes Accept see a stream as soon as it
+//     is opened.
+//   - Waiting for the ack makes a successful OpenStream mean the peer has
+//     the stream. A connection whose peer crashed looks alive until its
+//     idle timeout; without the ack OpenStream would hand out a stream
+//     that never existed at the peer. With it, a peer that restarted
+//     answers with a stateless reset (the connection ends and OpenStream
+//     dials again) and a peer that is gone makes OpenStream fail with
+//     ErrPeerRefused when its context ends.
+//   - The preamble is long enough (with QUIC's overhead, more than the 42
+//     bytes below which quic-go never sends a stateless reset) for its
+//     packet to draw that reset.
+//
+// It costs one round trip per stream; streams are long-lived (one per
+// upstream session).
+const (
+	preamble = "FIBRIL-PEER-STREAM/1\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\n"
+	ack      = byte(0x06)
+)
+
+// preambleTimeout bounds the wait for a stream's first byte; a peer that
+// opens a stream and sends nothing (QUIC opens lower stream ids
+// implicitly) must not hold a goroutine for long.
+const preambleTimeout = 10 * time.Second
+
+// acceptQueue is how many admitted streams wait for Accept. Streams beyond
+// it wait in their admit goroutine, whose number the peer's stream limit
+// (max_incoming_streams per connection) bounds.
+const acceptQueue = 64
+
+// defaultRetireLinger is how long the dialer of a superseded connection
+// keeps it open after its last stream ended, so a FIN or the last bytes
+// still in flight reach the peer before CONNECTION_CLOSE discards them.
+const defaultRetireLinger = 5 * time.Second
+
+// Transport is the quic core.Transport. The zero value is not usable; see
+// Open.
+type Transport struct {
+	self core.NodeID
+	log  *slog.Logger
+	cfg  settings
+	peer *tlsconf.Peer
+	qcfg *quicgo.Config
+
+	udp *net.UDPConn
+	qt  *quicgo.Transport
+	ln  *quicgo.Listener
+	m   *metrics
+
+	ctx      context.Context // ends at Close: bounds dials and accept loops
+	cancel   context.CancelFunc
+	done     chan struct{}
+	acceptQ  chan *stream
+	closeOne sync.Once
+	wg       sync.WaitGroup
+
+	retireLinger time.Duration
+	// dialHook, when set (tests only), runs before each outbound
+	// handshake: it lets a test hold two dials until both are under way.
+	dialHook func(peer core.NodeID)
+
+	mu     sync.Mutex
+	closed bool
+	// connsMade counts connections registered (dialed or accepted).
+	connsMade int
+	peers     map[core.NodeID]*peerConns
+	streams   map[*stream]struct{}
+}
+
+// peerConns is what the transport knows about one peer: its live
+// connections (normally one, two during a simultaneous dial) and the dial
+// in flight, which concurrent OpenStreams share.
+type peerConns struct {
+	conns []*conn
+	dial  *dialCall
+}
+
+type dialCall struct {
+	done chan struct{}
+	err  error
+}
+
+// conn is one QUIC connection to a peer. Fields after mu-comment are
+// guarded by Transport.mu.
+type conn struct {
+	t        *Transport
+	qc       *quicgo.Conn
+	peer     core.NodeID
+	dialer   core.NodeID // the node that dialed it: this one (outbound) or the peer
+	outbound bool
+
+	// guarded by Transport.mu
+	streams    map[*stream]struct{}
+	hadStreams bool
+	dead       bool
+	retired    bool // superseded: no new stream is opened on it
+	linger     *time.Timer
+}
+
+func open(_ context.Context, env plugins.TransportEnv) (*Transport, error) {
+	if env.PeerTLS == nil {
+		return nil, errors.New(errNoTLS)
+	}
+	if env.NodeID == "" {
+		return nil, errors.New("quic transport: the node id is empty")
+	}
+	if env.Bind == "" {
+		return nil, errors.New("quic transport: no UDP address to bind: set broker.peer_listener.bind (by default the broker binds UDP on the client listener's port)")
+	}
+	cfg, err := parseSettings(env.Config)
+	if err != nil {
+		return nil, err
+	}
+	log := env.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	peer, err := tlsconf.LoadPeer(tlsconf.PeerOptions{
+		NodeID: string(env.NodeID), CAFile: env.PeerTLS.CAFile, CertFile: env.PeerTLS.CertFile, KeyFile: env.PeerTLS.KeyFile, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("quic transport: %w", err)
+	}
+	resetKey, err := statelessResetKey(env.PeerTLS.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	uaddr, err := net.ResolveUDPAddr("udp", env.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("quic transport: broker.peer_listener.bind %q: %w", env.Bind, err)
+	}
+	udp, err := net.ListenUDP("udp", uaddr)
+	if err != nil {
+		return nil, fmt.Errorf("quic transport: listen on UDP %s (broker.peer_listener.bind): %w", env.Bind, err)
+	}
+	t := &Transport{
+		self:         env.NodeID,
+		log:          log,
+		cfg:          cfg,
+		peer:         peer,
+		qcfg:         quicConfig(cfg),
+		udp:          udp,
+		done:         make(chan struct{}),
+		acceptQ:      make(chan *stream, acceptQueue),
+		retireLinger: defaultRetireLinger,
+		peers:        make(map[core.NodeID]*peerConns),
+		streams:      make(map[*stream]struct{}),
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.qt = &quicgo.Transport{Conn: udp, StatelessResetKey: resetKey}
+	srv := peer.ServerConfig()
+	srv.NextProtos = []string{ALPN}
+	if t.ln, err = t.qt.Listen(srv, t.qcfg); err != nil {
+		t.cancel()
+		_ = t.qt.Close()
+		_ = udp.Close()
+		return nil, fmt.Errorf("quic transport: listen on %s: %w", udp.LocalAddr(), err)
+	}
+	if env.Registerer != nil {
+		if t.m, err = newMetrics(env.Registerer); err != nil {
+			t.cancel()
+			_ = t.ln.Close()
+			_ = t.qt.Close()
+			_ = udp.Close()
+			return nil, fmt.Errorf("quic transport: register metrics: %w", err)
+		}
+	}
+	t.wg.Add(1)
+	go t.listenLoop()
+	log.Info("quic transport listening", "addr", udp.LocalAddr().String(), "node", string(env.NodeID),
+		"max_incoming_streams", cfg.maxIncomingStreams, "stream_receive_window_bytes", cfg.streamWindow,
+		"max_idle_timeout", cfg.idleTimeout)
+	return t, nil
+}
+
+// quicConfig turns the settings into quic-go's Config. The windows are
+// the point: a stream's window is fixed (initial = max, no auto-tuning
+// that would let one stream grow), and the connection window is the sum
+// of all stream windows the peer may use, so stalled streams — whose
+// bytes sit unread in their windows — can never use up the connection
+// window that a healthy stream on the same connection needs. quic-go
+// allocates receive buffers as data arrives, so the connection window is
+// an upper bound on memory, not an allocation.
+func quicConfig(s settings) *quicgo.Config {
+	connWindow := uint64(s.maxIncomingStreams) * s.streamWindow
+	return &quicgo.Config{
+		HandshakeIdleTimeout:           min(s.idleTimeout, core.DefaultConnectTimeout),
+		MaxIdleTimeout:                 s.idleTimeout,
+		KeepAlivePeriod:                s.idleTimeout / 3,
+		InitialStreamReceiveWindow:     s.streamWindow,
+		MaxStreamReceiveWindow:         s.streamWindow,
+		InitialConnectionReceiveWindow: connWindow,
+		MaxConnectionReceiveWindow:     connWindow,
+		MaxIncomingStreams:             s.maxIncomingStreams,
+		MaxIncomingUniStreams:          -1, // unused: every stream is bidirectional
+	}
+}
+
+// statelessResetKey derives the key quic-go makes stateless reset tokens
+// with from this node's private key file: stable across restarts of the
+// same node, so a restarted broker answers packets of a connection its
+// predecessor had with a stateless reset and the peer drops that
+// connection at once instead of after its idle timeout. Hashing with a
+// label keeps the private key itself out of the token derivation.
+func statelessResetKey(keyFile string) (*quicgo.StatelessResetKey, error) {
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("quic transport: read the peer key %s: %w", keyFile, err)
+	}
+	h := sha256.New()
+	h.Write([]byte("fibril quic stateless reset key v1\x00"))
+	h.Write(b)
+	var k quicgo.StatelessResetKey
+	copy(k[:], h.Sum(nil))
+	return &k, nil
+}
+
+// Addr is the bound UDP address.
+func (t *Transport) Addr() net.Addr { return t.udp.LocalAddr() }
+
+// Accept returns the next stream a peer opened, on any connection.
+func (t *Transport) Accept(ctx context.Context) (core.Stream, error) {
+	select {
+	case <-t.done:
+		return nil, t.errClosed()
+	default:
+	}
+	select {
+	case s := <-t.acceptQ:
+		return s, nil
+	case <-t.done:
+		return nil, t.errClosed()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (t *Transport) errClosed() error {
+	return fmt.Errorf("quic transport: %w", core.ErrClosed)
+}
+
+// Dial returns a link to peer; the connection is made (or shared) by the
+// link's first OpenStream.
+func (t *Transport) Dial(_ context.Context, peer core.Peer) (core.Link, error) {
+	if peer.ID == "" {
+		return nil, fmt.Errorf("quic transport: dial %s: the peer's node id is empty: %w", peer.Addr, core.ErrPeerRefused)
+	}
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("quic transport: dial %s: %w: %w", peer.ID, core.ErrPeerRefused, core.ErrClosed)
+	}
+	return &link{t: t, peer: peer, streams: make(map[*stream]struct{})}, nil
+}
+
+// Close aborts every stream, closes every connection with an error code
+// (the peer's streams abort at once instead of waiting for the idle
+// timeout), the listener and the UDP socket, and waits for the
+// transport's goroutines.
+func (t *Transport) Close() error {
+	t.closeOne.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		streams := make([]*stream, 0, len(t.streams))
+		for s := range t.streams {
+			streams = append(streams, s)
+		}
+		var conns []*conn
+		for _, pc := range t.peers {
+			for _, c := range pc.conns {
+				if c.linger != nil {
+					c.linger.Stop()
+				}
+				conns = append(conns, c)
+			}
+		}
+		t.mu.Unlock()
+		close(t.done)
+		t.cancel()
+		for _, s := range streams {
+			s.abortLocal(codeStreamAborted, true)
+		}
+		_ = t.ln.Close()
+		for _, c := range conns {
+			_ = c.qc.CloseWithError(codeConnShutdown, "broker transport closing")
+		}
+		_ = t.qt.Close()
+		_ = t.udp.Close()
+		t.wg.Wait()
+		t.m.unregister()
+	})
+	return nil
+}
+
+// listenLoop admits inbound connections.
+func (t *Transport) listenLoop() {
+	defer t.wg.Done()
+	for {
+		qc, err := t.ln.Accept(t.ctx)
+		if err != nil {
+			return
+		}
+		// ServerConfig verified the chain and that it names a node.
+		id := core.NodeID(tlsconf.PeerNodeID(qc.ConnectionState().TLS))
+		if id == "" {
+			_ = qc.CloseWithError(codeConnIdentity, "the client certificate names no node")
+			continue
+		}
+		t.register(&conn{t: t, qc: qc, peer: id, dialer: id})
+	}
+}
+
+// register adds a live connection, starts its goroutines and settles
+// which connection to the peer new streams use.
+func (t *Transport) register(c *conn) {
+	c.streams = make(map[*stream]struct{})
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		_ = c.qc.CloseWithError(codeConnShutdown, "broker transport closing")
+		return
+	}
+	pc := t.peerConns(c.peer)
+	pc.conns = append(pc.conns, c)
+	t.connsMade++
+	closeNow := t.settle(pc)
+	t.wg.Add(2)
+	t.mu.Unlock()
+	t.m.connOpened()
+	t.log.Debug("quic connection up", "peer", string(c.peer), "dialer", string(c.dialer), "remote", c.qc.RemoteAddr().String())
+	go c.watch()
+	go c.acceptLoop()
+	for _, l := range closeNow {
+		_ = l.qc.CloseWithError(codeConnSuperseded, "superseded by the connection dialed by "+string(min(t.self, c.peer)))
+	}
+}
+
+func (t *Transport) peerConns(id core.NodeID) *peerConns {
+	pc := t.peers[id]
+	if pc == nil {
+		pc = &peerConns{}
+		t.peers[id] = pc
+	}
+	return pc
+}
+
+// preferred is the connection new streams to the peer use: among live
+// connections that are not retired, one dialed by the smaller of the two
+// node ids (DESIGN.md §8 "Identity"), the newest if several; else the
+// newest live one. Both ends apply the same rule, so after a simultaneous
+// dial both use the same connection. Called with t.mu held.
+func (t *Transport) preferred(pc *peerConns) *conn {
+	var best *conn
+	for _, c := range pc.conns {
+		if c.dead || c.retired {
+			continue
+		}
+		if best == nil || c.wins(t.self) || !best.wins(t.self) {
+			best = c
+		}
+	}
+	return best
+}
+
+// wins reports whether the smaller node id of the pair dialed c.
+func (c *conn) wins(self core.NodeID) bool { return c.dialer == min(self, c.peer) }
+
+// settle retires every live connection to the peer other than the
+// preferred one and returns those this node dialed and may close at once
+// (retired, no stream ever opened on them). Only a connection's dialer
+// closes it: the dialer knows every stream that can still appear on it,
+// since the other end opens new streams on the preferred connection only.
+// Called with t.mu held.
+func (t *Transport) settle(pc *peerConns) []*conn {
+	best := t.preferred(pc)
+	var closeNow []*conn
+	for _, c := range pc.conns {
+		if c == best || c.dead || c.retired {
+			continue
+		}
+		c.retired = true
+		t.log.Debug("quic connection superseded", "peer", string(c.peer), "dialer", string(c.dialer))
+		if c.outbound && len(c.streams) == 0 {
+			if !c.hadStreams {
+				closeNow = append(closeNow, c)
+			} else {
+				t.lingerClose(c)
+			}
+		}
+	}
+	return closeNow
+}
+
+// lingerClose closes a retired connection without streams after
+// retireLinger, unless a stream appeared on it meanwhile. Called with t.mu
+// held.
+func (t *Transport) lingerClose(c *conn) {
+	if c.linger != nil || t.closed {
+		return
+	}
+	c.linger = time.AfterFunc(t.retireLinger, func() {
+		t.mu.Lock()
+		c.linger = nil
+		idle := len(c.streams) == 0 && !c.dead && !t.closed
+		t.mu.Unlock()
+		if idle {
+			_ = c.qc.CloseWithError(codeConnSuperseded, "superseded by the connection dialed by "+string(min(t.self, c.peer)))
+		}
+	})
+}
+
+// watch removes the connection when it dies and ends the accounting of
+// its streams (their Reads and Writes fail with the connection's error).
+func (c *conn) watch() {
+	defer c.t.wg.Done()
+	<-c.qc.Context().Done()
+	t := c.t
+	t.mu.Lock()
+	c.dead = true
+	if c.linger != nil {
+		c.linger.Stop()
+		c.linger = nil
+	}
+	if pc := t.peers[c.peer]; pc != nil {
+		for i, x := range pc.conns {
+			if x == c {
+				pc.conns = append(pc.conns[:i], pc.conns[i+1:]...)
+				break
+			}
+		}
+		if len(pc.conns) == 0 && pc.dial == nil {
+			delete(t.peers, c.peer)
+		}
+	}
+	var lost []*stream
+	for s := range c.streams {
+		lost = append(lost, s)
+	}
+	for _, s := range lost {
+		t.releaseLocked(s)
+	}
+	t.mu.Unlock()
+	for _, s := range lost {
+		s.countAbort()
+	}
+	t.m.connClosed()
+	cause := context.Cause(c.qc.Context())
+	t.log.Debug("quic connection down", "peer", string(c.peer), "dialer", string(c.dialer), "cause", cause)
+}
+
+// acceptLoop takes the streams the peer opens on this connection.
+func (c *conn) acceptLoop() {
+	defer c.t.wg.Done()
+	for {
+		qs, err := c.qc.AcceptStream(c.qc.Context())
+		if err != nil {
+			return
+		}
+		s, ok := c.t.newStream(c, qs, dirIn, nil)
+		if !ok {
+			qs.CancelRead(codeStreamAborted)
+			qs.CancelWrite(codeStreamAborted)
+			continue
+		}
+		c.t.wg.Add(1)
+		go c.t.admit(s)
+	}
+}
+
+// admit consumes the stream preamble and queues the stream for Accept.
+func (t *Transport) admit(s *stream) {
+	defer t.wg.Done()
+	var b [len(preamble)]byte
+	_ = s.qs.SetReadDeadline(time.Now().Add(preambleTimeout))
+	_, err := io.ReadFull(s.qs, b[:])
+	if err != nil || string(b[:]) != preamble {
+		// A FIN or reset before the preamble, a timeout or foreign
+		// bytes: no stream for the application.
+		t.log.Debug("quic stream without preamble dropped", "peer", string(s.c.peer), "err", err)
+		s.abortLocal(codeStreamProtocol, false)
+		return
+	}
+	_ = s.qs.SetReadDeadline(time.Time{})
+	// A one-byte write only queues the byte; it does not wait.
+	if _, err := s.qs.Write([]byte{ack}); err != nil {
+		s.abortLocal(codeStreamAborted, false)
+		return
+	}
+	select {
+	case t.acceptQ <- s:
+	case <-t.done:
+		s.abortLocal(codeStreamAborted, true)
+	}
+}
+
+// newStream registers a stream; false when the transport, the link or
+// the connection can take no new stream.
+func (t *Transport) newStream(c *conn, qs *quicgo.Stream, dir string, l *link) (*stream, bool) {
+	t.mu.Lock()
+	if t.closed || c.dead || (l != nil && l.closed) {
+		t.mu.Unlock()
+		return nil, false
+	}
+	s := &stream{t: t, c: c, qs: qs, dir: dir, link: l}
+	t.streams[s] = struct{}{}
+	c.streams[s] = struct{}{}
+	c.hadStreams = true
+	if c.linger != nil {
+		c.linger.Stop()
+		c.linger = nil
+	}
+	if l != nil {
+		l.streams[s] = struct{}{}
+	}
+	t.mu.Unlock()
+	t.m.streamOpened(dir)
+	return s, true
+}
+
+// release ends the accounting of a stream (once): metrics, the sets of
+// the transport, the connection and the link, and a retired connection
+// this node dialed closes once its last stream is gone.
+func (t *Transport) release(s *stream) {
+	t.mu.Lock()
+	t.releaseLocked(s)
+	t.mu.Unlock()
+}
+
+func (t *Transport) releaseLocked(s *stream) {
+	if s.released {
+		return
+	}
+	s.released = true
+	delete(t.streams, s)
+	delete(s.c.streams, s)
+	if s.link != nil {
+		delete(s.link.streams, s)
+	}
+	t.m.streamClosed(s.dir)
+	if c := s.c; c.retired && c.outbound && !c.dead && len(c.streams) == 0 {
+		t.lingerClose(c)
+	}
+}
+
+// connFor returns the connection new streams to peer use, dialing one
+// when there is none. Concurrent callers share one dial.
+func (t *Transport) connFor(ctx context.Context, peer core.Peer) (*conn, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for {
+		if t.closed {
+			return nil, core.ErrClosed
+		}
+		pc := t.peerConns(peer.ID)
+		if c := t.preferred(pc); c != nil {
+			return c, nil
+		}
+		dc := pc.dial
+		if dc == nil {
+			dc = &dialCall{done: make(chan struct{})}
+			pc.dial = dc
+			t.wg.Add(1)
+			go t.dial(peer, dc)
+		}
+		t.mu.Unlock()
+		select {
+		case <-dc.done:
+		case <-ctx.Done():
+			t.mu.Lock()
+			return nil, ctx.Err()
+		}
+		t.mu.Lock()
+		if dc.err != nil {
+			// An inbound connection from the peer may have arrived
+			// meanwhile; it will do.
+			if c := t.preferred(t.peerConns(peer.ID)); c != nil {
+				return c, nil
+			}
+			return nil, dc.err
+		}
+	}
+}
+
+// dial makes an outbound connection to peer and registers it. It runs on
+// its own, bounded by core.DefaultConnectTimeout and the transport's
+// life, so a caller whose context ends early does not waste a handshake
+// another caller waits for.
+func (t *Transport) dial(peer core.Peer, dc *dialCall) {
+	defer t.wg.Done()
+	err := t.dialOnce(peer)
+	t.mu.Lock()
+	if pc := t.peers[peer.ID]; pc != nil && pc.dial == dc {
+		pc.dial = nil
+		if len(pc.conns) == 0 {
+			delete(t.peers, peer.ID)
+		}
+	}
+	dc.err = err
+	close(dc.done)
+	t.mu.Unlock()
+}
+
+func (t *Transport) dialOnce(peer core.Peer) error {
+	addr, err := net.ResolveUDPAddr("udp", peer.Addr)
+	if err != nil {
+		return fmt.Errorf("resolve %q: %w", peer.Addr, err)
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, core.DefaultConnectTimeout)
+	defer cancel()
+	if t.dialHook != nil {
+		t.dialHook(peer.ID)
+	}
+	cli := t.peer.ClientConfig(string(peer.ID))
+	cli.NextProtos = []string{ALPN}
+	qc, err := t.qt.Dial(ctx, addr, cli, t.qcfg)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("QUIC handshake with %s timed out after %s", addr, core.DefaultConnectTimeout)
+		}
+		return err
+	}
+	t.register(&conn{t: t, qc: qc, peer: peer.ID, dialer: t.self, outbound: true})
+	return nil
+}
+
+// connState is the TLS state of c (both ends verified the other).
+func (c *conn) connState() tls.ConnectionState { return c.qc.ConnectionState().TLS }
