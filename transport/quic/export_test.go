@@ -48,8 +48,8 @@ func streamDialer(s core.Stream) core.NodeID { return s.(*stream).c.dialer }
 // packetsSent is the number of QUIC packets sent on s's connection.
 func packetsSent(s core.Stream) uint64 { return s.(*stream).c.qc.ConnectionStats().PacketsSent }
 
-func (t *Transport) connsMadeCount() int {
+func (t *Transport) dialsMadeCount() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.connsMade
+	return t.dialsMade
 }

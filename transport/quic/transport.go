@@ -108,8 +108,8 @@ type Transport struct {
 
 	mu     sync.Mutex
 	closed bool
-	// connsMade counts connections registered (dialed or accepted).
-	connsMade int
+	// dialsMade counts outbound connections registered (tests read it).
+	dialsMade int
 	peers     map[core.NodeID]*peerConns
 	streams   map[*stream]struct{}
 }
@@ -370,7 +370,9 @@ func (t *Transport) register(c *conn) {
 	}
 	pc := t.peerConns(c.peer)
 	pc.conns = append(pc.conns, c)
-	t.connsMade++
+	if c.outbound {
+		t.dialsMade++
+	}
 	closeNow := t.settle(pc)
 	t.wg.Add(2)
 	t.mu.Unlock()
