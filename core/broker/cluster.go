@@ -45,6 +45,9 @@ type coordinated struct {
 	// (applyCatalog, run goroutine only).
 	applied map[*cluster.Queue]bool
 	dlqRR   atomic.Uint64
+	// noGatewayWarned is when the no-public-broker warning last went out
+	// (run goroutine only).
+	noGatewayWarned time.Time
 }
 
 // startCluster opens the coordination backend and joins the cluster
@@ -108,7 +111,7 @@ func (b *Broker) startCluster() error {
 		_ = coord.Close()
 		return err
 	}
-	b.cluster = &coordinated{b: b, coord: coord, cl: cl, self: routing.Self{ID: id, Advertise: toEndpoints(adv)},
+	b.cluster = &coordinated{b: b, coord: coord, cl: cl, self: routing.Self{ID: id, Advertise: toEndpoints(adv), Private: cfg.Broker.Visibility == string(core.Private)},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	b.cluster.registerMetrics(b.registry)
 	b.log.Info("joined the cluster", "backend", cfg.Coordination.Backend, "secret_from", origin,
@@ -135,6 +138,7 @@ func (c *coordinated) run() {
 		if snap.Index != applied {
 			c.applyCatalog(snap)
 			c.retainLinks(snap)
+			c.warnNoGateway(snap)
 			applied = snap.Index
 		}
 		health, isPlugin := c.coord.(plugins.PluginHealth)
@@ -226,11 +230,13 @@ func (c *coordinated) Route(ref core.PartitionRef, publish bool, version uint64)
 			return session.Route{Redirect: routing.RedirectBody(d)}
 		}
 	}
-	d := routing.Decide(snap, c.self, ref)
+	d := routing.Decide(snap, c.self, ref, false)
 	switch d.Action {
 	case routing.Redirect:
 		return session.Route{Redirect: routing.RedirectBody(d)}
-	case routing.Refuse:
+	case routing.Refuse, routing.Forward:
+		// Forward: WIRE §7.3 "a public broker that would forward but
+		// cannot yet" answers 503 until the forwarder exists.
 		return session.Route{Err: d.Err}
 	}
 	if !c.cl.LeaseValid() {
@@ -500,13 +506,20 @@ func (b *Broker) topologyView() any {
 		Generation uint64      `json:"generation"`
 		// AdoptionFloor is the lowest adoption level live nodes published
 		// (S-120); absent when none has.
-		AdoptionFloor *uint64    `json:"adoption_floor,omitempty"`
-		Nodes         []nodeView `json:"nodes"`
-		Partitions    []partView `json:"partitions"`
+		AdoptionFloor *uint64 `json:"adoption_floor,omitempty"`
+		// Coordination flags what an operator must fix: with no live,
+		// non-draining public broker, privately owned partitions have no
+		// client endpoints (seed §1).
+		Coordination struct {
+			NoLivePublicBroker bool `json:"no_live_public_broker"`
+		} `json:"coordination"`
+		Nodes      []nodeView `json:"nodes"`
+		Partitions []partView `json:"partitions"`
 	}{Self: c.self.ID, Index: snap.Index, Generation: snap.Generation, Nodes: []nodeView{}, Partitions: []partView{}}
 	if f, ok := snap.AdoptionFloor(); ok {
 		out.AdoptionFloor = &f
 	}
+	out.Coordination.NoLivePublicBroker = len(snap.Gateways) == 0
 	for _, id := range snap.MemberIDs {
 		m := snap.Members[id]
 		out.Nodes = append(out.Nodes, nodeView{ID: id, Live: m.Live, Visibility: string(m.Info.Visibility()),
@@ -516,10 +529,8 @@ func (b *Broker) topologyView() any {
 	add := func(kind string, p cluster.Partition) {
 		v := partView{Topic: p.Ref.Topic, Group: p.Ref.Group, Kind: kind, Partition: p.Ref.Partition,
 			Owner: p.Node, Epoch: p.Epoch, Written: p.Written, OwnerLive: p.Placed() && snap.Live(p.Node), Endpoints: []string{}}
-		if p.Placed() {
-			for _, e := range routing.ClientEndpoints(snap, p.Node) {
-				v.Endpoints = append(v.Endpoints, e.String())
-			}
+		for _, e := range routing.ClientEndpoints(snap, p) {
+			v.Endpoints = append(v.Endpoints, e.String())
 		}
 		out.Partitions = append(out.Partitions, v)
 	}

@@ -331,3 +331,18 @@ func (c *coordinated) retainLinks(snap *cluster.Snapshot) {
 	}
 	c.b.links.Retain(live)
 }
+
+// noGatewayWarnEvery rate-limits the "no live public broker" warning.
+const noGatewayWarnEvery = time.Minute
+
+// warnNoGateway logs, at most once a minute, that no live public broker is
+// left: clients then get no endpoints for privately owned partitions
+// (seed §1). Run goroutine only.
+func (c *coordinated) warnNoGateway(snap *cluster.Snapshot) {
+	if len(snap.Gateways) > 0 || time.Since(c.noGatewayWarned) < noGatewayWarnEvery {
+		return
+	}
+	c.noGatewayWarned = time.Now()
+	c.b.log.Warn("no live public broker: clients get no endpoints for privately owned partitions until a public broker is up (and not draining)",
+		"live_nodes", len(snap.LiveNodes()))
+}

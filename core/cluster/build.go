@@ -136,7 +136,7 @@ func (b *builder) incremental(prev *Snapshot, kvs []core.KV, index uint64) *Snap
 			j++
 		}
 	}
-	s := &Snapshot{Index: index, Members: prev.Members, MemberIDs: prev.MemberIDs,
+	s := &Snapshot{Index: index, Members: prev.Members, MemberIDs: prev.MemberIDs, Gateways: prev.Gateways,
 		Queues: prev.Queues, Streams: prev.Streams, queues: prev.queues, streams: prev.streams}
 	if len(changed) == 0 {
 		return s
@@ -269,6 +269,11 @@ func full(kvs []core.KV, index uint64) *Snapshot {
 		s.MemberIDs = append(s.MemberIDs, id)
 	}
 	slices.Sort(s.MemberIDs)
+	for _, id := range s.MemberIDs {
+		if m := s.Members[id]; m.Live && m.Info.Visibility() == core.Public && !m.Info.Draining() && len(m.Info.Advertise()) > 0 {
+			s.Gateways = append(s.Gateways, id)
+		}
+	}
 	for _, q := range s.Queues {
 		q.fp = q.fingerprint()
 	}

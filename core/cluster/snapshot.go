@@ -69,6 +69,11 @@ type Snapshot struct {
 	// Members by node id; MemberIDs sorted.
 	Members   map[core.NodeID]*Member
 	MemberIDs []core.NodeID
+	// Gateways are the live, non-draining public members with client
+	// endpoints, sorted: the candidates that serve privately owned
+	// partitions to clients (seed §2, chosen by rendezvous in
+	// core/routing).
+	Gateways []core.NodeID
 	// Queues sorted by topic then group; Streams by topic.
 	Queues  []*Queue
 	Streams []*Stream

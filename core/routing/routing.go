@@ -22,6 +22,11 @@ const (
 	Redirect
 	// Refuse: answer ERROR with Decision.Err's code.
 	Refuse
+	// Forward: relay the operation to Decision.Partition's owner over an
+	// upstream session (a public broker serving a private owner, or an
+	// owner behind this broker's own shared address). Decision.Err holds
+	// the 503 a broker answers while it cannot forward.
+	Forward
 )
 
 // Decision is the answer for one partition operation.
@@ -42,28 +47,39 @@ type Self struct {
 	// Advertise is this broker's own client endpoint list; an owner whose
 	// endpoints are all among these is not redirected to (it would loop).
 	Advertise []core.Endpoint
+	// Private brokers never forward (seed §2).
+	Private bool
 }
 
-// Decide applies the handler rule to one partition (issue #4 §5; seed
-// §2), for an operation that did not already fail the fence:
+// Decide applies the handler rule to one partition (seed §2; WIRE §7.3
+// holds the answers), for an operation that did not already fail the
+// fence. forwarded is true on a forwarded session (one hop: it never
+// forwards again).
 //
 //   - not declared → 404;
-//   - no owner yet → 409 (S-117: the cluster is converging);
+//   - no owner yet → 503 on a broker that would forward (a public one,
+//     not on a forwarded session), else 409 (S-117: the cluster is
+//     converging);
 //   - this broker owns it → Serve (the caller still answers 503 while
 //     recovering or while its lease is not surely valid);
 //   - the owner is dead → 503 (it holds the only copy, or it is about to
 //     be re-placed; DESIGN.md §8);
 //   - the owner's client endpoints are known and not all this broker's
-//     own → Redirect;
-//   - otherwise (a private owner, or a shared load-balancer address) →
-//     503 until forwarding exists.
-func Decide(s *cluster.Snapshot, self Self, ref core.PartitionRef) Decision {
+//     own → Redirect to them;
+//   - otherwise (a private owner, or an owner behind this broker's own
+//     shared address): Forward on a broker that may forward; else Redirect
+//     to the partition's gateway endpoints, or 409 when those are this
+//     broker's own (never a redirect to itself).
+func Decide(s *cluster.Snapshot, self Self, ref core.PartitionRef, forwarded bool) Decision {
 	p, ok := s.Partition(ref)
 	if !ok {
 		return Decision{Action: Refuse, Err: core.Errorf(core.ErrNotFound, "%s is not declared in this cluster", describe(ref))}
 	}
 	d := Decision{Partition: p, Version: version(s, ref)}
+	mayForward := !self.Private && !forwarded
 	switch {
+	case !p.Placed() && mayForward:
+		d.Action, d.Err = Refuse, core.Errorf(core.ErrUnavailable, "partition %s has no owner in this broker's view yet; retry", ref)
 	case !p.Placed():
 		d.Action, d.Err = Refuse, core.Errorf(core.ErrConflict, "partition %s has no owner yet; the cluster is still converging, retry", ref)
 	case p.Node == self.ID:
@@ -76,13 +92,21 @@ func Decide(s *cluster.Snapshot, self Self, ref core.PartitionRef) Decision {
 			d.Err = core.Errorf(core.ErrUnavailable, "partition %s is unavailable: its owner %s is down and it is being re-placed; retry", ref, p.Node)
 		}
 	default:
-		eps := ClientEndpoints(s, p.Node)
-		if len(eps) == 0 || allOwn(eps, self.Advertise) {
-			d.Action = Refuse
-			d.Err = core.Errorf(core.ErrUnavailable, "partition %s is owned by %s, which this broker cannot forward to yet; retry", ref, p.Node)
+		if own := ownAdvertise(s, p.Node); len(own) > 0 && !allOwn(own, self.Advertise) {
+			d.Action, d.Endpoints = Redirect, own
 			return d
 		}
-		d.Action, d.Endpoints = Redirect, eps
+		if mayForward {
+			d.Action = Forward
+			d.Err = core.Errorf(core.ErrUnavailable, "partition %s is owned by %s, which this broker cannot forward to now; retry", ref, p.Node)
+			return d
+		}
+		if eps := ClientEndpoints(s, p); len(eps) > 0 && !allOwn(eps, self.Advertise) {
+			d.Action, d.Endpoints = Redirect, eps
+			return d
+		}
+		d.Action = Refuse
+		d.Err = core.Errorf(core.ErrConflict, "partition %s is owned by %s and this broker does not forward; re-fetch the topology", ref, p.Node)
 	}
 	return d
 }
@@ -101,7 +125,7 @@ func Fence(s *cluster.Snapshot, ref core.PartitionRef, published uint64) (Decisi
 	if !ok || !p.Placed() || !s.Live(p.Node) {
 		return Decision{}, false
 	}
-	eps := ClientEndpoints(s, p.Node)
+	eps := ClientEndpoints(s, p)
 	if len(eps) == 0 {
 		return Decision{}, false
 	}
@@ -109,10 +133,33 @@ func Fence(s *cluster.Snapshot, ref core.PartitionRef, published uint64) (Decisi
 }
 
 // ClientEndpoints is the one function that builds a client-facing
-// endpoint list: the owner's advertised list when the owner is live and
-// public, else none (an empty list sends a client to its bootstrap
-// broker, S-115). Private owners never yield an address.
-func ClientEndpoints(s *cluster.Snapshot, owner core.NodeID) []core.Endpoint {
+// endpoint list, for partition p: a live public owner's advertised list;
+// for a live private owner, the list of the partition's gateway — the
+// public broker Rendezvous picks among the snapshot's gateways, so every
+// broker names the same one (seed §2, DESIGN.md §8); else none (an empty
+// list sends a client to its bootstrap broker, S-115). A private broker's
+// address is never returned.
+func ClientEndpoints(s *cluster.Snapshot, p cluster.Partition) []core.Endpoint {
+	if !p.Placed() {
+		return nil
+	}
+	m := s.Members[p.Node]
+	if m == nil || !m.Live {
+		return nil
+	}
+	if m.Info.Visibility() != core.Private {
+		return m.Info.Advertise()
+	}
+	gw := Rendezvous(p.Ref, s.Gateways)
+	if gw == "" {
+		return nil
+	}
+	return s.Members[gw].Info.Advertise()
+}
+
+// ownAdvertise is the client list a live owner advertises itself (none
+// for a private one).
+func ownAdvertise(s *cluster.Snapshot, owner core.NodeID) []core.Endpoint {
 	m := s.Members[owner]
 	if m == nil || !m.Live || m.Info.Visibility() == core.Private {
 		return nil
@@ -174,9 +221,10 @@ func describe(ref core.PartitionRef) string {
 
 // Topology builds the TOPOLOGY answer (S-112, S-114; WIRE §14.1): every
 // declared queue and stream partition, narrowed by the request's filters,
-// with the owner's client endpoints (empty while unplaced, while the
-// owner is dead, and for private owners), the partition count on every
-// entry and the snapshot's generation.
+// with the partition's client endpoints (ClientEndpoints: the owner's, or
+// for a private owner its gateway's; empty while unplaced or while the
+// owner is dead), the partition count on every entry and the snapshot's
+// generation.
 func Topology(s *cluster.Snapshot, req wire.TopologyRequest) wire.Topology {
 	t := wire.Topology{Generation: s.Generation}
 	topic, hasTopic := req.Topic.Get()
@@ -187,7 +235,7 @@ func Topology(s *cluster.Snapshot, req wire.TopologyRequest) wire.Topology {
 		}
 		for _, p := range q.Parts {
 			t.Queues = append(t.Queues, wire.QueueEntry{Topic: q.Info.Topic, Partition: p.Ref.Partition, Group: q.Info.Group,
-				Owners: Wire(ownerEndpoints(s, p)), PartitioningVersion: q.Info.PartitioningVersion, PartitionCount: q.Info.PartitionCount})
+				Owners: Wire(ClientEndpoints(s, p)), PartitioningVersion: q.Info.PartitioningVersion, PartitionCount: q.Info.PartitionCount})
 		}
 	}
 	for _, st := range s.Streams {
@@ -196,17 +244,10 @@ func Topology(s *cluster.Snapshot, req wire.TopologyRequest) wire.Topology {
 		}
 		for _, p := range st.Parts {
 			t.Streams = append(t.Streams, wire.StreamEntry{Topic: st.Info.Topic, Partition: p.Ref.Partition,
-				Owners: Wire(ownerEndpoints(s, p)), PartitionCount: st.Info.PartitionCount})
+				Owners: Wire(ClientEndpoints(s, p)), PartitionCount: st.Info.PartitionCount})
 		}
 	}
 	return t
-}
-
-func ownerEndpoints(s *cluster.Snapshot, p cluster.Partition) []core.Endpoint {
-	if !p.Placed() {
-		return nil
-	}
-	return ClientEndpoints(s, p.Node)
 }
 
 // normGroup maps the literal "default" and "" to the absent group (S-17).

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -24,8 +25,9 @@ func node(id, advertise string, private bool) core.NodeInfo {
 func ref(p uint32) core.PartitionRef { return core.PartitionRef{Topic: "orders", Partition: p} }
 
 // fixture: a (self, 127.0.0.1:7001), b live public, c dead, d private,
-// e live public sharing a's address (one load-balancer address).
-// orders#0 a, #1 b, #2 c written, #3 c unwritten, #4 d, #5 e, #6 unplaced.
+// e live public sharing a's address (one load-balancer address), f
+// private. orders#0 a, #1 b, #2 c written, #3 c unwritten, #4 d, #5 e,
+// #6 unplaced, #7 f.
 func fixture() *cluster.Snapshot {
 	f := cluster.NewFixture().
 		Node(node("a", "127.0.0.1:7001", false), true).
@@ -33,52 +35,171 @@ func fixture() *cluster.Snapshot {
 		Node(node("c", "127.0.0.1:7003", false), false).
 		Node(node("d", "", true), true).
 		Node(node("e", "127.0.0.1:7001", false), true).
-		Queue(queue.QueueInfo{Key: queue.Key{Topic: "orders"}, PartitionCount: 7, PartitioningVersion: 2})
-	for i, n := range []string{"a", "b", "c", "c", "d", "e"} {
-		f.Assign(ref(uint32(i)), cluster.Assignment{Node: core.NodeID(n), Epoch: 3, Written: i == 2})
+		Node(node("f", "", true), true).
+		Queue(queue.QueueInfo{Key: queue.Key{Topic: "orders"}, PartitionCount: 8, PartitioningVersion: 2})
+	for i, n := range []string{"a", "b", "c", "c", "d", "e", "", "f"} {
+		if n != "" {
+			f.Assign(ref(uint32(i)), cluster.Assignment{Node: core.NodeID(n), Epoch: 3, Written: i == 2})
+		}
 	}
 	return f.Snapshot()
 }
 
 var self = Self{ID: "a", Advertise: []core.Endpoint{{Host: "127.0.0.1", Port: 7001}}}
 
-// WIRE_V1.md §7.3 rows, one per situation of the handler rule.
-func TestDecide(t *testing.T) {
-	s := fixture()
-	cases := []struct {
-		ref    core.PartitionRef
-		action Action
-		code   uint16
-		eps    string
-	}{
-		{ref(0), Serve, 0, ""},
-		{ref(1), Redirect, 0, "127.0.0.1:7002,127.0.0.1:7012"},
-		{ref(2), Refuse, wire.CodeUnavailable, ""}, // dead owner holding the only copy
-		{ref(3), Refuse, wire.CodeUnavailable, ""}, // dead, about to be re-placed
-		{ref(4), Refuse, wire.CodeUnavailable, ""}, // private owner: forwarding is a later capability
-		{ref(5), Refuse, wire.CodeUnavailable, ""}, // owner's endpoints are this broker's own
-		{ref(6), Refuse, wire.CodeConflict, ""},    // no owner yet (S-117)
-		{ref(7), Refuse, wire.CodeNotFound, ""},    // beyond the count
-		{core.PartitionRef{Topic: "nope"}, Refuse, wire.CodeNotFound, ""},
-	}
+// gatewayOf is the address the fixture's gateway set (a, b, e) answers
+// for ref, by the pinned rendezvous (its vectors are tested separately).
+func gatewayOf(r core.PartitionRef) string {
+	return map[core.NodeID]string{"a": "127.0.0.1:7001", "b": "127.0.0.1:7002,127.0.0.1:7012", "e": "127.0.0.1:7001"}[Rendezvous(r, []core.NodeID{"a", "b", "e"})]
+}
+
+type decideCase struct {
+	ref    core.PartitionRef
+	action Action
+	code   uint16
+	eps    string
+}
+
+func checkDecide(t *testing.T, who string, s *cluster.Snapshot, me Self, forwarded bool, cases []decideCase) {
+	t.Helper()
 	for _, c := range cases {
-		d := Decide(s, self, c.ref)
+		d := Decide(s, me, c.ref, forwarded)
 		if d.Action != c.action {
-			t.Errorf("%s: action %v, want %v (err %v)", c.ref, d.Action, c.action, d.Err)
+			t.Errorf("%s %s: action %v, want %v (err %v)", who, c.ref, d.Action, c.action, d.Err)
 			continue
 		}
-		if c.action == Refuse && core.Code(d.Err) != c.code {
-			t.Errorf("%s: code %d, want %d (%v)", c.ref, core.Code(d.Err), c.code, d.Err)
+		if (c.action == Refuse || c.action == Forward) && core.Code(d.Err) != c.code {
+			t.Errorf("%s %s: code %d, want %d (%v)", who, c.ref, core.Code(d.Err), c.code, d.Err)
 		}
 		if c.action == Redirect {
 			if got := core.FormatEndpoints(d.Endpoints); got != c.eps {
-				t.Errorf("%s: endpoints %s, want %s", c.ref, got, c.eps)
+				t.Errorf("%s %s: endpoints %s, want %s", who, c.ref, got, c.eps)
 			}
 			r := RedirectBody(d)
 			if r.PartitioningVersion != 2 || r.Topic != "orders" || r.Partition != c.ref.Partition || r.Group.Present {
-				t.Errorf("%s: redirect body %+v", c.ref, r)
+				t.Errorf("%s %s: redirect body %+v", who, c.ref, r)
 			}
 		}
+	}
+}
+
+// WIRE_V1.md §7.3 rows, one per situation of the handler rule (seed §2).
+func TestDecide(t *testing.T) {
+	s := fixture()
+	// A public broker on a client session: it forwards.
+	checkDecide(t, "public", s, self, false, []decideCase{
+		{ref(0), Serve, 0, ""},
+		{ref(1), Redirect, 0, "127.0.0.1:7002,127.0.0.1:7012"},
+		{ref(2), Refuse, wire.CodeUnavailable, ""},  // dead owner holding the only copy
+		{ref(3), Refuse, wire.CodeUnavailable, ""},  // dead, about to be re-placed
+		{ref(4), Forward, wire.CodeUnavailable, ""}, // private owner
+		{ref(5), Forward, wire.CodeUnavailable, ""}, // owner behind this broker's own (shared) address
+		{ref(6), Refuse, wire.CodeUnavailable, ""},  // no owner in a gateway's view yet
+		{ref(7), Forward, wire.CodeUnavailable, ""},
+		{ref(8), Refuse, wire.CodeNotFound, ""}, // beyond the count
+		{core.PartitionRef{Topic: "nope"}, Refuse, wire.CodeNotFound, ""},
+	})
+	// A private broker never forwards: the gateway's endpoints, or 409
+	// when it has none of its own to avoid.
+	priv := Self{ID: "d", Private: true}
+	checkDecide(t, "private", s, priv, false, []decideCase{
+		{ref(4), Serve, 0, ""},
+		{ref(0), Redirect, 0, "127.0.0.1:7001"},
+		{ref(5), Redirect, 0, "127.0.0.1:7001"},
+		{ref(6), Refuse, wire.CodeConflict, ""}, // S-117
+		{ref(7), Redirect, 0, gatewayOf(ref(7))},
+	})
+	// A public broker on a forwarded session (one hop): never forwards,
+	// never redirects to its own address.
+	var r4, r7 decideCase
+	for i, rc := range []*decideCase{&r4, &r7} {
+		r := ref([]uint32{4, 7}[i])
+		if gw := gatewayOf(r); gw == "127.0.0.1:7001" {
+			*rc = decideCase{r, Refuse, wire.CodeConflict, ""}
+		} else {
+			*rc = decideCase{r, Redirect, 0, gw}
+		}
+	}
+	checkDecide(t, "forwarded", s, self, true, []decideCase{
+		{ref(0), Serve, 0, ""},
+		{ref(1), Redirect, 0, "127.0.0.1:7002,127.0.0.1:7012"},
+		{ref(5), Refuse, wire.CodeConflict, ""},
+		{ref(6), Refuse, wire.CodeConflict, ""},
+		r4, r7,
+	})
+}
+
+// Seed §2, DESIGN.md §8: a privately owned partition's client endpoints
+// are its gateway's — one live, non-draining public broker chosen by the
+// pinned rendezvous — stable while the gateway set stands, moving only the
+// partitions of a gateway that dies or drains; none without a gateway.
+func TestGatewaySelection(t *testing.T) {
+	build := func(nodes ...core.NodeInfo) *cluster.Snapshot {
+		f := cluster.NewFixture().Node(node("p", "", true), true).
+			Queue(queue.QueueInfo{Key: queue.Key{Topic: "orders"}, PartitionCount: 64, PartitioningVersion: 1})
+		for _, n := range nodes {
+			live := n.Labels["test/dead"] == ""
+			delete(n.Labels, "test/dead")
+			f.Node(n, live)
+		}
+		for i := range uint32(64) {
+			f.Assign(ref(i), cluster.Assignment{Node: "p", Epoch: 1})
+		}
+		return f.Snapshot()
+	}
+	pub := func(id string, port int, extra ...string) core.NodeInfo {
+		n := node(id, "127.0.0.1:"+strconv.Itoa(port), false)
+		for i := 0; i+1 < len(extra); i += 2 {
+			n.Labels[extra[i]] = extra[i+1]
+		}
+		return n
+	}
+	endpoint := func(s *cluster.Snapshot, i uint32) string {
+		p, _ := s.Partition(ref(i))
+		return core.FormatEndpoints(ClientEndpoints(s, p))
+	}
+	three := build(pub("g1", 7001), pub("g2", 7002), pub("g3", 7003))
+	if got := three.Gateways; len(got) != 3 {
+		t.Fatalf("gateways %v", got)
+	}
+	used := map[string]int{}
+	for i := range uint32(64) {
+		want := map[core.NodeID]string{"g1": "127.0.0.1:7001", "g2": "127.0.0.1:7002", "g3": "127.0.0.1:7003"}[Rendezvous(ref(i), []core.NodeID{"g1", "g2", "g3"})]
+		if got := endpoint(three, i); got != want {
+			t.Fatalf("partition %d: %s, want %s", i, got, want)
+		}
+		used[want]++
+	}
+	if len(used) != 3 {
+		t.Fatalf("64 partitions used only %v", used)
+	}
+	// g2 drains, or dies: only its partitions move, to g1 or g3.
+	for _, s := range []*cluster.Snapshot{
+		build(pub("g1", 7001), pub("g2", 7002, core.LabelDraining, "true"), pub("g3", 7003)),
+		build(pub("g1", 7001), pub("g2", 7002, "test/dead", "x"), pub("g3", 7003)),
+	} {
+		for i := range uint32(64) {
+			before, after := endpoint(three, i), endpoint(s, i)
+			switch {
+			case after == "127.0.0.1:7002":
+				t.Fatalf("partition %d still goes to the gone gateway", i)
+			case before != "127.0.0.1:7002" && after != before:
+				t.Fatalf("partition %d moved from %s to %s although its gateway stayed", i, before, after)
+			}
+		}
+	}
+	// Public brokers behind one load-balancer address: that address.
+	lb := build(pub("g1", 7000), pub("g2", 7000))
+	for i := range uint32(64) {
+		if got := endpoint(lb, i); got != "127.0.0.1:7000" {
+			t.Fatalf("shared address: %s", got)
+		}
+	}
+	// No live public broker: no endpoints (a client falls back to its
+	// bootstrap broker, S-115).
+	none := build(pub("g1", 7001, "test/dead", "x"))
+	if got := endpoint(none, 0); got != "" || len(none.Gateways) != 0 {
+		t.Fatalf("no gateway: %q %v", got, none.Gateways)
 	}
 }
 
@@ -129,12 +250,16 @@ func TestNoPrivateAddressLeaks(t *testing.T) {
 			}
 		}
 	}
-	for _, me := range []core.NodeID{"pub", "priv", "other"} {
-		for i := range uint32(4) {
-			d := Decide(snap, Self{ID: me}, ref(i))
-			check("redirect", d.Endpoints)
-			fd, _ := Fence(snap, ref(i), 0)
-			check("fence", fd.Endpoints)
+	for _, me := range []Self{{ID: "pub"}, {ID: "priv", Private: true}, {ID: "other"}, {ID: "other", Private: true}} {
+		for _, forwarded := range []bool{false, true} {
+			for i := range uint32(4) {
+				d := Decide(snap, me, ref(i), forwarded)
+				check("redirect", d.Endpoints)
+				fd, _ := Fence(snap, ref(i), 0)
+				check("fence", fd.Endpoints)
+				p, _ := snap.Partition(ref(i))
+				check("client endpoints", ClientEndpoints(snap, p))
+			}
 		}
 	}
 }
@@ -144,14 +269,16 @@ func TestNoPrivateAddressLeaks(t *testing.T) {
 func TestTopology(t *testing.T) {
 	s := fixture()
 	topo := Topology(s, wire.TopologyRequest{})
-	if topo.Generation == 0 || len(topo.Queues) != 7 {
+	if topo.Generation == 0 || len(topo.Queues) != 8 {
 		t.Fatalf("topology %+v", topo)
 	}
 	for _, q := range topo.Queues {
-		if q.PartitionCount != 7 || q.PartitioningVersion != 2 {
+		if q.PartitionCount != 8 || q.PartitioningVersion != 2 {
 			t.Fatalf("entry %+v", q)
 		}
-		want := map[uint32]string{0: "127.0.0.1:7001", 1: "127.0.0.1:7002", 5: "127.0.0.1:7001"}[q.Partition]
+		// Private owners (#4 d, #7 f) answer their gateway's address.
+		want := map[uint32]string{0: "127.0.0.1:7001", 1: "127.0.0.1:7002", 5: "127.0.0.1:7001",
+			4: strings.Split(gatewayOf(ref(4)), ",")[0], 7: strings.Split(gatewayOf(ref(7)), ",")[0]}[q.Partition]
 		got := ""
 		if len(q.Owners) > 0 {
 			got = q.Owners[0].String()
