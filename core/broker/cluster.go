@@ -223,14 +223,14 @@ func (c *coordinated) close() {
 }
 
 // Route implements session.Router (issue #4 §5; WIRE §7.3).
-func (c *coordinated) Route(ref core.PartitionRef, publish bool, version uint64) session.Route {
+func (c *coordinated) Route(ref core.PartitionRef, publish bool, version uint64, forwarded bool) session.Route {
 	snap := c.cl.Snapshot()
 	if publish {
 		if d, fenced := routing.Fence(snap, ref, version); fenced {
 			return session.Route{Redirect: routing.RedirectBody(d)}
 		}
 	}
-	d := routing.Decide(snap, c.self, ref, false)
+	d := routing.Decide(snap, c.self, ref, forwarded)
 	switch d.Action {
 	case routing.Redirect:
 		return session.Route{Redirect: routing.RedirectBody(d)}

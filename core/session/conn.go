@@ -32,11 +32,14 @@ type Conn struct {
 	log      *slog.Logger
 
 	// Reader-only state.
-	sess        *Session   // set once HELLO succeeded, never changed
-	principal   *Principal // nil until authenticated
-	peerNode    string     // node named by the verified peer certificate of an @node login (NodeIdentity)
-	rbuf        []byte     // frame buffer reused between frames
-	slotPending bool       // the request being handled holds an unused reply slot
+	sess      *Session   // set once HELLO succeeded, never changed
+	principal *Principal // nil until authenticated
+	peerNode  string     // node named by the verified peer certificate of an @node login (NodeIdentity)
+	// forwarded is the accepted FORWARDED_SESSION of an upstream
+	// connection (WIRE §22): nil on a client's own connection.
+	forwarded   *wire.ForwardedSession
+	rbuf        []byte // frame buffer reused between frames
+	slotPending bool   // the request being handled holds an unused reply slot
 	acks        pendingAcks
 	stopReading bool             // the request answered with close-after
 	owed        *queue.Partition // a deferred publish awaits commitOwed (see serve)
@@ -62,7 +65,10 @@ type Conn struct {
 	windowOpen atomic.Bool  // quiet window over (WIRE §8.2)
 	lastRecv   atomic.Int64 // unix nanos of the last frame received
 	orderly    atomic.Bool  // the peer ended the stream at a frame boundary
-	topoAck    atomic.Uint64
+	// releaseOnClose: an accepted FFS2 asked for the session to end at
+	// once on an orderly close (WIRE §22.2) instead of waiting its grace.
+	releaseOnClose atomic.Bool
+	topoAck        atomic.Uint64
 
 	// Writer-only state (pushID), and state of the wlock holder (scratch).
 	pushID  uint64 // broker-initiated request ids: one counter from 0 (WIRE §2.2)
@@ -210,6 +216,10 @@ func (c *Conn) finishGracefully() {
 // and detaches the connection from its session.
 func (c *Conn) terminate() {
 	c.close()
+	if c.forwarded != nil {
+		c.srv.opts.Metrics.ForwardedSessions.Dec()
+		c.log.Info("forwarded session closed", "orderly", c.orderly.Load())
+	}
 	if c.sess != nil {
 		select {
 		case <-c.writerDone:

@@ -96,7 +96,7 @@ func (c *Conn) handleRequest(h wire.FrameHeader, body []byte) {
 		c.handleTopology(id, body)
 	default:
 		if op.NodeOnly() {
-			c.handleNodeOnly(op, id)
+			c.handleNodeOnly(op, id, body)
 			return
 		}
 		// WIRE §8.9: unknown opcodes, server→client ops and a second
@@ -108,9 +108,13 @@ func (c *Conn) handleRequest(h wire.FrameHeader, body []byte) {
 // handleNodeOnly answers replication and forwarding ops. They are only for
 // a connection authenticated as @node (WIRE §18, §22.3); this broker does
 // not serve any of them yet.
-func (c *Conn) handleNodeOnly(op wire.Op, id uint64) {
+func (c *Conn) handleNodeOnly(op wire.Op, id uint64, body []byte) {
 	if !c.principal.Node {
 		c.replyError(id, wire.CodeForbidden, "node principal required for "+op.String())
+		return
+	}
+	if op == wire.OpForwardedSession {
+		c.handleForwardedSession(id, body)
 		return
 	}
 	c.replyError(id, wire.CodeBadRequest, op.String()+" is not supported by this broker yet")

@@ -25,6 +25,7 @@ type Metrics struct {
 	Dropped           *prometheus.CounterVec // reason: fire-and-forget requests that failed (WIRE §7.3 last row)
 	ConfirmLatency    prometheus.Histogram
 	TopologyPushes    prometheus.Counter
+	ForwardedSessions prometheus.Gauge // connections with an accepted FORWARDED_SESSION
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not
@@ -70,6 +71,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "From reading a confirmed PUBLISH to queueing its PUBLISH_OK (durability included).",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50 µs … ~1.6 s
 		}),
+		ForwardedSessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fibril_forwarded_sessions", Help: "Connections open here on which a gateway accepted FORWARDED_SESSION (upstream sessions of clients of other brokers)."}),
 		TopologyPushes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fibril_topology_pushes_total", Help: "TOPOLOGY_UPDATE pushes queued to sessions (coordinated mode, S-119)."}),
 	}
@@ -77,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.ConnectionsTotal, m.ConnectionsOpen, m.SessionsLive, m.SessionsDormant,
 			m.SubscriptionsOpen, m.BytesIn, m.BytesOut, m.ConnErrors, m.ResumeNew, m.ResumeAccepted,
 			m.ResumeRejected, m.GraceEntered, m.GraceExpired, m.ReconcileRequests, m.ReconcileOutcomes,
-			m.AuthFailures, m.Dropped, m.ConfirmLatency, m.TopologyPushes)
+			m.AuthFailures, m.Dropped, m.ConfirmLatency, m.TopologyPushes, m.ForwardedSessions)
 	}
 	return m
 }

@@ -126,7 +126,7 @@ func (s *Session) routedElsewhere(cs wire.ReconcileSub) bool {
 	if r == nil {
 		return false
 	}
-	return !r.Route(partitionRef(cs.Topic, cs.Group, cs.Partition), false, 0).Serve
+	return !r.Route(partitionRef(cs.Topic, cs.Group, cs.Partition), false, 0, false).Serve
 }
 
 // ownsPartition reports whether the local engine has the partition.

@@ -22,8 +22,9 @@ type Router interface {
 	// declared locally (and, for a publish, marked written, DESIGN.md §8).
 	// Route is on the hot path of every publish: it must not allocate or
 	// block in the common case (it may wait for the one coordination write
-	// of a first-write mark, bounded by routeTimeout).
-	Route(ref core.PartitionRef, publish bool, version uint64) Route
+	// of a first-write mark, bounded by routeTimeout). forwarded is true
+	// on a forwarded session (WIRE §22): one hop, it never forwards again.
+	Route(ref core.PartitionRef, publish bool, version uint64, forwarded bool) Route
 	// DeclareQueue and DeclareStream record a declaration cluster-wide
 	// and return the cluster's decision (issue #4 §4).
 	DeclareQueue(ctx context.Context, spec queue.QueueSpec) (queue.QueueInfo, error)
@@ -54,7 +55,7 @@ func (c *Conn) route(topic string, group wire.Option[string], partition uint32, 
 	if r == nil {
 		return Route{Serve: true}
 	}
-	return r.Route(partitionRef(topic, group, partition), publish, version)
+	return r.Route(partitionRef(topic, group, partition), publish, version, c.forwarded != nil)
 }
 
 // partitionRef names a partition from its wire fields: an absent group is

@@ -178,6 +178,14 @@ func (s *Session) detach(c *Conn) {
 	grace := s.srv.opts.Settings().ReconnectGrace
 	m := s.srv.opts.Metrics
 	m.SessionsLive.Dec()
+	if c.orderly.Load() && c.releaseOnClose.Load() {
+		// WIRE §22.2: the gateway closed its upstream in order after an
+		// empty reconcile; nothing will resume this session.
+		s.mu.Unlock()
+		s.transition.Unlock()
+		s.end("forwarded session closed in order (release_on_close)")
+		return
+	}
 	if grace <= 0 {
 		s.mu.Unlock()
 		s.transition.Unlock()

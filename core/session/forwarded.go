@@ -1,0 +1,51 @@
+package session
+
+import (
+	"errors"
+
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// ForwardingVersion is the highest forwarding protocol version this broker
+// implements as an owner (WIRE §22.4): 2 = FFS1 and FFS2 (release_on_close).
+const ForwardingVersion = 2
+
+// handleForwardedSession is the owner's side of FORWARDED_SESSION (WIRE
+// §22.3), on a connection already authenticated as @node: the body must
+// decode (FFS1 or FFS2), name hop count 1, come once per connection, and —
+// when the login carried a verified peer certificate — name the node that
+// certificate names. Accepted, the connection acts for the gateway's
+// client from then on: logs and the admin view carry its origin node,
+// client id and acting user, and it never forwards again (one hop: the
+// router is told the session is forwarded).
+func (c *Conn) handleForwardedSession(id uint64, body []byte) {
+	var f wire.ForwardedSession
+	if err := f.Decode(body); err != nil {
+		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
+		return
+	}
+	if err := f.Validate(); err != nil {
+		if errors.Is(err, wire.ErrBadHopCount) {
+			c.replyError(id, wire.CodeBadRequest, "forwarded session hop count must be 1")
+			return
+		}
+		c.replyError(id, wire.CodeBadRequest, err.Error())
+		return
+	}
+	if c.forwarded != nil {
+		c.replyError(id, wire.CodeBadRequest, "session already forwarded")
+		return
+	}
+	if c.peerNode != "" && f.OriginNodeID != c.peerNode {
+		c.replyError(id, wire.CodeForbidden, "forwarded session names origin node "+f.OriginNodeID+
+			", but the peer certificate names "+c.peerNode)
+		return
+	}
+	c.forwarded = &f
+	c.releaseOnClose.Store(f.ReleaseOnClose())
+	c.srv.opts.Metrics.ForwardedSessions.Inc()
+	c.log = c.log.With("origin_node", f.OriginNodeID, "acting_user", f.ActingUsername,
+		"client_id", f.ClientID, "client_conn", f.ConnectionID, "client_remote", f.ClientRemoteAddr)
+	c.log.Info("forwarded session opened", "release_on_close", f.ReleaseOnClose())
+	c.reply(wire.OpForwardedSessionOK, id, &wire.ForwardedSessionOK{ForwardingVersion: ForwardingVersion})
+}

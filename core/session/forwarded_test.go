@@ -1,0 +1,106 @@
+package session
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+func ffs(origin string, hop uint8, v2 bool, flags uint8) *wire.ForwardedSession {
+	return &wire.ForwardedSession{V2: v2, OriginNodeID: origin, HopCount: hop, ActingUsername: "alice",
+		ClientID: "0190c0de-0000-7000-8000-000000000001", ConnectionID: 42, ClientRemoteAddr: "127.0.0.1:5123", Flags: flags}
+}
+
+// WIRE §22.3, in order: 403 without @node (connection stays open), 400 on
+// a malformed body, 400 on a hop count other than 1, FFO1 with forwarding
+// version 2 on acceptance, 400 on a second one; with a verified peer
+// certificate the origin must be that node (issue 5 §4).
+func TestForwardedSessionOwnerChecks(t *testing.T) {
+	e := newEnv(t)
+	u := e.dial()
+	u.login()
+	u.sendID(wire.OpForwardedSession, 5, ffs("gw", 1, true, wire.FlagReleaseOnClose))
+	u.expectError(wire.OpError, 5, wire.CodeForbidden)
+	u.sendID(wire.OpPing, 6, nil)
+	u.expect(wire.OpPong, 6)
+
+	n := e.dial()
+	n.hello(false)
+	n.auth("@node", "s3cret")
+	n.sendID(wire.OpForwardedSession, 7, rawBody("FFS9junk"))
+	if eb := n.expectError(wire.OpError, 7, wire.CodeBadRequest); !strings.Contains(eb.Message, "malformed") {
+		t.Fatalf("malformed body: %q", eb.Message)
+	}
+	n.sendID(wire.OpForwardedSession, 8, ffs("gw", 2, true, 0))
+	if eb := n.expectError(wire.OpError, 8, wire.CodeBadRequest); !strings.Contains(eb.Message, "hop count must be 1") {
+		t.Fatalf("hop count: %q", eb.Message)
+	}
+	n.sendID(wire.OpForwardedSession, 9, ffs("gw", 1, true, wire.FlagReleaseOnClose))
+	ok := n.expect(wire.OpForwardedSessionOK, 9).(*wire.ForwardedSessionOK)
+	if ok.ForwardingVersion != 2 {
+		t.Fatalf("forwarding version %d", ok.ForwardingVersion)
+	}
+	n.sendID(wire.OpForwardedSession, 10, ffs("gw", 1, false, 0))
+	if eb := n.expectError(wire.OpError, 10, wire.CodeBadRequest); eb.Message != "session already forwarded" {
+		t.Fatalf("second: %q", eb.Message)
+	}
+
+	// With a verified peer identity, the origin must match it.
+	ev := newEnv(t, func(o *Options) {
+		o.NodeIdentity = func(net.Conn) (string, error) { return "node-b", nil }
+	})
+	p := ev.dial()
+	p.hello(false)
+	p.auth("@node", "s3cret")
+	p.sendID(wire.OpForwardedSession, 11, ffs("node-c", 1, true, 0))
+	p.expectError(wire.OpError, 11, wire.CodeForbidden)
+	p.sendID(wire.OpForwardedSession, 12, ffs("node-b", 1, true, 0))
+	p.expect(wire.OpForwardedSessionOK, 12)
+}
+
+// rawBody sends bytes as a body unchanged.
+type rawBody string
+
+func (r rawBody) AppendTo(b []byte) []byte { return append(b, r...) }
+
+// WIRE §22.2, DESIGN.md §8 "Orderly close vs abort": with FFS2
+// release_on_close, an orderly close ends the forwarded session at once,
+// so what its subscription held is redelivered without waiting for the
+// reconnect grace; an FFS1 session (and any abort) keeps the grace.
+func TestReleaseOnClose(t *testing.T) {
+	for _, release := range []bool{true, false} {
+		t.Run(map[bool]string{true: "FFS2 release_on_close", false: "FFS1"}[release], func(t *testing.T) {
+			e := newEnv(t)
+			e.grace.Store(60_000) // a grace no test waits out
+			n := e.dial()
+			n.hello(false)
+			n.auth("@node", "s3cret")
+			n.sendID(wire.OpForwardedSession, 3, ffs("gw", 1, release, wire.FlagReleaseOnClose))
+			n.expect(wire.OpForwardedSessionOK, 3)
+			n.subscribe("held", 10, false)
+			pub := e.dial()
+			pub.login()
+			pub.publish("held", "m1", true)
+			n.nextDeliver() // held, never acked
+
+			// The gateway's orderly close: FIN at a frame boundary.
+			if err := n.nc.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			other := e.dial()
+			other.login()
+			other.subscribe("held", 10, false)
+			if release {
+				_, d := other.nextDeliver()
+				if string(d.Payload) != "m1" {
+					t.Fatalf("redelivered %q", d.Payload)
+				}
+			} else {
+				other.expectSilence(500 * time.Millisecond)
+			}
+		})
+	}
+}
