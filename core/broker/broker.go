@@ -278,9 +278,15 @@ func (b *Broker) queueSettings() queue.Settings {
 
 func (b *Broker) sessionSettings() session.Settings {
 	d := b.settings.Current()
+	r := d.Routing
 	return session.Settings{
-		ReconnectGrace: settings.Ms(d.Connection.ReconnectGraceMS),
-		RestartTTL:     settings.Ms(d.Connection.ResumeSessionRestartTTLMS),
+		ReconnectGrace:         settings.Ms(d.Connection.ReconnectGraceMS),
+		RestartTTL:             settings.Ms(d.Connection.ResumeSessionRestartTTLMS),
+		MaxUpstreams:           int(r.MaxUpstreamSessions),
+		MaxUpstreamsPerOwner:   int(r.MaxUpstreamSessionsPerOwner),
+		ForwardTimeout:         settings.Ms(r.ForwardTimeoutMS),
+		UpstreamConnectTimeout: settings.Ms(r.UpstreamConnectTimeoutMS),
+		UpstreamIdleClose:      settings.Ms(r.UpstreamIdleCloseMS),
 	}
 }
 
@@ -330,12 +336,17 @@ func (b *Broker) startSessions() error {
 	if b.peer != nil {
 		nodeIdentity = b.nodeIdentity
 	}
+	var upstreams session.UpstreamDialer
+	if b.cluster != nil && b.links != nil {
+		upstreams = b.dialUpstream
+	}
 	b.sessions, err = session.New(session.Options{
 		Queues:          b.queues,
 		Router:          router,
 		Auth:            authAdapter{authn},
 		CertAuth:        certAdapter(authn),
 		NodeIdentity:    nodeIdentity,
+		Upstreams:       upstreams,
 		OwnerID:         b.ownerID,
 		SkeletonDir:     filepath.Join(cfg.Server.DataDir, "sessions"),
 		Settings:        b.sessionSettings,

@@ -234,10 +234,10 @@ func (c *coordinated) Route(ref core.PartitionRef, publish bool, version uint64,
 	switch d.Action {
 	case routing.Redirect:
 		return session.Route{Redirect: routing.RedirectBody(d)}
-	case routing.Refuse, routing.Forward:
-		// Forward: WIRE §7.3 "a public broker that would forward but
-		// cannot yet" answers 503 until the forwarder exists.
+	case routing.Refuse:
 		return session.Route{Err: d.Err}
+	case routing.Forward:
+		return session.Route{Forward: d.Partition.Node, Err: d.Err}
 	}
 	if !c.cl.LeaseValid() {
 		return session.Route{Err: core.Errorf(core.ErrUnavailable,

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -79,7 +80,11 @@ func startMemClusterWith(t *testing.T, n int, extra func(i int) []string) []*Bro
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := Start(cfg, slog.New(slog.DiscardHandler))
+		log := slog.New(slog.DiscardHandler)
+		if os.Getenv("FIBRIL_TEST_LOG") != "" { // debugging aid: the brokers' logs in the test output
+			log = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})).With("broker", i)
+		}
+		b, err := Start(cfg, log)
 		if err != nil {
 			t.Fatal(err)
 		}

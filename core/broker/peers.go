@@ -14,10 +14,13 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/cluster"
 	"github.com/fibrilgo/fibril/core/config"
 	"github.com/fibrilgo/fibril/core/forward"
+	"github.com/fibrilgo/fibril/core/session"
 	"github.com/fibrilgo/fibril/core/tlsconf"
+	"github.com/fibrilgo/fibril/core/wire"
 	"github.com/fibrilgo/fibril/plugins"
 )
 
@@ -346,3 +349,39 @@ func (c *coordinated) warnNoGateway(snap *cluster.Snapshot) {
 	c.b.log.Warn("no live public broker: clients get no endpoints for privately owned partitions until a public broker is up (and not draining)",
 		"live_nodes", len(snap.LiveNodes()))
 }
+
+// dialUpstream is session.Options.Upstreams: an upstream session to owner
+// over the transport — a stream on the link to its peer address, HELLO,
+// AUTH as @node, FORWARDED_SESSION (FFS2, else FFS1) naming this node as
+// the origin.
+func (b *Broker) dialUpstream(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, onPush func(client.Frame)) (session.Upstream, error) {
+	c := b.cluster
+	m := c.cl.Snapshot().Members[owner]
+	if m == nil || !m.Live || m.Info.PeerAddr == "" {
+		return session.Upstream{}, core.Errorf(core.ErrPeerRefused, "owner %s is not live in this broker's view", owner)
+	}
+	link, err := b.links.Get(ctx, core.Peer{ID: owner, Addr: m.Info.PeerAddr})
+	if err != nil {
+		return session.Upstream{}, err
+	}
+	up := forward.Upstream{Self: c.self.ID, Secret: string(b.secret)}
+	conn, stream, err := up.Dial(ctx, link, 0, onPush)
+	if err != nil {
+		if !errors.Is(err, core.ErrPeerRefused) {
+			err = core.Errorf(core.ErrPeerRefused, "upstream handshake with %s failed: %v", owner, err)
+		}
+		return session.Upstream{}, err
+	}
+	fs.OriginNodeID = string(c.self.ID)
+	if _, err := forward.Forwarded(ctx, conn, fs); err != nil {
+		_ = conn.Close()
+		b.log.Warn("owner is not forwarding-capable", "owner", string(owner), "err", err)
+		return session.Upstream{}, err
+	}
+	return session.Upstream{Conn: conn, Abort: func() {
+		_ = stream.Abort()
+		conn.Abort(errUpstreamAborted)
+	}}, nil
+}
+
+var errUpstreamAborted = errors.New("upstream session aborted by the gateway")

@@ -2,11 +2,17 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/client"
 )
 
@@ -105,5 +111,133 @@ func TestPrivateOwnersAnswerTheGateway(t *testing.T) {
 		if p.Owner != "n0" && len(p.Endpoints) != 0 {
 			t.Fatalf("private partition answers %v with no gateway", p.Endpoints)
 		}
+	}
+}
+
+// startPrivateCluster starts one public broker (n0) and n-1 private ones,
+// and returns them with a client of the public broker whose dialer fails
+// the test on any attempt to reach a private broker's client address.
+func startPrivateCluster(t *testing.T, n int, extra ...string) ([]*Broker, *client.Client) {
+	t.Helper()
+	bs := startMemClusterWith(t, n, func(i int) []string {
+		if i > 0 {
+			return append([]string{"--broker.visibility=private"}, extra...)
+		}
+		return extra
+	})
+	private := map[string]bool{}
+	for _, b := range bs[1:] {
+		private[b.BrokerAddr().String()] = true
+	}
+	guard := loopbackOnly(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var tc *tls.Config
+	if bs[0].tls != nil {
+		tc = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // each test broker has its own self-signed CA
+	}
+	c, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()},
+		Username: "fibril", Password: "fibril", TLS: tc,
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if private[addr] {
+				t.Errorf("the client dialled the private broker at %s", addr)
+				return nil, errors.New("private broker")
+			}
+			return guard(ctx, network, addr)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return bs, c
+}
+
+// Issue 6 §5 (seed §3): a client that only ever talks to the public broker
+// publishes (confirmed and not) to and consumes from partitions owned by
+// private brokers; every confirm is the owner's (the message is stored on
+// the owner, never on the gateway), deliveries carry client-facing
+// subscription ids from 2^48, and acks reach the owner (nothing is
+// redelivered).
+func TestForwardingThroughTheGateway(t *testing.T) {
+	for _, tr := range []string{"tcp", "quic"} {
+		t.Run(tr, func(t *testing.T) {
+			var extra []string
+			if tr == "quic" {
+				ca := filepath.Join(t.TempDir(), "cluster-ca.pem")
+				extra = append(tlsFlags(ca), "--transport.backend=quic")
+			}
+			bs, c := startPrivateCluster(t, 3, extra...)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "orders", Partitions: 6}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "every partition placed", func() bool {
+				topo, err := c.Topology(ctx, "orders")
+				if err != nil {
+					return false
+				}
+				placed := 0
+				for _, q := range topo.Queues {
+					if len(q.Owners) > 0 {
+						placed++
+					}
+				}
+				return placed == 6
+			})
+			pub := c.Publisher("orders", client.PublisherOptions{})
+			const total = 60
+			for i := range total {
+				p := uint32(i % 6)
+				if _, err := pub.PublishConfirmed(ctx, client.Message{Partition: &p, Payload: []byte(fmt.Sprint(i))}); err != nil {
+					t.Fatalf("publish %d: %v", i, err)
+				}
+			}
+			for i := range 6 { // fire-and-forget too
+				p := uint32(i)
+				if err := pub.Publish(ctx, client.Message{Partition: &p, Payload: []byte(fmt.Sprint("ff", i))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Each message is stored on its partition's owner only.
+			stored := 0
+			for _, b := range bs {
+				snap := b.cluster.cl.Snapshot()
+				for _, d := range b.queues.Depths() {
+					p, _ := snap.Partition(core.PartitionRef{Topic: d.Key.Topic, Partition: d.Partition})
+					if p.Node != b.nodeID {
+						t.Fatalf("%s holds %s#%d, owned by %s", b.nodeID, d.Key, d.Partition, p.Node)
+					}
+					stored += int(d.Ready)
+				}
+			}
+			sub, err := c.Subscribe(ctx, "orders", client.SubscribeOptions{Prefetch: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]bool{}
+			for len(got) < total+6 {
+				d, err := sub.Next(ctx)
+				if err != nil {
+					t.Fatalf("after %d deliveries (%d stored): %v", len(got), stored, err)
+				}
+				got[string(d.Payload)] = true
+				if err := d.Ack(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sub.Close()
+			// Acks reached the owners: nothing is left or redelivered.
+			waitFor(t, "every owner settled everything", func() bool {
+				for _, b := range bs {
+					for _, d := range b.queues.Depths() {
+						if d.Ready != 0 || d.Inflight != 0 {
+							return false
+						}
+					}
+				}
+				return true
+			})
+		})
 	}
 }

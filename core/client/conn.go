@@ -38,7 +38,8 @@ func isReplyOp(op wire.Op) bool {
 	switch op {
 	case wire.OpHelloOK, wire.OpHelloErr, wire.OpAuthOK, wire.OpAuthErr, wire.OpPublishOK,
 		wire.OpSubscribeOK, wire.OpSubscribeErr, wire.OpDeclareQueueOK, wire.OpDeclarePlexusOK,
-		wire.OpTopologyOK, wire.OpRedirect, wire.OpReconcileResult, wire.OpError:
+		wire.OpTopologyOK, wire.OpRedirect, wire.OpReconcileResult, wire.OpError,
+		wire.OpForwardedSessionOK: // a gateway's upstream session (WIRE §22)
 		return true
 	}
 	return false
@@ -77,6 +78,8 @@ func acceptsReply(request, reply wire.Op) bool {
 		return reply == wire.OpAuthOK || reply == wire.OpAuthErr
 	case wire.OpHello:
 		return reply == wire.OpHelloOK || reply == wire.OpHelloErr
+	case wire.OpForwardedSession:
+		return reply == wire.OpForwardedSessionOK
 	}
 	return false
 }

@@ -26,7 +26,7 @@ type Upstream struct {
 // on it (HELLO, AUTH as @node; WIRE §8.1). The returned connection is
 // started; closing it closes the stream in order. An error before the
 // stream exists wraps core.ErrPeerRefused.
-func (u Upstream) Dial(ctx context.Context, link core.Link, heartbeat time.Duration) (*client.Conn, core.Stream, error) {
+func (u Upstream) Dial(ctx context.Context, link core.Link, heartbeat time.Duration, onPush func(client.Frame)) (*client.Conn, core.Stream, error) {
 	var stream core.Stream
 	cfg := client.ConnConfig{
 		ClientName:    "fibril-peer " + string(u.Self),
@@ -42,6 +42,9 @@ func (u Upstream) Dial(ctx context.Context, link core.Link, heartbeat time.Durat
 			stream = s
 			return s, nil
 		},
+	}
+	if onPush != nil {
+		cfg.OnPush = func(_ *client.Conn, f client.Frame) { onPush(f) }
 	}
 	conn, err := client.DialConn(ctx, link.Peer().Addr, cfg)
 	if err != nil {
@@ -81,7 +84,7 @@ func (u Upstream) Probe(ctx context.Context, links *Links, peer core.Peer) Probe
 	if err != nil {
 		return fail(err)
 	}
-	conn, stream, err := u.Dial(ctx, link, 0)
+	conn, stream, err := u.Dial(ctx, link, 0, nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -102,3 +105,36 @@ func (u Upstream) Probe(ctx context.Context, links *Links, peer core.Peer) Probe
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Forwarded runs FORWARDED_SESSION on an upstream connection (WIRE §22):
+// FFS2 first; an owner that answers 400 (it knows only FFS1) gets FFS1 on
+// the same connection (seed §10). It returns the owner's forwarding
+// version, or an error wrapping core.ErrUnavailable when the owner is not
+// forwarding-capable (it refused both).
+func Forwarded(ctx context.Context, conn *client.Conn, fs wire.ForwardedSession) (uint16, error) {
+	fs.V2 = true
+	for {
+		f, err := conn.Do(ctx, wire.OpForwardedSession, &fs)
+		if err != nil {
+			return 0, err
+		}
+		switch f.Op {
+		case wire.OpForwardedSessionOK:
+			var ok wire.ForwardedSessionOK
+			if err := ok.Decode(f.Body); err != nil {
+				return 0, fmt.Errorf("malformed FORWARDED_SESSION_OK: %w", err)
+			}
+			return ok.ForwardingVersion, nil
+		case wire.OpError:
+			var eb wire.ErrorBody
+			_ = eb.Decode(f.Body)
+			if eb.Code == wire.CodeBadRequest && fs.V2 {
+				fs.V2, fs.Flags = false, 0
+				continue
+			}
+			return 0, core.Errorf(core.ErrUnavailable, "the owner refused FORWARDED_SESSION (%d %s); it is not forwarding-capable", eb.Code, eb.Message)
+		default:
+			return 0, fmt.Errorf("FORWARDED_SESSION answered with %s", f.Op)
+		}
+	}
+}

@@ -68,7 +68,13 @@ type Conn struct {
 	// releaseOnClose: an accepted FFS2 asked for the session to end at
 	// once on an orderly close (WIRE §22.2) instead of waiting its grace.
 	releaseOnClose atomic.Bool
-	topoAck        atomic.Uint64
+
+	// Gateway state (gateway.go): upstream sessions and forwarded
+	// subscriptions, and the relayed bytes queued for the writer.
+	gw          gateway
+	relayQueued atomic.Int64
+	relayRoom   chan struct{}
+	topoAck     atomic.Uint64
 
 	// Writer-only state (pushID), and state of the wlock holder (scratch).
 	pushID  uint64 // broker-initiated request ids: one counter from 0 (WIRE §2.2)
@@ -85,6 +91,7 @@ type outFrame struct {
 	slot        bool         // return a reply slot once written
 	opensWindow bool         // RECONCILE_RESULT: the quiet window ends once it is written
 	closeAfter  bool         // close the connection once this frame is on the wire
+	relay       int          // bytes of a relayed frame (gateway backpressure, relayWritten)
 	finish      bool         // no frame: close once everything queued so far (pushes too) is written
 }
 
@@ -101,6 +108,7 @@ func newConn(srv *Server, nc net.Conn, id uint64) *Conn {
 		done:       make(chan struct{}),
 		writerDone: make(chan struct{}),
 		rbuf:       make([]byte, 0, rbufKeep),
+		relayRoom:  make(chan struct{}, 1),
 	}
 	if ap, err := netip.ParseAddrPort(c.remote); err == nil {
 		c.peer = ap.Addr().Unmap()
@@ -216,6 +224,7 @@ func (c *Conn) finishGracefully() {
 // and detaches the connection from its session.
 func (c *Conn) terminate() {
 	c.close()
+	c.closeGateway()
 	if c.forwarded != nil {
 		c.srv.opts.Metrics.ForwardedSessions.Dec()
 		c.log.Info("forwarded session closed", "orderly", c.orderly.Load())

@@ -61,11 +61,6 @@ func TestForwardedSessionOwnerChecks(t *testing.T) {
 	p.expect(wire.OpForwardedSessionOK, 12)
 }
 
-// rawBody sends bytes as a body unchanged.
-type rawBody string
-
-func (r rawBody) AppendTo(b []byte) []byte { return append(b, r...) }
-
 // WIRE §22.2, DESIGN.md §8 "Orderly close vs abort": with FFS2
 // release_on_close, an orderly close ends the forwarded session at once,
 // so what its subscription held is redelivered without waiting for the

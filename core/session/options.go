@@ -40,6 +40,13 @@ type CertAuthenticator func(state tls.ConnectionState) (p Principal, ok bool)
 type Settings struct {
 	ReconnectGrace time.Duration // connection.reconnect_grace_ms (0 disables)
 	RestartTTL     time.Duration // connection.resume_session_restart_ttl_ms (0 disables)
+
+	// Forwarding limits (routing.*, seed §5): 0 means no limit.
+	MaxUpstreams           int           // routing.max_upstream_sessions
+	MaxUpstreamsPerOwner   int           // routing.max_upstream_sessions_per_owner
+	ForwardTimeout         time.Duration // routing.forward_timeout_ms
+	UpstreamConnectTimeout time.Duration // routing.upstream_connect_timeout_ms
+	UpstreamIdleClose      time.Duration // routing.upstream_idle_close_ms
 }
 
 // Options configure a Server.
@@ -53,7 +60,10 @@ type Options struct {
 	// certificate names; an error refuses the login, so the cluster secret
 	// alone never makes a peer. nil: the secret suffices (inter-broker
 	// TLS off).
-	NodeIdentity    func(nc net.Conn) (string, error)
+	NodeIdentity func(nc net.Conn) (string, error)
+	// Upstreams opens upstream sessions when the router says Forward (nil:
+	// this broker answers such operations with the route's error).
+	Upstreams       UpstreamDialer
 	OwnerID         wire.UUID                // this broker instance (persisted: S-100)
 	SkeletonDir     string                   // durable session skeletons (S-106); "" disables them
 	Settings        func() Settings          // nil = 5 s grace, 60 s restart TTL

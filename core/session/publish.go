@@ -46,6 +46,8 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 	}
 	if rt := c.route(req.topic, req.group, req.partition, true, req.version); !rt.Serve {
 		switch {
+		case rt.Forward != "" && c.srv.opts.Upstreams != nil:
+			c.forwardPublish(h, body, req, rt.Forward)
 		case rt.Redirect == nil:
 			fail(core.Code(rt.Err), "not_served", rt.Err.Error())
 		case req.confirm:

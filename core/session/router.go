@@ -43,6 +43,10 @@ type Route struct {
 	Serve    bool
 	Redirect *wire.Redirect
 	Err      error
+	// Forward names the owner to relay the operation to over an upstream
+	// session (gateway.go); Err is then the answer when that cannot be
+	// done (no Options.Upstreams).
+	Forward core.NodeID
 }
 
 // routeTimeout bounds what a Route or a declaration may wait for (the

@@ -24,6 +24,8 @@ type Server struct {
 	closing  bool
 	connWG   sync.WaitGroup
 	nextConn atomic.Uint64
+
+	gwLimits gatewayLimits // upstream sessions of every connection (gateway.go)
 }
 
 // New creates a server. Skeletons older than the restart TTL are removed

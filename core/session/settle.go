@@ -15,6 +15,9 @@ func (c *Conn) handleSettle(op wire.Op, body []byte) {
 			c.drop(op, "malformed")
 			return
 		}
+		if c.forwardedSettle(op, keyOf(a.Topic, a.Group, a.Partition), body) {
+			return
+		}
 		if sub := c.sess.findSub(keyOf(a.Topic, a.Group, a.Partition)); sub != nil {
 			if c.acks.sub != sub {
 				c.flushAcks()
@@ -32,6 +35,9 @@ func (c *Conn) handleSettle(op wire.Op, body []byte) {
 	}
 	if !n.Requeue && n.NotBefore.Present {
 		c.drop(op, "not_before_without_requeue") // S-59: nothing is applied
+		return
+	}
+	if c.forwardedSettle(op, keyOf(n.Topic, n.Group, n.Partition), body) {
 		return
 	}
 	if sub := c.sess.findSub(keyOf(n.Topic, n.Group, n.Partition)); sub != nil {

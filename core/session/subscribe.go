@@ -246,6 +246,10 @@ func (c *Conn) handleSubscribe(id uint64, body []byte) {
 		return
 	}
 	if rt := c.route(req.Topic, req.Group, req.Partition, false, 0); !rt.Serve {
+		if rt.Forward != "" && c.srv.opts.Upstreams != nil {
+			c.forwardSubscribe(id, body, req, rt.Forward)
+			return
+		}
 		if rt.Redirect != nil {
 			c.reply(wire.OpRedirect, id, rt.Redirect)
 		} else {

@@ -124,6 +124,9 @@ func (c *Conn) writeAnswer(f *outFrame) bool {
 	if f.slot {
 		c.releaseSlot()
 	}
+	if f.relay > 0 {
+		c.relayWritten(f.relay)
+	}
 	return true
 }
 

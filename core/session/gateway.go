@@ -1,0 +1,589 @@
+package session
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	upclient "github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// The gateway side of forwarding (seed §3 shape b, WIRE §22): a public
+// broker serves a partition owned by a private broker (or by a broker
+// behind its own shared address) by relaying the client's operations over
+// an upstream session — one per (client connection, owner node) — opened
+// on first use over the inter-broker transport, authenticated as @node and
+// marked with FORWARDED_SESSION. A forwarded confirm is the owner's: the
+// gateway never stores, confirms or counts a forwarded message itself.
+//
+// Frames keep their bodies: PUBLISH, PUBLISH_DELAYED, ACK and NACK go up
+// unchanged; PUBLISH_OK and ERROR come back unchanged; SUBSCRIBE_OK,
+// DELIVER and SUBSCRIPTION_CLOSED come back with the subscription id
+// rewritten in place to the client-facing id (from 2^48 up, above every
+// id of a local subscription). Per owner, order is the upstream's order.
+//
+// Upstream sessions live with the client connection: when it ends they
+// are closed in order (an empty RECONCILE_CLIENT first, so the owner
+// requeues what they held, then a clean end of stream, with FFS2's
+// release_on_close). Upstream resume is a later capability.
+
+// Upstream is an open upstream session, as the gateway uses it.
+type Upstream struct {
+	// Conn speaks the wire protocol to the owner: HELLO, AUTH as @node and
+	// FORWARDED_SESSION are done.
+	Conn *upclient.Conn
+	// Abort ends the session as a broken link would (the owner keeps its
+	// grace); Conn.Close ends it in order.
+	Abort func()
+}
+
+// UpstreamDialer opens an upstream session to owner on behalf of the
+// client described by fs (OriginNodeID is the dialer's to fill), within
+// ctx. onPush receives every server-initiated frame (DELIVER,
+// SUBSCRIPTION_CLOSED, GOING_AWAY, …) on the upstream's reader goroutine;
+// its body is only valid during the call. An error wraps
+// core.ErrPeerRefused when the owner could not be reached, or
+// core.ErrUnavailable when it is not forwarding-capable.
+type UpstreamDialer func(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, onPush func(upclient.Frame)) (Upstream, error)
+
+// firstForwardedSubID is the first client-facing id of a forwarded
+// subscription (issue 6 §5): local ids stay below it (maxSubID).
+const firstForwardedSubID = maxSubID
+
+// refusedFailFast is how long an owner that refused a connection gets 503
+// at once, without a new dial (seed §6).
+const refusedFailFast = time.Second
+
+// relayHighBytes bounds the relayed frames a client connection has queued
+// and not yet written: past it the upstream reader waits for the client's
+// writer (no buffering beyond what the owner's prefetch allows in flight,
+// and backpressure to the owner for auto-ack subscriptions).
+const relayHighBytes = 8 << 20
+
+// gateway is a connection's forwarding state.
+type gateway struct {
+	mu      sync.Mutex
+	ups     map[core.NodeID]*upstream
+	subs    map[subKey]*fwdSub
+	nextSub uint64
+	closed  bool
+}
+
+// upstream is one upstream session of a client connection.
+type upstream struct {
+	c     *Conn
+	owner core.NodeID
+	up    Upstream
+	subs  map[uint64]*fwdSub // by the owner's sub id; guarded by gateway.mu
+
+	outstanding  atomic.Int64 // requests sent, not yet answered
+	lastProgress atomic.Int64 // unix nanos: last answer, or first request after idle
+	lastUse      atomic.Int64 // unix nanos
+	gone         chan struct{}
+}
+
+// fwdSub is one forwarded subscription.
+type fwdSub struct {
+	up       *upstream // nil while SUBSCRIBE is in flight (the key is reserved)
+	key      subKey
+	clientID uint64
+	ownerID  uint64
+}
+
+// gatewayLimits are the server-wide counters behind routing.max_upstream_*
+// and the fail-fast window after a refused connect.
+type gatewayLimits struct {
+	mu       sync.Mutex
+	total    int
+	perOwner map[core.NodeID]int
+	refused  map[core.NodeID]time.Time
+}
+
+func (l *gatewayLimits) take(owner core.NodeID, set Settings, now time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if until, ok := l.refused[owner]; ok && now.Before(until) {
+		return core.Errorf(core.ErrUnavailable, "owner %s refused a connection less than %s ago; retry", owner, refusedFailFast)
+	}
+	if set.MaxUpstreams > 0 && l.total >= set.MaxUpstreams {
+		return core.Errorf(core.ErrUnavailable, "this broker has routing.max_upstream_sessions (%d) upstream sessions open; retry", set.MaxUpstreams)
+	}
+	if set.MaxUpstreamsPerOwner > 0 && l.perOwner[owner] >= set.MaxUpstreamsPerOwner {
+		return core.Errorf(core.ErrUnavailable, "this broker has routing.max_upstream_sessions_per_owner (%d) upstream sessions open to %s; retry", set.MaxUpstreamsPerOwner, owner)
+	}
+	if l.perOwner == nil {
+		l.perOwner = make(map[core.NodeID]int)
+	}
+	l.total++
+	l.perOwner[owner]++
+	return nil
+}
+
+func (l *gatewayLimits) release(owner core.NodeID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.total--
+	if l.perOwner[owner]--; l.perOwner[owner] <= 0 {
+		delete(l.perOwner, owner)
+	}
+}
+
+func (l *gatewayLimits) refuse(owner core.NodeID, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refused == nil {
+		l.refused = make(map[core.NodeID]time.Time)
+	}
+	l.refused[owner] = until
+}
+
+// Open returns the number of upstream sessions open on this broker.
+func (l *gatewayLimits) open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+// rawBody is a body relayed as received.
+type rawBody []byte
+
+func (r rawBody) AppendTo(b []byte) []byte { return append(b, r...) }
+
+// upstreamFor returns the connection's upstream session to owner, opening
+// it on first use (reader goroutine; the dial is bounded by
+// routing.upstream_connect_timeout_ms).
+func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
+	g := &c.gw
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil, core.Errorf(core.ErrUnavailable, "connection closing")
+	}
+	if u := g.ups[owner]; u != nil {
+		g.mu.Unlock()
+		return u, nil
+	}
+	g.mu.Unlock()
+	dial := c.srv.opts.Upstreams
+	if dial == nil {
+		return nil, core.Errorf(core.ErrUnavailable, "this broker cannot forward to %s", owner)
+	}
+	set := c.srv.opts.Settings()
+	now := time.Now()
+	if err := c.srv.gwLimits.take(owner, set, now); err != nil {
+		return nil, err
+	}
+	fs := wire.ForwardedSession{V2: true, HopCount: wire.ForwardedHopCount, Flags: wire.FlagReleaseOnClose,
+		ConnectionID: c.id, ClientRemoteAddr: c.remote}
+	if c.principal != nil {
+		fs.ActingUsername = c.principal.Name
+	}
+	if c.sess != nil {
+		fs.ClientID = c.sess.id.String()
+	}
+	u := &upstream{c: c, owner: owner, subs: make(map[uint64]*fwdSub), gone: make(chan struct{})}
+	timeout := set.UpstreamConnectTimeout
+	if timeout <= 0 {
+		timeout = core.DefaultConnectTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	up, err := dial(ctx, owner, fs, u.onPush)
+	cancel()
+	if err != nil {
+		c.srv.gwLimits.release(owner)
+		if errors.Is(err, core.ErrPeerRefused) {
+			c.srv.gwLimits.refuse(owner, time.Now().Add(refusedFailFast))
+		}
+		c.log.Warn("upstream session not opened", "owner", string(owner), "err", err)
+		return nil, core.Errorf(core.ErrUnavailable, "cannot reach the owner %s: %v; retry", owner, err)
+	}
+	u.up = up
+	u.lastUse.Store(now.UnixNano())
+	g.mu.Lock()
+	if g.closed || g.ups[owner] != nil {
+		// The connection ended meanwhile (or, impossible on the one reader,
+		// another upstream won): do not keep this one.
+		g.mu.Unlock()
+		c.srv.gwLimits.release(owner)
+		go closeUpstream(up)
+		if other := g.ups[owner]; other != nil && !g.closed {
+			return other, nil
+		}
+		return nil, core.Errorf(core.ErrUnavailable, "connection closing")
+	}
+	if g.ups == nil {
+		g.ups = make(map[core.NodeID]*upstream)
+	}
+	g.ups[owner] = u
+	g.mu.Unlock()
+	c.log.Info("upstream session opened", "owner", string(owner))
+	go u.watch()
+	return u, nil
+}
+
+// begin counts a request sent upstream; end its answer.
+func (u *upstream) begin() {
+	now := time.Now().UnixNano()
+	if u.outstanding.Add(1) == 1 {
+		u.lastProgress.Store(now)
+	}
+	u.lastUse.Store(now)
+}
+
+func (u *upstream) end() {
+	now := time.Now().UnixNano()
+	u.lastProgress.Store(now)
+	u.lastUse.Store(now)
+	u.outstanding.Add(-1)
+}
+
+// watch closes the upstream when it dies, when a request waited past
+// routing.forward_timeout_ms without any answer (the whole session is
+// aborted: seed §6), or after routing.upstream_idle_close_ms with no
+// subscription and no request in flight.
+func (u *upstream) watch() {
+	c := u.c
+	defer u.cleanup()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-u.up.Conn.Done():
+			return
+		case <-tick.C:
+		}
+		set := c.srv.opts.Settings()
+		now := time.Now()
+		if u.outstanding.Load() > 0 && set.ForwardTimeout > 0 &&
+			now.Sub(time.Unix(0, u.lastProgress.Load())) > set.ForwardTimeout {
+			c.log.Warn("upstream session aborted: no answer within routing.forward_timeout_ms", "owner", string(u.owner),
+				"timeout", set.ForwardTimeout, "outstanding", u.outstanding.Load())
+			u.up.Abort()
+			return
+		}
+		c.gw.mu.Lock()
+		idle := len(u.subs) == 0 && u.outstanding.Load() == 0 && set.UpstreamIdleClose > 0 &&
+			now.Sub(time.Unix(0, u.lastUse.Load())) > set.UpstreamIdleClose
+		if idle {
+			delete(c.gw.ups, u.owner) // no new request can pick it up now
+		}
+		c.gw.mu.Unlock()
+		if idle {
+			c.log.Debug("upstream session closed: idle", "owner", string(u.owner))
+			closeUpstream(u.up)
+			return
+		}
+	}
+}
+
+// cleanup runs once the upstream is over: the forwarded subscriptions it
+// carried are closed towards the client with reason OwnerMoved (the
+// client's supervisor resubscribes through this broker), and the limit is
+// released. Requests in flight were answered by the connection's death
+// (503 when never written, 504 for a written confirmed publish).
+func (u *upstream) cleanup() {
+	c := u.c
+	c.gw.mu.Lock()
+	if c.gw.ups[u.owner] == u {
+		delete(c.gw.ups, u.owner)
+	}
+	subs := make([]*fwdSub, 0, len(u.subs))
+	for id, fs := range u.subs {
+		subs = append(subs, fs)
+		delete(u.subs, id)
+		if c.gw.subs[fs.key] == fs {
+			delete(c.gw.subs, fs.key)
+		}
+	}
+	closing := c.gw.closed
+	c.gw.mu.Unlock()
+	c.srv.gwLimits.release(u.owner)
+	close(u.gone)
+	if closing {
+		return
+	}
+	for _, fs := range subs {
+		c.enqueue(outFrame{op: wire.OpSubscriptionClosed, body: &wire.SubscriptionClosed{SubID: fs.clientID,
+			Code: wire.ReasonOwnerMoved, Message: "the upstream session to the partition's owner ended; subscribe again"}})
+	}
+	if err := u.up.Conn.Err(); err != nil && !errors.Is(err, upclient.ErrClosed) {
+		c.log.Info("upstream session ended", "owner", string(u.owner), "err", err, "subscriptions_closed", len(subs))
+	}
+}
+
+// closeUpstream ends an upstream session in order (seed §6): an empty
+// RECONCILE_CLIENT makes the owner close every forwarded subscription and
+// requeue what it held, then the stream ends cleanly, which with
+// release_on_close ends the owner's session at once.
+func closeUpstream(up Upstream) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := up.Conn.Do(ctx, wire.OpReconcileClient, &wire.ReconcileClient{}); err != nil {
+		up.Abort() // the owner keeps its grace, then cleans up
+		return
+	}
+	_ = up.Conn.Close()
+}
+
+// closeGateway closes every upstream session of a connection that ended
+// (in order, in the background: the owners requeue what was held).
+func (c *Conn) closeGateway() {
+	g := &c.gw
+	g.mu.Lock()
+	g.closed = true
+	ups := make([]*upstream, 0, len(g.ups))
+	for _, u := range g.ups {
+		ups = append(ups, u)
+	}
+	g.ups = nil
+	g.mu.Unlock()
+	for _, u := range ups {
+		go closeUpstream(u.up)
+	}
+}
+
+// onPush relays a frame the owner initiated (upstream reader goroutine).
+func (u *upstream) onPush(f upclient.Frame) {
+	switch f.Op {
+	case wire.OpDeliver, wire.OpSubscriptionClosed:
+		u.relaySub(f)
+	case wire.OpGoingAway:
+		// Not relayed: the owner is draining; the SUBSCRIPTION_CLOSED
+		// frames that follow are, and new operations re-route.
+		u.c.log.Info("upstream owner is going away", "owner", string(u.owner))
+	}
+}
+
+// relaySub relays a DELIVER or SUBSCRIPTION_CLOSED with the sub id (the
+// first field after the magic) rewritten to the client-facing one.
+func (u *upstream) relaySub(f upclient.Frame) {
+	c := u.c
+	if len(f.Body) < 12 {
+		return
+	}
+	ownerID := binary.BigEndian.Uint64(f.Body[4:12])
+	c.gw.mu.Lock()
+	fs := u.subs[ownerID]
+	if fs != nil && f.Op == wire.OpSubscriptionClosed {
+		delete(u.subs, ownerID)
+		if c.gw.subs[fs.key] == fs {
+			delete(c.gw.subs, fs.key)
+		}
+	}
+	c.gw.mu.Unlock()
+	if fs == nil {
+		return // a subscription the client no longer has
+	}
+	body := append([]byte(nil), f.Body...)
+	binary.BigEndian.PutUint64(body[4:12], fs.clientID)
+	if c.relayQueued.Load() > relayHighBytes {
+		c.waitRelayRoom(u)
+	}
+	c.relayQueued.Add(int64(len(body)))
+	c.enqueue(outFrame{op: f.Op, reqID: f.RequestID, body: rawBody(body), relay: len(body)})
+}
+
+// waitRelayRoom parks the upstream reader until the client's writer has
+// written enough relayed frames (or either side ends). The upstream's
+// heartbeat monitor does not count the wait, and its PINGs keep the owner
+// from declaring the upstream dead.
+func (c *Conn) waitRelayRoom(u *upstream) {
+	unpark := u.up.Conn.ParkReader()
+	defer unpark()
+	for c.relayQueued.Load() > relayHighBytes {
+		select {
+		case <-c.done:
+			return
+		case <-u.up.Conn.Done():
+			return
+		case <-c.relayRoom:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// relayWritten is called by the writer after it wrote relayed bytes.
+func (c *Conn) relayWritten(n int) {
+	if c.relayQueued.Add(-int64(n)) <= relayHighBytes/2 {
+		select {
+		case c.relayRoom <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// answerForwarded turns the owner's answer to a forwarded request into the
+// client's (any goroutine). reply is the frame to relay; err says why
+// there is none (NotWritten: 503; otherwise the outcome is unknown).
+func (c *Conn) answerForwarded(op wire.Op, reqID uint64, ref func() Route, f upclient.Frame, err error) {
+	switch {
+	case err != nil && upclient.NotWritten(err):
+		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable,
+			Message: "the request did not reach the partition's owner: " + err.Error() + "; retry"}})
+	case err != nil:
+		code, msg := wire.CodeOutcomeUnknown, "the upstream session to the partition's owner was lost after the request was sent; its outcome is unknown: "+err.Error()
+		if op != wire.OpPublish && op != wire.OpPublishDelayed {
+			// A SUBSCRIBE dies with the upstream session on the owner.
+			code, msg = wire.CodeUnavailable, "the upstream session to the partition's owner was lost: "+err.Error()+"; retry"
+		}
+		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: code, Message: msg}})
+	case f.Op == wire.OpRedirect:
+		// Never relayed raw (seed §3): the owner's view moved on; answer
+		// from this broker's own view, which follows the cluster.
+		if rt := ref(); rt.Redirect != nil {
+			c.enqueue(outFrame{op: wire.OpRedirect, reqID: reqID, slot: true, body: rt.Redirect})
+			return
+		}
+		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable,
+			Message: "the partition's ownership is moving; retry"}})
+	default:
+		c.enqueue(outFrame{op: f.Op, reqID: reqID, slot: true, body: rawBody(append([]byte(nil), f.Body...))})
+	}
+}
+
+// forwardPublish relays a PUBLISH / PUBLISH_DELAYED to owner (reader
+// goroutine). The client's PUBLISH_OK is the owner's, with the owner's
+// offset, or an error: 503 when the request never reached the owner, 504
+// when it did and the answer was lost.
+func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, owner core.NodeID) {
+	u, err := c.upstreamFor(owner)
+	if err != nil {
+		if req.confirm {
+			c.replyError(h.RequestID, core.Code(err), err.Error())
+		} else {
+			c.drop(h.Op, "no_upstream")
+		}
+		return
+	}
+	if !req.confirm {
+		u.lastUse.Store(time.Now().UnixNano())
+		if err := u.up.Conn.Send(h.Op, 0, rawBody(body)); err != nil {
+			c.drop(h.Op, "upstream_lost")
+		}
+		return
+	}
+	reqID, op := h.RequestID, h.Op
+	topic, group, partition, version := req.topic, req.group, req.partition, req.version
+	u.begin()
+	err = u.up.Conn.Go(op, rawBody(body), func(f upclient.Frame, err error) {
+		u.end()
+		c.answerForwarded(op, reqID, func() Route { return c.route(topic, group, partition, true, version) }, f, err)
+	})
+	if err != nil {
+		u.end()
+		c.replyError(reqID, wire.CodeUnavailable, "the request did not reach the partition's owner: "+err.Error()+"; retry")
+		return
+	}
+	c.deferReply()
+}
+
+// forwardSubscribe relays a queue SUBSCRIBE to owner (reader goroutine):
+// the client's prefetch goes up as asked, and the SUBSCRIBE_OK comes back
+// with a client-facing sub id from 2^48 up.
+func (c *Conn) forwardSubscribe(id uint64, body []byte, req wire.Subscribe, owner core.NodeID) {
+	if req.ConsumerGroup.Present {
+		c.replyError(id, wire.CodeBadRequest, "exclusive consumer groups are not supported by this broker yet")
+		return
+	}
+	key := keyOf(req.Topic, req.Group, req.Partition)
+	g := &c.gw
+	g.mu.Lock()
+	_, dup := g.subs[key]
+	if !dup && c.sess.findSub(key) != nil {
+		dup = true
+	}
+	if dup {
+		g.mu.Unlock()
+		c.replyError(id, wire.CodeConflict, fmt.Sprintf("already subscribed to %s partition %d on this connection", req.Topic, req.Partition))
+		return
+	}
+	fs := &fwdSub{key: key}
+	if g.subs == nil {
+		g.subs = make(map[subKey]*fwdSub)
+	}
+	g.subs[key] = fs // reserved while SUBSCRIBE is in flight
+	g.mu.Unlock()
+	unreserve := func() {
+		g.mu.Lock()
+		if g.subs[key] == fs {
+			delete(g.subs, key)
+		}
+		g.mu.Unlock()
+	}
+	u, err := c.upstreamFor(owner)
+	if err != nil {
+		unreserve()
+		c.replyError(id, core.Code(err), err.Error())
+		return
+	}
+	u.begin()
+	err = u.up.Conn.Go(wire.OpSubscribe, rawBody(body), func(f upclient.Frame, err error) {
+		u.end()
+		if err == nil && f.Op == wire.OpSubscribeOK {
+			var ok wire.SubscribeOK
+			if derr := ok.Decode(f.Body); derr != nil {
+				unreserve()
+				c.enqueue(outFrame{op: wire.OpError, reqID: id, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable,
+					Message: "the owner's SUBSCRIBE_OK is malformed: " + derr.Error()}})
+				return
+			}
+			g.mu.Lock()
+			if g.closed || g.subs[key] != fs {
+				g.mu.Unlock()
+				return // the connection ended; the upstream's close releases it
+			}
+			fs.up, fs.ownerID = u, ok.SubID
+			fs.clientID = firstForwardedSubID + g.nextSub
+			g.nextSub++
+			u.subs[ok.SubID] = fs
+			g.mu.Unlock()
+			ok.SubID = fs.clientID
+			// Queued here, on the upstream reader, before any DELIVER of
+			// the subscription is read: SUBSCRIBE_OK goes out first.
+			c.enqueue(outFrame{op: wire.OpSubscribeOK, reqID: id, slot: true, body: &ok})
+			return
+		}
+		unreserve()
+		if err == nil && f.Op == wire.OpSubscribeErr {
+			f.Op = wire.OpError // WIRE §7.3: subscribe failures use ERROR
+		}
+		c.answerForwarded(wire.OpSubscribe, id, func() Route { return c.route(req.Topic, req.Group, req.Partition, false, 0) }, f, err)
+	})
+	if err != nil {
+		u.end()
+		unreserve()
+		c.replyError(id, wire.CodeUnavailable, "the request did not reach the partition's owner: "+err.Error()+"; retry")
+		return
+	}
+	c.deferReply()
+}
+
+// forwardedSettle relays an ACK or NACK for a forwarded subscription to
+// the upstream that holds it; it reports false when the partition has no
+// forwarded subscription on this connection (reader goroutine).
+func (c *Conn) forwardedSettle(op wire.Op, key subKey, body []byte) bool {
+	c.gw.mu.Lock()
+	fs := c.gw.subs[key]
+	var u *upstream
+	if fs != nil {
+		u = fs.up
+	}
+	c.gw.mu.Unlock()
+	if fs == nil {
+		return false
+	}
+	if u == nil {
+		return true // SUBSCRIBE still in flight: nothing was delivered to settle
+	}
+	u.lastUse.Store(time.Now().UnixNano())
+	if err := u.up.Conn.Send(op, 0, rawBody(body)); err != nil {
+		c.drop(op, "upstream_lost")
+	}
+	return true
+}
