@@ -1,0 +1,320 @@
+package session
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	upclient "github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// Handler tests of the gateway against a scripted fake owner (issue 6 §9):
+// the router says Forward for topic "fwd", and the owner is a raw wire
+// peer the test drives frame by frame.
+
+// gwRouter forwards topic "fwd" to node "owner" and serves the rest here.
+// redirect, when set, is what a re-route after an upstream REDIRECT says.
+type gwRouter struct {
+	redirect atomic.Pointer[wire.Redirect]
+}
+
+func (r *gwRouter) Route(ref core.PartitionRef, _ bool, _ uint64, forwarded bool) Route {
+	if ref.Topic != "fwd" {
+		return Route{Serve: true}
+	}
+	if rd := r.redirect.Load(); rd != nil {
+		return Route{Redirect: rd}
+	}
+	return Route{Forward: "owner", Err: core.Errorf(core.ErrUnavailable, "cannot forward")}
+}
+func (r *gwRouter) DeclareQueue(context.Context, queue.QueueSpec) (queue.QueueInfo, error) {
+	return queue.QueueInfo{}, core.Errorf(core.ErrBadRequest, "not in this test")
+}
+func (r *gwRouter) DeclareStream(context.Context, queue.StreamSpec) (queue.StreamInfo, error) {
+	return queue.StreamInfo{}, core.Errorf(core.ErrBadRequest, "not in this test")
+}
+func (r *gwRouter) Topology(wire.TopologyRequest) wire.Topology { return wire.Topology{Generation: 1} }
+func (r *gwRouter) Generation() uint64                          { return 1 }
+func (r *gwRouter) Changed() <-chan struct{}                    { return nil }
+
+// fakeOwner accepts upstream sessions on loopback and hands each, after
+// the handshake (HELLO, AUTH, FORWARDED_SESSION), to the test.
+type fakeOwner struct {
+	t      *testing.T
+	ln     net.Listener
+	conns  chan *ownerConn
+	dials  atomic.Int32
+	refuse atomic.Bool
+	ffs    chan wire.ForwardedSession
+}
+
+type ownerConn struct {
+	t  *testing.T
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func newFakeOwner(t *testing.T) *fakeOwner {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &fakeOwner{t: t, ln: ln, conns: make(chan *ownerConn, 4), ffs: make(chan wire.ForwardedSession, 4)}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { nc.Close() })
+			go o.handshake(&ownerConn{t: t, nc: nc, br: bufio.NewReader(nc)})
+		}
+	}()
+	return o
+}
+
+func (o *fakeOwner) handshake(c *ownerConn) {
+	for _, want := range []wire.Op{wire.OpHello, wire.OpAuth, wire.OpForwardedSession} {
+		h, body, err := c.tryRead(5 * time.Second)
+		if err != nil || h.Op != want {
+			return
+		}
+		switch h.Op {
+		case wire.OpHello:
+			c.send(wire.OpHelloOK, h.RequestID, &wire.HelloOK{ProtocolVersion: 1, Compliance: wire.Compliance, ServerName: "fake-owner"})
+		case wire.OpAuth:
+			c.send(wire.OpAuthOK, h.RequestID, nil)
+		case wire.OpForwardedSession:
+			var fs wire.ForwardedSession
+			_ = fs.Decode(body)
+			o.ffs <- fs
+			c.send(wire.OpForwardedSessionOK, h.RequestID, &wire.ForwardedSessionOK{ForwardingVersion: 2})
+		}
+	}
+	o.conns <- c
+}
+
+// dialer is the gateway's UpstreamDialer, to this fake owner.
+func (o *fakeOwner) dialer() UpstreamDialer {
+	return func(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, onPush func(upclient.Frame)) (Upstream, error) {
+		o.dials.Add(1)
+		if o.refuse.Load() {
+			return Upstream{}, core.Errorf(core.ErrPeerRefused, "connection refused (test)")
+		}
+		conn, err := upclient.DialConn(ctx, o.ln.Addr().String(), upclient.ConnConfig{Username: "@node", Password: "s3cret",
+			OnPush: func(_ *upclient.Conn, f upclient.Frame) { onPush(f) }})
+		if err != nil {
+			return Upstream{}, core.Errorf(core.ErrPeerRefused, "%v", err)
+		}
+		fs.OriginNodeID = "gw"
+		f, err := conn.Do(ctx, wire.OpForwardedSession, &fs)
+		if err != nil || f.Op != wire.OpForwardedSessionOK {
+			conn.Close()
+			return Upstream{}, core.Errorf(core.ErrUnavailable, "FFS refused: %v", err)
+		}
+		return Upstream{Conn: conn, Abort: func() { conn.Abort(errors.New("aborted")) }}, nil
+	}
+}
+
+func (o *fakeOwner) next() *ownerConn {
+	select {
+	case c := <-o.conns:
+		return c
+	case <-time.After(5 * time.Second):
+		o.t.Fatal("no upstream session reached the owner")
+		return nil
+	}
+}
+
+func (c *ownerConn) tryRead(d time.Duration) (wire.FrameHeader, []byte, error) {
+	_ = c.nc.SetReadDeadline(time.Now().Add(d))
+	h, body, err := wire.ReadFrame(c.br, nil, 1<<20)
+	return h, bytes.Clone(body), err
+}
+
+// read returns the next frame other than PING/PONG.
+func (c *ownerConn) read() (wire.FrameHeader, []byte) {
+	c.t.Helper()
+	for {
+		h, body, err := c.tryRead(5 * time.Second)
+		if err != nil {
+			c.t.Fatalf("owner read: %v", err)
+		}
+		if h.Op == wire.OpPing {
+			c.send(wire.OpPong, h.RequestID, nil)
+			continue
+		}
+		if h.Op != wire.OpPong {
+			return h, body
+		}
+	}
+}
+
+func (c *ownerConn) send(op wire.Op, id uint64, body wire.Encoder) {
+	if _, err := c.nc.Write(wire.AppendFrame(nil, op, id, body)); err != nil {
+		c.t.Logf("owner write %s: %v", op, err)
+	}
+}
+
+func newGatewayEnv(t *testing.T) (*env, *fakeOwner, *gwRouter) {
+	o := newFakeOwner(t)
+	r := &gwRouter{}
+	e := newEnv(t, func(opts *Options) {
+		opts.Router = r
+		opts.Upstreams = o.dialer()
+		opts.Settings = func() Settings {
+			return Settings{ReconnectGrace: 5 * time.Second, RestartTTL: time.Minute, ForwardTimeout: 2 * time.Second,
+				UpstreamConnectTimeout: 2 * time.Second, UpstreamIdleClose: time.Minute}
+		}
+	})
+	return e, o, r
+}
+
+// Seed §3: the client's PUBLISH goes up with the same body; its PUBLISH_OK
+// comes only from the owner's, with the owner's offset and the client's
+// request id; the FORWARDED_SESSION names the client and release_on_close.
+func TestGatewayConfirmIsTheOwners(t *testing.T) {
+	e, o, _ := newGatewayEnv(t)
+	c := e.dial()
+	c.login()
+	body := &wire.Publish{Topic: "fwd", Partition: 2, RequireConfirm: true, Payload: []byte("hello")}
+	c.sendID(wire.OpPublish, 77, body)
+	up := o.next()
+	fs := <-o.ffs
+	if fs.ActingUsername != "alice" || fs.HopCount != 1 || !fs.ReleaseOnClose() || fs.OriginNodeID != "gw" || len(fs.ClientID) != 36 {
+		t.Fatalf("FORWARDED_SESSION %+v", fs)
+	}
+	h, got := up.read()
+	if h.Op != wire.OpPublish || !bytes.Equal(got, body.AppendTo(nil)) {
+		t.Fatalf("owner got %s %q", h.Op, got)
+	}
+	c.expectSilence(150 * time.Millisecond) // no confirm before the owner's
+	up.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 777})
+	ok := c.expect(wire.OpPublishOK, 77).(*wire.PublishOK)
+	if ok.Offset != 777 {
+		t.Fatalf("offset %d, want the owner's 777", ok.Offset)
+	}
+	// The gateway stored nothing of its own.
+	if _, err := e.qm.Partition(queue.Key{Topic: "fwd"}, 2); err == nil {
+		t.Fatal("the gateway created the forwarded queue locally")
+	}
+}
+
+// WIRE §7.3: upstream lost after a confirmed PUBLISH reached the socket →
+// ERROR 504 (never replayed); the next publish opens a new upstream.
+func TestGatewayUpstreamLostIs504(t *testing.T) {
+	e, o, _ := newGatewayEnv(t)
+	c := e.dial()
+	c.login()
+	c.sendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
+	up := o.next()
+	<-o.ffs
+	up.read()
+	up.nc.Close()
+	c.expectError(wire.OpError, 5, wire.CodeOutcomeUnknown)
+	c.sendID(wire.OpPublish, 6, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("y")})
+	up2 := o.next()
+	h, _ := up2.read()
+	up2.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 1})
+	c.expect(wire.OpPublishOK, 6)
+}
+
+// WIRE §7.3: an owner that refused the connection → 503 (nothing was
+// sent), and for one second its operations fail fast without a new dial.
+func TestGatewayRefusedIs503AndFailsFast(t *testing.T) {
+	e, o, _ := newGatewayEnv(t)
+	o.refuse.Store(true)
+	c := e.dial()
+	c.login()
+	c.sendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
+	c.expectError(wire.OpError, 5, wire.CodeUnavailable)
+	c.sendID(wire.OpPublish, 6, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
+	c.expectError(wire.OpError, 6, wire.CodeUnavailable)
+	if n := o.dials.Load(); n != 1 {
+		t.Fatalf("%d dials; the second publish must fail fast", n)
+	}
+}
+
+// Seed §3: SUBSCRIBE goes up with the client's prefetch; SUBSCRIBE_OK and
+// DELIVER come back with the sub id rewritten to ≥ 2^48 and the rest
+// byte for byte; ACK goes to the upstream that holds the partition's
+// subscription; when the upstream is lost the client gets
+// SUBSCRIPTION_CLOSED (OwnerMoved) for it.
+func TestGatewaySubscribeDeliverSettle(t *testing.T) {
+	e, o, _ := newGatewayEnv(t)
+	c := e.dial()
+	c.login()
+	c.sendID(wire.OpSubscribe, 9, &wire.Subscribe{Topic: "fwd", Partition: 1, Prefetch: 7})
+	up := o.next()
+	<-o.ffs
+	h, body := up.read()
+	var sreq wire.Subscribe
+	if h.Op != wire.OpSubscribe || sreq.Decode(body) != nil || sreq.Prefetch != 7 || sreq.Partition != 1 {
+		t.Fatalf("owner got %s %+v", h.Op, sreq)
+	}
+	up.send(wire.OpSubscribeOK, h.RequestID, &wire.SubscribeOK{SubID: 5, Topic: "fwd", Partition: 1, Prefetch: 7})
+	ok := c.expect(wire.OpSubscribeOK, 9).(*wire.SubscribeOK)
+	if ok.SubID < 1<<48 || ok.Prefetch != 7 {
+		t.Fatalf("SUBSCRIBE_OK %+v", ok)
+	}
+	d := &wire.Deliver{SubID: 5, Topic: "fwd", Partition: 1, Offset: 3, DeliveryTag: 11, Payload: []byte("m")}
+	up.send(wire.OpDeliver, 1000, d)
+	dh, db := c.read(2 * time.Second)
+	got := dh.Op
+	if got != wire.OpDeliver {
+		t.Fatalf("client got %s", got)
+	}
+	want := d.AppendTo(nil)
+	wantRewritten := append([]byte(nil), want...)
+	copy(wantRewritten[4:12], (&wire.Deliver{SubID: ok.SubID}).AppendTo(nil)[4:12])
+	if gotD := db.(*wire.Deliver); gotD.SubID != ok.SubID || !bytes.Equal(gotD.AppendTo(nil), wantRewritten) {
+		t.Fatalf("DELIVER %+v: only the sub id may change", gotD)
+	}
+	ack := &wire.Ack{Topic: "fwd", Partition: 1, Tags: []uint64{11}}
+	c.sendID(wire.OpAck, 12, ack)
+	ah, abody := up.read()
+	if ah.Op != wire.OpAck || !bytes.Equal(abody, ack.AppendTo(nil)) {
+		t.Fatalf("owner got %s %x, want the client's ACK", ah.Op, abody)
+	}
+	up.nc.Close()
+	sh, sb := c.read(3 * time.Second)
+	sc, isSC := sb.(*wire.SubscriptionClosed)
+	if sh.Op != wire.OpSubscriptionClosed || !isSC || sc.SubID != ok.SubID || sc.Code != wire.ReasonOwnerMoved {
+		t.Fatalf("after the upstream died: %s %+v", sh.Op, sb)
+	}
+}
+
+// Seed §3: an upstream REDIRECT is never relayed raw: with the gateway's
+// view unchanged the client gets 503; once the view moved, the gateway's
+// own REDIRECT.
+func TestGatewayRebuildsUpstreamRedirect(t *testing.T) {
+	e, o, r := newGatewayEnv(t)
+	c := e.dial()
+	c.login()
+	c.sendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
+	up := o.next()
+	<-o.ffs
+	raw := &wire.Redirect{Topic: "fwd", Owners: []wire.AdvertisedAddress{{Host: "127.0.0.1", Port: 1}}, PartitioningVersion: 3}
+	h, _ := up.read()
+	up.send(wire.OpRedirect, h.RequestID, raw)
+	c.expectError(wire.OpError, 5, wire.CodeUnavailable)
+
+	mine := &wire.Redirect{Topic: "fwd", Owners: []wire.AdvertisedAddress{{Host: "127.0.0.1", Port: 2}}, PartitioningVersion: 4}
+	c.sendID(wire.OpPublish, 6, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("y")})
+	h, _ = up.read()
+	r.redirect.Store(mine)
+	up.send(wire.OpRedirect, h.RequestID, raw)
+	rd := c.expect(wire.OpRedirect, 6).(*wire.Redirect)
+	if rd.PartitioningVersion != 4 || rd.Owners[0].Port != 2 {
+		t.Fatalf("redirect %+v, want the gateway's own", rd)
+	}
+}
