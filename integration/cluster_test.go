@@ -62,6 +62,13 @@ func freePort(t testing.TB) int {
 // until every one is ready. extra flags go to every node.
 func startRaftCluster(t *testing.T, n int, extra ...string) *raftCluster {
 	t.Helper()
+	return startRaftClusterWith(t, n, nil, extra...)
+}
+
+// startRaftClusterWith is startRaftCluster with flags for node i (after
+// extra, so they win).
+func startRaftClusterWith(t *testing.T, n int, perNode func(i int) []string, extra ...string) *raftCluster {
+	t.Helper()
 	secret := filepath.Join(t.TempDir(), "cluster.secret")
 	if err := os.WriteFile(secret, []byte("integration-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -73,7 +80,7 @@ func startRaftCluster(t *testing.T, n int, extra ...string) *raftCluster {
 		rc.nodes = append(rc.nodes, nd)
 		peers = append(peers, nd.id+"="+nd.raft)
 	}
-	for _, nd := range rc.nodes {
+	for i, nd := range rc.nodes {
 		nd.args = append([]string{
 			"--coordination.backend=raft",
 			"--coordination.node_id=" + nd.id,
@@ -84,6 +91,9 @@ func startRaftCluster(t *testing.T, n int, extra ...string) *raftCluster {
 			"--coordination.heartbeat_interval_ms=" + strconv.Itoa(testHeartbeatMS),
 			"--coordination.liveness_ttl_ms=" + strconv.Itoa(testTTLMS),
 		}, extra...)
+		if perNode != nil {
+			nd.args = append(nd.args, perNode(i)...)
+		}
 		nd.broker = launchBroker(t, t.TempDir(), nd.args...)
 	}
 	for _, nd := range rc.nodes {

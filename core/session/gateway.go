@@ -92,6 +92,7 @@ type upstream struct {
 type fwdSub struct {
 	up       *upstream // nil while SUBSCRIBE is in flight (the key is reserved)
 	key      subKey
+	req      wire.Subscribe // as the client asked
 	clientID uint64
 	ownerID  uint64
 }
@@ -503,7 +504,7 @@ func (c *Conn) forwardSubscribe(id uint64, body []byte, req wire.Subscribe, owne
 		c.replyError(id, wire.CodeConflict, fmt.Sprintf("already subscribed to %s partition %d on this connection", req.Topic, req.Partition))
 		return
 	}
-	fs := &fwdSub{key: key}
+	fs := &fwdSub{key: key, req: req}
 	if g.subs == nil {
 		g.subs = make(map[subKey]*fwdSub)
 	}
@@ -586,4 +587,86 @@ func (c *Conn) forwardedSettle(op wire.Op, key subKey, body []byte) bool {
 		c.drop(op, "upstream_lost")
 	}
 	return true
+}
+
+// view is the forwarded subscription as RECONCILE_RESULT shows it.
+func (fs *fwdSub) view() wire.ReconcileSub {
+	return wire.ReconcileSub{SubID: fs.clientID, Topic: fs.req.Topic, Partition: fs.req.Partition, Group: fs.req.Group,
+		AutoAck: fs.req.AutoAck, Prefetch: fs.req.Prefetch}
+}
+
+// reconcileForwarded answers the part of a RECONCILE_CLIENT that concerns
+// forwarded subscriptions (issue 6 §6b; seed §11), until upstream resume
+// exists: a listed subscription this connection forwards is kept; a listed
+// one whose partition this broker forwards but that has no upstream
+// subscription here (a new connection after a reconnect) is
+// recreate_client_side when manual-ack and close_client_side when
+// auto-ack, under either policy; a forwarded subscription the client no
+// longer lists is closed on the owner (an upstream RECONCILE_CLIENT that
+// lists only the ones kept). The other listed entries are returned for the
+// local reconcile.
+func (c *Conn) reconcileForwarded(listed []wire.ReconcileSub) (entries []wire.ReconcileEntry, rest []wire.ReconcileSub) {
+	m := c.srv.opts.Metrics
+	add := func(cv, sv wire.Option[wire.ReconcileSub], v verdict) {
+		entries = append(entries, wire.ReconcileEntry{Client: cv, Server: sv, Action: v.action, Code: v.code, Reason: v.code.String()})
+		m.ReconcileOutcomes.WithLabelValues(v.outcome).Inc()
+	}
+	keep := map[subKey]bool{}
+	for _, cs := range listed {
+		key := keyOf(cs.Topic, cs.Group, cs.Partition)
+		c.gw.mu.Lock()
+		fs := c.gw.subs[key]
+		c.gw.mu.Unlock()
+		switch {
+		case fs != nil && fs.up != nil:
+			keep[key] = true
+			v := vMatched
+			if fs.clientID != cs.SubID {
+				v = vIDChanged
+			}
+			add(wire.Some(cs), wire.Some(fs.view()), v)
+		case fs == nil && c.srv.opts.Upstreams != nil && c.route(cs.Topic, cs.Group, cs.Partition, false, 0).Forward != "":
+			if cs.AutoAck {
+				add(wire.Some(cs), wire.Option[wire.ReconcileSub]{}, vMissing)
+			} else {
+				add(wire.Some(cs), wire.Option[wire.ReconcileSub]{}, vRecreate)
+			}
+		default:
+			rest = append(rest, cs)
+		}
+	}
+	// Forwarded subscriptions the client dropped: closed on their owners.
+	c.gw.mu.Lock()
+	byUp := map[*upstream][]*fwdSub{}
+	for key, fs := range c.gw.subs {
+		if fs.up == nil || keep[key] {
+			continue
+		}
+		byUp[fs.up] = append(byUp[fs.up], fs)
+		delete(c.gw.subs, key)
+		delete(fs.up.subs, fs.ownerID)
+		entries = append(entries, wire.ReconcileEntry{Server: wire.Some(fs.view()),
+			Action: vClientMissing.action, Code: vClientMissing.code, Reason: vClientMissing.code.String()})
+		m.ReconcileOutcomes.WithLabelValues(vClientMissing.outcome).Inc()
+	}
+	upstreamLists := map[*upstream][]wire.ReconcileSub{}
+	for u := range byUp {
+		var kept []wire.ReconcileSub
+		for _, fs := range u.subs {
+			v := fs.view()
+			v.SubID = fs.ownerID
+			kept = append(kept, v)
+		}
+		upstreamLists[u] = kept
+	}
+	c.gw.mu.Unlock()
+	for u, kept := range upstreamLists {
+		u.begin()
+		err := u.up.Conn.Go(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileConservative, Subscriptions: kept},
+			func(upclient.Frame, error) { u.end() })
+		if err != nil {
+			u.end()
+		}
+	}
+	return entries, rest
 }

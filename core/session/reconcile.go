@@ -21,7 +21,12 @@ func (c *Conn) handleReconcile(id uint64, body []byte) {
 		return
 	}
 	c.srv.opts.Metrics.ReconcileRequests.Inc()
-	res, restored := c.sess.reconcile(req.Policy, req.Subscriptions)
+	fwd, local := c.reconcileForwarded(req.Subscriptions)
+	res, restored := c.sess.reconcile(req.Policy, local)
+	if len(fwd) > 0 {
+		res.Entries = append(res.Entries, fwd...)
+		slices.SortStableFunc(res.Entries, compareEntries)
+	}
 	c.slotPending = false
 	c.enqueue(outFrame{op: wire.OpReconcileResult, reqID: id, slot: true, opensWindow: true, body: res})
 	for _, sub := range restored { // deliveries only after the answer that names them

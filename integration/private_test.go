@@ -1,0 +1,157 @@
+package integration
+
+// Private nodes and internal routing (issue 6) with real broker processes
+// on embedded raft: one public broker and two private ones. The client
+// knows only the public broker; the private brokers' client addresses
+// (their listeners and the advertise entries they are told to keep to
+// themselves) make the client's dialer fail the test if it ever tries
+// them.
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/client"
+)
+
+type privateCluster struct {
+	*raftCluster
+	forbidden map[string]bool // addresses the client must never dial
+}
+
+// startPrivateCluster starts node-1 public and node-2, node-3 private, each
+// with broker.peer_advertise set explicitly, over transport tr.
+func startPrivateCluster(t *testing.T, tr string) *privateCluster {
+	t.Helper()
+	ca := filepath.Join(t.TempDir(), "cluster-ca.pem")
+	extra := []string{"--tls.enabled", "--tls.auto_self_signed", "--tls.peer_ca_path=" + ca, "--tls.admin_enabled=false",
+		"--transport.backend=" + tr}
+	forbidden := map[string]bool{}
+	rc := startRaftClusterWith(t, 3, func(i int) []string {
+		bind := "127.0.0.1:" + strconv.Itoa(freePort(t))
+		flags := []string{"--broker.listener.bind=" + bind, "--broker.peer_advertise=" + bind}
+		if i > 0 {
+			nowhere := "127.0.0.1:" + strconv.Itoa(freePort(t)) // nothing listens here
+			forbidden[bind], forbidden[nowhere] = true, true
+			flags = append(flags, "--broker.visibility=private", "--broker.listener.advertise="+nowhere)
+		}
+		return flags
+	}, extra...)
+	return &privateCluster{raftCluster: rc, forbidden: forbidden}
+}
+
+// client dials the public broker; its dialer fails the test on any attempt
+// to reach a private broker.
+func (pc *privateCluster) client(t *testing.T) *client.Client {
+	t.Helper()
+	return newClient(t, pc.nodes[0].Addr, func(o *client.Options) {
+		o.TLS = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // each broker has its own self-signed CA; this test is about routing
+		inner := o.Dial
+		o.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if pc.forbidden[addr] {
+				t.Errorf("the client dialled the private broker address %s", addr)
+				return nil, errors.New("private broker address")
+			}
+			return inner(ctx, network, addr)
+		}
+	})
+}
+
+// Issue 6 §9: confirmed publish and consume through privately owned
+// partitions, with a client that only ever reaches the public broker; then
+// a private owner is killed (its partitions fail retryably while the
+// others keep working) and restarted (nothing confirmed is lost). Run over
+// tcp and quic.
+func TestPrivateNodesThroughTheGateway(t *testing.T) {
+	for _, tr := range []string{"tcp", "quic"} {
+		t.Run(tr, func(t *testing.T) {
+			pc := startPrivateCluster(t, tr)
+			c := pc.client(t)
+			const parts = 6
+			if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "orders", Partitions: parts}); err != nil {
+				t.Fatal(err)
+			}
+			owners := pc.placed(pc.nodes[0], "orders", parts)
+			privateOwned := 0
+			for _, o := range owners {
+				if o != "node-1" {
+					privateOwned++
+				}
+			}
+			if privateOwned == 0 {
+				t.Fatal("the private brokers own nothing; the test proves nothing")
+			}
+			confirmed := map[string]bool{}
+			for i := range 3 * parts {
+				p := uint32(i % parts)
+				payload := fmt.Sprintf("m%d", i)
+				publish(t, c, "orders", client.Message{Partition: &p, Payload: []byte(payload)})
+				confirmed[payload] = true
+			}
+			sub := subscribe(t, c, "orders", client.SubscribeOptions{Prefetch: 8})
+			for len(confirmed) > 0 {
+				d := next(t, sub, waitTimeout)
+				delete(confirmed, string(d.Payload))
+				ack(t, d)
+			}
+			sub.Close()
+			// The wire protocol has no unsubscribe: the subscription ends
+			// with its connection, which closes the upstream sessions in
+			// order (the owners requeue what they still held).
+			c.Close()
+			c = pc.client(t)
+
+			// Kill a private owner: its partitions fail retryably (503/504
+			// or a closed subscription), the others keep working.
+			victim := pc.node("node-2")
+			victim.kill()
+			var dead, alive []uint32
+			for p, o := range owners {
+				if o == "node-2" {
+					dead = append(dead, p)
+				} else {
+					alive = append(alive, p)
+				}
+			}
+			for _, p := range alive {
+				publish(t, c, "orders", client.Message{Partition: &p, Payload: []byte(fmt.Sprint("alive-", p))})
+			}
+			for _, p := range dead {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_, err := c.Publisher("orders", client.PublisherOptions{}).PublishConfirmed(ctx, client.Message{Partition: &p, Payload: []byte("while-dead")})
+				cancel()
+				if err == nil {
+					t.Fatalf("a publish to partition %d succeeded while its only owner is down", p)
+				}
+				if !client.Retryable(err) {
+					t.Fatalf("partition %d of a dead owner: %v, want a retryable error", p, err)
+				}
+			}
+			// Restart it: its partitions come back through the gateway,
+			// with everything confirmed before still there.
+			pc.restart(victim)
+			want := map[string]bool{}
+			for _, p := range alive {
+				want[fmt.Sprint("alive-", p)] = true
+			}
+			for _, p := range dead {
+				payload := fmt.Sprint("after-", p)
+				publish(t, c, "orders", client.Message{Partition: &p, Payload: []byte(payload)})
+				want[payload] = true
+			}
+			sub = subscribe(t, c, "orders", client.SubscribeOptions{Prefetch: 8})
+			for len(want) > 0 {
+				d := next(t, sub, waitTimeout)
+				delete(want, string(d.Payload))
+				ack(t, d)
+			}
+		})
+	}
+}
