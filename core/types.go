@@ -35,6 +35,11 @@ const (
 	// LabelAdoption is the node's topology adoption level (S-120): the
 	// lowest generation its connections acknowledged. Absent until one did.
 	LabelAdoption = "fibril/adoption"
+	// LabelUpstreamSessions and LabelForwardedSessions count, while
+	// non-zero, the upstream sessions this node opened as a gateway and
+	// the forwarded sessions it serves as an owner (seed §8).
+	LabelUpstreamSessions  = "fibril/upstream_sessions"
+	LabelForwardedSessions = "fibril/forwarded_sessions"
 )
 
 // Labels are a node's key/value annotations.

@@ -125,8 +125,8 @@ func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		return nil, err
 	}
 	if b.cluster != nil {
-		b.cluster.cl.SetAdoptionSource(b.sessions.AdoptionLevel) // published with the heartbeat (S-120)
-		b.cluster.start()                                        // readiness follows the cluster lease
+		b.cluster.cl.SetLabelSource(b.heartbeatLabels) // published with the heartbeat
+		b.cluster.start()                              // readiness follows the cluster lease
 	} else {
 		b.admin.SetReady()
 	}
@@ -280,13 +280,14 @@ func (b *Broker) sessionSettings() session.Settings {
 	d := b.settings.Current()
 	r := d.Routing
 	return session.Settings{
-		ReconnectGrace:         settings.Ms(d.Connection.ReconnectGraceMS),
-		RestartTTL:             settings.Ms(d.Connection.ResumeSessionRestartTTLMS),
-		MaxUpstreams:           int(r.MaxUpstreamSessions),
-		MaxUpstreamsPerOwner:   int(r.MaxUpstreamSessionsPerOwner),
-		ForwardTimeout:         settings.Ms(r.ForwardTimeoutMS),
-		UpstreamConnectTimeout: settings.Ms(r.UpstreamConnectTimeoutMS),
-		UpstreamIdleClose:      settings.Ms(r.UpstreamIdleCloseMS),
+		ReconnectGrace:          settings.Ms(d.Connection.ReconnectGraceMS),
+		RestartTTL:              settings.Ms(d.Connection.ResumeSessionRestartTTLMS),
+		MaxUpstreams:            int(r.MaxUpstreamSessions),
+		MaxUpstreamsPerOwner:    int(r.MaxUpstreamSessionsPerOwner),
+		ForwardTimeout:          settings.Ms(r.ForwardTimeoutMS),
+		UpstreamConnectTimeout:  settings.Ms(r.UpstreamConnectTimeoutMS),
+		UpstreamIdleClose:       settings.Ms(r.UpstreamIdleCloseMS),
+		MaxInflightForwardBytes: r.MaxInflightForwardBytes,
 	}
 }
 

@@ -385,3 +385,21 @@ func (b *Broker) dialUpstream(ctx context.Context, owner core.NodeID, fs wire.Fo
 }
 
 var errUpstreamAborted = errors.New("upstream session aborted by the gateway")
+
+// heartbeatLabels are the labels this node publishes as they change: its
+// topology adoption level (S-120) and, while non-zero, its forwarding
+// session counts (seed §8).
+func (b *Broker) heartbeatLabels() core.Labels {
+	l := core.Labels{core.LabelUpstreamSessions: "", core.LabelForwardedSessions: ""}
+	if gen, ok := b.sessions.AdoptionLevel(); ok {
+		l[core.LabelAdoption] = strconv.FormatUint(gen, 10)
+	}
+	up, fwd := b.sessions.ForwardingCounts()
+	if up > 0 {
+		l[core.LabelUpstreamSessions] = strconv.Itoa(up)
+	}
+	if fwd > 0 {
+		l[core.LabelForwardedSessions] = strconv.Itoa(fwd)
+	}
+	return l
+}

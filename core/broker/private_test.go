@@ -226,6 +226,28 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// Seed §8: the gateway and the owners publish their session
+			// counts; the gateway counted the owners' confirms.
+			waitFor(t, "the session count labels", func() bool {
+				snap := bs[0].cluster.cl.Snapshot()
+				fwd := 0
+				for _, b := range bs[1:] {
+					if snap.Members[b.nodeID].Info.Labels[core.LabelForwardedSessions] != "" {
+						fwd++
+					}
+				}
+				return snap.Members["n0"].Info.Labels[core.LabelUpstreamSessions] != "" && fwd > 0
+			})
+			forwarded := 0
+			snap := bs[0].cluster.cl.Snapshot()
+			for i := range total {
+				if p, _ := snap.Partition(core.PartitionRef{Topic: "orders", Partition: uint32(i % 6)}); p.Node != "n0" {
+					forwarded++
+				}
+			}
+			if got := counterValue(t, bs[0], "fibril_forward_confirms_total"); int(got) != forwarded {
+				t.Fatalf("fibril_forward_confirms_total = %v, want %d (the confirmed publishes to private owners)", got, forwarded)
+			}
 			sub.Close()
 			// Acks reached the owners: nothing is left or redelivered.
 			waitFor(t, "every owner settled everything", func() bool {
@@ -240,4 +262,28 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 			})
 		})
 	}
+}
+
+// counterValue sums a metric family's samples in b's registry.
+func counterValue(t *testing.T, b *Broker, name string) float64 {
+	t.Helper()
+	mfs, err := b.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if c := m.GetCounter(); c != nil {
+				sum += c.GetValue()
+			}
+			if g := m.GetGauge(); g != nil {
+				sum += g.GetValue()
+			}
+		}
+	}
+	return sum
 }

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,8 +57,8 @@ type Cluster struct {
 
 	leader atomic.Bool
 
-	adoption     atomic.Pointer[func() (uint64, bool)]
-	adoptionSent uint64 // heartbeat goroutine only
+	labelSource atomic.Pointer[func() core.Labels]
+	labelsSent  core.Labels // heartbeat goroutine only
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -265,28 +264,35 @@ func (c *Cluster) putRecord(ctx context.Context, lease core.Lease, labels core.L
 	return nil
 }
 
-// SetAdoptionSource tells the heartbeat where to read this node's topology
-// adoption level (S-120); it is published as LabelAdoption when it
-// changes. The session server exists only after the cluster is joined,
-// hence a setter.
-func (c *Cluster) SetAdoptionSource(f func() (uint64, bool)) { c.adoption.Store(&f) }
-
-// publishAdoption writes LabelAdoption when the level moved (heartbeat
-// goroutine only). The label is not routing content: it never moves the
+// SetLabelSource tells the heartbeat where to read labels this node
+// publishes as they change — the topology adoption level (S-120), the
+// forwarding session counts — each written when its value moved ("" deletes
+// it). The session server exists only after the cluster is joined, hence a
+// setter. These labels are not routing content: they never move the
 // generation.
-func (c *Cluster) publishAdoption() {
-	f := c.adoption.Load()
+func (c *Cluster) SetLabelSource(f func() core.Labels) { c.labelSource.Store(&f) }
+
+// publishLabels writes the source's labels that changed since the last
+// successful write (heartbeat goroutine only).
+func (c *Cluster) publishLabels() {
+	f := c.labelSource.Load()
 	if f == nil {
 		return
 	}
-	gen, ok := (*f)()
-	if !ok || gen == c.adoptionSent {
-		return
-	}
-	ctx, cancel := context.WithTimeout(c.ctx, c.opts.Heartbeat)
-	defer cancel()
-	if err := c.SetLabel(ctx, core.LabelAdoption, strconv.FormatUint(gen, 10)); err == nil {
-		c.adoptionSent = gen
+	for key, value := range (*f)() {
+		if sent, ok := c.labelsSent[key]; ok && sent == value || !ok && value == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.Heartbeat)
+		err := c.SetLabel(ctx, key, value)
+		cancel()
+		if err != nil {
+			return
+		}
+		if c.labelsSent == nil {
+			c.labelsSent = core.Labels{}
+		}
+		c.labelsSent[key] = value
 	}
 }
 
@@ -339,7 +345,7 @@ func (c *Cluster) heartbeatLoop() {
 				}
 				cancel()
 			}
-			c.publishAdoption()
+			c.publishLabels()
 		case errors.Is(err, core.ErrLeaseLost):
 			c.stats.LeaseLosses.Add(1)
 			c.log.Warn("liveness lease lost; registering again", "err", err)

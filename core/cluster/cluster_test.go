@@ -363,8 +363,8 @@ func TestAdoptionFloor(t *testing.T) {
 	}
 	eventually(t, "both nodes live", func() bool { return a.Snapshot().Live("a") && a.Snapshot().Live("b") })
 	gen := a.Snapshot().Generation
-	a.SetAdoptionSource(func() (uint64, bool) { return 9, true })
-	b.SetAdoptionSource(func() (uint64, bool) { return 7, true })
+	a.SetLabelSource(func() core.Labels { return core.Labels{core.LabelAdoption: "9"} })
+	b.SetLabelSource(func() core.Labels { return core.Labels{core.LabelAdoption: "7"} })
 	eventually(t, "the floor is 7", func() bool {
 		f, ok := a.Snapshot().AdoptionFloor()
 		return ok && f == 7

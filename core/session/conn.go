@@ -227,6 +227,7 @@ func (c *Conn) terminate() {
 	c.closeGateway()
 	if c.forwarded != nil {
 		c.srv.opts.Metrics.ForwardedSessions.Dec()
+		c.srv.forwardedOpen.Add(-1)
 		c.log.Info("forwarded session closed", "orderly", c.orderly.Load())
 	}
 	if c.sess != nil {

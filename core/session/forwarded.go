@@ -44,6 +44,7 @@ func (c *Conn) handleForwardedSession(id uint64, body []byte) {
 	c.forwarded = &f
 	c.releaseOnClose.Store(f.ReleaseOnClose())
 	c.srv.opts.Metrics.ForwardedSessions.Inc()
+	c.srv.forwardedOpen.Add(1)
 	c.log = c.log.With("origin_node", f.OriginNodeID, "acting_user", f.ActingUsername,
 		"client_id", f.ClientID, "client_conn", f.ConnectionID, "client_remote", f.ClientRemoteAddr)
 	c.log.Info("forwarded session opened", "release_on_close", f.ReleaseOnClose())

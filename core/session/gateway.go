@@ -106,24 +106,26 @@ type gatewayLimits struct {
 	refused  map[core.NodeID]time.Time
 }
 
-func (l *gatewayLimits) take(owner core.NodeID, set Settings, now time.Time) error {
+// take reserves an upstream session to owner; on refusal it returns the
+// limit's label (fibril_forward_rejected_total) and the 503 to answer.
+func (l *gatewayLimits) take(owner core.NodeID, set Settings, now time.Time) (string, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if until, ok := l.refused[owner]; ok && now.Before(until) {
-		return core.Errorf(core.ErrUnavailable, "owner %s refused a connection less than %s ago; retry", owner, refusedFailFast)
+		return "refused_recently", core.Errorf(core.ErrUnavailable, "owner %s refused a connection less than %s ago; retry", owner, refusedFailFast)
 	}
 	if set.MaxUpstreams > 0 && l.total >= set.MaxUpstreams {
-		return core.Errorf(core.ErrUnavailable, "this broker has routing.max_upstream_sessions (%d) upstream sessions open; retry", set.MaxUpstreams)
+		return "max_upstream_sessions", core.Errorf(core.ErrUnavailable, "this broker has routing.max_upstream_sessions (%d) upstream sessions open; retry", set.MaxUpstreams)
 	}
 	if set.MaxUpstreamsPerOwner > 0 && l.perOwner[owner] >= set.MaxUpstreamsPerOwner {
-		return core.Errorf(core.ErrUnavailable, "this broker has routing.max_upstream_sessions_per_owner (%d) upstream sessions open to %s; retry", set.MaxUpstreamsPerOwner, owner)
+		return "max_upstream_sessions_per_owner", core.Errorf(core.ErrUnavailable, "this broker has routing.max_upstream_sessions_per_owner (%d) upstream sessions open to %s; retry", set.MaxUpstreamsPerOwner, owner)
 	}
 	if l.perOwner == nil {
 		l.perOwner = make(map[core.NodeID]int)
 	}
 	l.total++
 	l.perOwner[owner]++
-	return nil
+	return "", nil
 }
 
 func (l *gatewayLimits) release(owner core.NodeID) {
@@ -177,7 +179,8 @@ func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
 	}
 	set := c.srv.opts.Settings()
 	now := time.Now()
-	if err := c.srv.gwLimits.take(owner, set, now); err != nil {
+	if limit, err := c.srv.gwLimits.take(owner, set, now); err != nil {
+		c.srv.opts.Metrics.ForwardRejected.WithLabelValues(limit).Inc()
 		return nil, err
 	}
 	fs := wire.ForwardedSession{V2: true, HopCount: wire.ForwardedHopCount, Flags: wire.FlagReleaseOnClose,
@@ -223,6 +226,7 @@ func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
 	}
 	g.ups[owner] = u
 	g.mu.Unlock()
+	c.srv.opts.Metrics.ForwardUpstreams.Inc()
 	c.log.Info("upstream session opened", "owner", string(owner))
 	go u.watch()
 	return u, nil
@@ -305,6 +309,7 @@ func (u *upstream) cleanup() {
 	closing := c.gw.closed
 	c.gw.mu.Unlock()
 	c.srv.gwLimits.release(u.owner)
+	c.srv.opts.Metrics.ForwardUpstreams.Dec()
 	close(u.gone)
 	if closing {
 		return
@@ -383,6 +388,7 @@ func (u *upstream) relaySub(f upclient.Frame) {
 	}
 	body := append([]byte(nil), f.Body...)
 	binary.BigEndian.PutUint64(body[4:12], fs.clientID)
+	c.srv.opts.Metrics.ForwardBytesIn.Add(float64(wire.HeaderSize + len(body)))
 	if c.relayQueued.Load() > relayHighBytes {
 		c.waitRelayRoom(u)
 	}
@@ -423,18 +429,28 @@ func (c *Conn) relayWritten(n int) {
 // client's (any goroutine). reply is the frame to relay; err says why
 // there is none (NotWritten: 503; otherwise the outcome is unknown).
 func (c *Conn) answerForwarded(op wire.Op, reqID uint64, ref func() Route, f upclient.Frame, err error) {
+	m := c.srv.opts.Metrics
+	outcome := "ok"
+	defer func() { m.ForwardRequests.WithLabelValues(op.String(), outcome).Inc() }()
+	if err == nil {
+		m.ForwardBytesIn.Add(float64(wire.HeaderSize + len(f.Body)))
+	}
 	switch {
 	case err != nil && upclient.NotWritten(err):
+		outcome = "not_sent"
 		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable,
 			Message: "the request did not reach the partition's owner: " + err.Error() + "; retry"}})
 	case err != nil:
 		code, msg := wire.CodeOutcomeUnknown, "the upstream session to the partition's owner was lost after the request was sent; its outcome is unknown: "+err.Error()
+		outcome = "outcome_unknown"
 		if op != wire.OpPublish && op != wire.OpPublishDelayed {
 			// A SUBSCRIBE dies with the upstream session on the owner.
 			code, msg = wire.CodeUnavailable, "the upstream session to the partition's owner was lost: "+err.Error()+"; retry"
+			outcome = "lost"
 		}
 		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: code, Message: msg}})
 	case f.Op == wire.OpRedirect:
+		outcome = "moved"
 		// Never relayed raw (seed §3): the owner's view moved on; answer
 		// from this broker's own view, which follows the cluster.
 		if rt := ref(); rt.Redirect != nil {
@@ -444,6 +460,9 @@ func (c *Conn) answerForwarded(op wire.Op, reqID uint64, ref func() Route, f upc
 		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable,
 			Message: "the partition's ownership is moving; retry"}})
 	default:
+		if f.Op == wire.OpError {
+			outcome = "error"
+		}
 		c.enqueue(outFrame{op: f.Op, reqID: reqID, slot: true, body: rawBody(append([]byte(nil), f.Body...))})
 	}
 }
@@ -462,26 +481,85 @@ func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, 
 		}
 		return
 	}
+	m := c.srv.opts.Metrics
+	m.ForwardBytesOut.Add(float64(wire.HeaderSize + len(body)))
 	if !req.confirm {
 		u.lastUse.Store(time.Now().UnixNano())
 		if err := u.up.Conn.Send(h.Op, 0, rawBody(body)); err != nil {
 			c.drop(h.Op, "upstream_lost")
+			m.ForwardRequests.WithLabelValues(h.Op.String(), "dropped").Inc()
+			return
 		}
+		m.ForwardRequests.WithLabelValues(h.Op.String(), "sent").Inc()
 		return
 	}
 	reqID, op := h.RequestID, h.Op
+	n := int64(len(body))
+	if !c.srv.acquireInflight(n, c.srv.opts.Settings()) {
+		m.ForwardRejected.WithLabelValues("max_inflight_forward_bytes").Inc()
+		c.replyError(reqID, wire.CodeUnavailable, "routing.max_inflight_forward_bytes is reached on this broker; retry")
+		return
+	}
 	topic, group, partition, version := req.topic, req.group, req.partition, req.version
+	start := time.Now()
 	u.begin()
 	err = u.up.Conn.Go(op, rawBody(body), func(f upclient.Frame, err error) {
 		u.end()
+		c.srv.releaseInflight(n)
+		if err == nil && f.Op == wire.OpPublishOK {
+			m.ForwardConfirms.Inc()
+			m.ForwardConfirmLatency.Add(float64(time.Since(start).Microseconds()))
+		}
 		c.answerForwarded(op, reqID, func() Route { return c.route(topic, group, partition, true, version) }, f, err)
 	})
 	if err != nil {
 		u.end()
+		c.srv.releaseInflight(n)
+		m.ForwardRequests.WithLabelValues(op.String(), "not_sent").Inc()
 		c.replyError(reqID, wire.CodeUnavailable, "the request did not reach the partition's owner: "+err.Error()+"; retry")
 		return
 	}
 	c.deferReply()
+}
+
+// inflightWaitMax caps how long a publish waits for forwarding byte room:
+// the forward timeout, at most the 5 s heartbeat interval (issue 6 §6).
+const inflightWaitMax = 5 * time.Second
+
+// acquireInflight reserves n bytes of routing.max_inflight_forward_bytes,
+// waiting (the client's reader, so the client feels the backpressure) at
+// most the forward timeout capped at inflightWaitMax. A single publish
+// larger than the limit passes when nothing else is in flight.
+func (s *Server) acquireInflight(n int64, set Settings) bool {
+	limit := set.MaxInflightForwardBytes
+	wait := min(set.ForwardTimeout, inflightWaitMax)
+	deadline := time.Now().Add(wait)
+	for {
+		cur := s.gwInflight.Load()
+		if limit <= 0 || cur == 0 || cur+n <= limit {
+			if s.gwInflight.CompareAndSwap(cur, cur+n) {
+				s.opts.Metrics.ForwardInflightBytes.Add(float64(n))
+				return true
+			}
+			continue
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (s *Server) releaseInflight(n int64) {
+	s.gwInflight.Add(-n)
+	s.opts.Metrics.ForwardInflightBytes.Sub(float64(n))
+}
+
+// ForwardingCounts is what the node publishes in its labels (seed §8):
+// upstream sessions open as a gateway, forwarded sessions served as an
+// owner.
+func (s *Server) ForwardingCounts() (upstreams, forwarded int) {
+	return s.gwLimits.open(), int(s.forwardedOpen.Load())
 }
 
 // forwardSubscribe relays a queue SUBSCRIBE to owner (reader goroutine):
@@ -523,6 +601,7 @@ func (c *Conn) forwardSubscribe(id uint64, body []byte, req wire.Subscribe, owne
 		c.replyError(id, core.Code(err), err.Error())
 		return
 	}
+	c.srv.opts.Metrics.ForwardBytesOut.Add(float64(wire.HeaderSize + len(body)))
 	u.begin()
 	err = u.up.Conn.Go(wire.OpSubscribe, rawBody(body), func(f upclient.Frame, err error) {
 		u.end()
@@ -547,6 +626,7 @@ func (c *Conn) forwardSubscribe(id uint64, body []byte, req wire.Subscribe, owne
 			ok.SubID = fs.clientID
 			// Queued here, on the upstream reader, before any DELIVER of
 			// the subscription is read: SUBSCRIBE_OK goes out first.
+			c.srv.opts.Metrics.ForwardRequests.WithLabelValues(wire.OpSubscribe.String(), "ok").Inc()
 			c.enqueue(outFrame{op: wire.OpSubscribeOK, reqID: id, slot: true, body: &ok})
 			return
 		}
@@ -583,6 +663,7 @@ func (c *Conn) forwardedSettle(op wire.Op, key subKey, body []byte) bool {
 		return true // SUBSCRIBE still in flight: nothing was delivered to settle
 	}
 	u.lastUse.Store(time.Now().UnixNano())
+	c.srv.opts.Metrics.ForwardBytesOut.Add(float64(wire.HeaderSize + len(body)))
 	if err := u.up.Conn.Send(op, 0, rawBody(body)); err != nil {
 		c.drop(op, "upstream_lost")
 	}

@@ -26,6 +26,16 @@ type Metrics struct {
 	ConfirmLatency    prometheus.Histogram
 	TopologyPushes    prometheus.Counter
 	ForwardedSessions prometheus.Gauge // connections with an accepted FORWARDED_SESSION
+
+	// The gateway (gateway.go).
+	ForwardUpstreams      prometheus.Gauge
+	ForwardRequests       *prometheus.CounterVec // op, outcome
+	ForwardBytesIn        prometheus.Counter
+	ForwardBytesOut       prometheus.Counter
+	ForwardInflightBytes  prometheus.Gauge
+	ForwardRejected       *prometheus.CounterVec // limit
+	ForwardConfirms       prometheus.Counter
+	ForwardConfirmLatency prometheus.Counter // microseconds, summed
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not
@@ -73,6 +83,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		ForwardedSessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fibril_forwarded_sessions", Help: "Connections open here on which a gateway accepted FORWARDED_SESSION (upstream sessions of clients of other brokers)."}),
+		ForwardUpstreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fibril_forward_upstream_sessions", Help: "Upstream sessions this broker has open to owners, as a gateway."}),
+		ForwardRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fibril_forward_requests_total", Help: "Client requests relayed to owners, by op and outcome."}, []string{"op", "outcome"}),
+		ForwardBytesIn: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fibril_forward_bytes_in_total", Help: "Frame bytes relayed from owners to clients (answers and pushes)."}),
+		ForwardBytesOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fibril_forward_bytes_out_total", Help: "Frame bytes relayed from clients to owners."}),
+		ForwardInflightBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fibril_forward_inflight_bytes", Help: "Bytes of relayed confirmed publishes waiting for the owner's answer (bounded by routing.max_inflight_forward_bytes)."}),
+		ForwardRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fibril_forward_rejected_total", Help: "Forwarded operations answered 503 by a limit, by limit."}, []string{"limit"}),
+		ForwardConfirms: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fibril_forward_confirms_total", Help: "Owners' PUBLISH_OKs relayed to clients."}),
+		ForwardConfirmLatency: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fibril_forward_confirm_latency_microseconds_total", Help: "Sum of the time from reading a forwarded confirmed publish to relaying the owner's PUBLISH_OK, in microseconds (divide by fibril_forward_confirms_total)."}),
 		TopologyPushes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fibril_topology_pushes_total", Help: "TOPOLOGY_UPDATE pushes queued to sessions (coordinated mode, S-119)."}),
 	}
@@ -80,7 +106,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.ConnectionsTotal, m.ConnectionsOpen, m.SessionsLive, m.SessionsDormant,
 			m.SubscriptionsOpen, m.BytesIn, m.BytesOut, m.ConnErrors, m.ResumeNew, m.ResumeAccepted,
 			m.ResumeRejected, m.GraceEntered, m.GraceExpired, m.ReconcileRequests, m.ReconcileOutcomes,
-			m.AuthFailures, m.Dropped, m.ConfirmLatency, m.TopologyPushes, m.ForwardedSessions)
+			m.AuthFailures, m.Dropped, m.ConfirmLatency, m.TopologyPushes, m.ForwardedSessions,
+			m.ForwardUpstreams, m.ForwardRequests, m.ForwardBytesIn, m.ForwardBytesOut, m.ForwardInflightBytes,
+			m.ForwardRejected, m.ForwardConfirms, m.ForwardConfirmLatency)
 	}
 	return m
 }

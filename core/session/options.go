@@ -42,11 +42,12 @@ type Settings struct {
 	RestartTTL     time.Duration // connection.resume_session_restart_ttl_ms (0 disables)
 
 	// Forwarding limits (routing.*, seed §5): 0 means no limit.
-	MaxUpstreams           int           // routing.max_upstream_sessions
-	MaxUpstreamsPerOwner   int           // routing.max_upstream_sessions_per_owner
-	ForwardTimeout         time.Duration // routing.forward_timeout_ms
-	UpstreamConnectTimeout time.Duration // routing.upstream_connect_timeout_ms
-	UpstreamIdleClose      time.Duration // routing.upstream_idle_close_ms
+	MaxUpstreams            int           // routing.max_upstream_sessions
+	MaxUpstreamsPerOwner    int           // routing.max_upstream_sessions_per_owner
+	ForwardTimeout          time.Duration // routing.forward_timeout_ms
+	UpstreamConnectTimeout  time.Duration // routing.upstream_connect_timeout_ms
+	UpstreamIdleClose       time.Duration // routing.upstream_idle_close_ms
+	MaxInflightForwardBytes int64         // routing.max_inflight_forward_bytes
 }
 
 // Options configure a Server.
