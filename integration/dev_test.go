@@ -2,6 +2,8 @@ package integration
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"net"
 	"os/exec"
 	"strconv"
@@ -41,10 +43,18 @@ func freeRun(t *testing.T, n int) int {
 
 // `fibril dev --nodes 3` (issue #4 §7): three brokers on loopback, one line
 // per broker with node id, role, client address and admin URL; the cluster
-// serves; Ctrl-C (SIGINT) stops every broker and the command exits 0.
+// serves; Ctrl-C (SIGINT) stops every broker and the command exits 0. With
+// `--private 2` (issue 6 §10) the last two are private and a client of the
+// first reaches every partition through it.
 func TestFibrilDev(t *testing.T) {
+	for _, private := range []int{0, 2} {
+		t.Run("private="+strconv.Itoa(private), func(t *testing.T) { testFibrilDev(t, private) })
+	}
+}
+
+func testFibrilDev(t *testing.T, private int) {
 	cp, ap, rp := freeRun(t, 3), freeRun(t, 3), freeRun(t, 3)
-	cmd := exec.Command(fibrilBin, "dev", "--nodes", "3", "--dir", t.TempDir(),
+	cmd := exec.Command(fibrilBin, "dev", "--nodes", "3", "--private", strconv.Itoa(private), "--dir", t.TempDir(),
 		"--client-port", strconv.Itoa(cp), "--admin-port", strconv.Itoa(ap), "--raft-port", strconv.Itoa(rp),
 		"--", "--coordination.heartbeat_interval_ms=250", "--coordination.liveness_ttl_ms=1500")
 	cmd.Env = cleanEnv()
@@ -92,13 +102,32 @@ func TestFibrilDev(t *testing.T) {
 		}
 	}
 	for i := range 3 {
-		want := "node-" + strconv.Itoa(i+1) + "  public  client 127.0.0.1:" + strconv.Itoa(cp+i) +
-			"  admin http://127.0.0.1:" + strconv.Itoa(ap+i)
+		role, note := "public", ""
+		if i >= 3-private {
+			role, note = "private", "  (peers only: clients reach it through a public broker)"
+		}
+		want := "node-" + strconv.Itoa(i+1) + "  " + role + "  client 127.0.0.1:" + strconv.Itoa(cp+i) +
+			"  admin http://127.0.0.1:" + strconv.Itoa(ap+i) + note
 		if len(got) <= i || got[i] != want {
 			t.Fatalf("line %d = %q, want %q (all: %q)", i, got, want, got)
 		}
 	}
-	c := newClient(t, "127.0.0.1:"+strconv.Itoa(cp+2))
+	entry := "127.0.0.1:" + strconv.Itoa(cp+2)
+	if private > 0 {
+		entry = "127.0.0.1:" + strconv.Itoa(cp) // the public one
+	}
+	c := newClient(t, entry, func(o *client.Options) {
+		inner := o.Dial
+		o.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			for i := 3 - private; i < 3; i++ {
+				if addr == "127.0.0.1:"+strconv.Itoa(cp+i) {
+					t.Errorf("the client dialled the private broker %s", addr)
+					return nil, errors.New("private broker")
+				}
+			}
+			return inner(ctx, network, addr)
+		}
+	})
 	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "dev", Partitions: 3}); err != nil {
 		t.Fatal(err)
 	}

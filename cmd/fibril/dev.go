@@ -26,6 +26,7 @@ type devNode struct {
 	dir                 string
 	cmd                 *exec.Cmd
 	exited              chan struct{}
+	private             bool // broker.visibility = private
 }
 
 // runDev is `fibril dev`: a local cluster of N brokers on loopback ports,
@@ -42,8 +43,9 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	adminPort := fs.Int("admin-port", 8081, "admin port of the first broker; broker i uses this + i")
 	raftPort := fs.Int("raft-port", 7946, "raft port of the first broker; broker i uses this + i")
 	backend := fs.String("backend", "raft", "coordination backend")
+	private := fs.Int("private", 0, "how many of the brokers (the last ones) are private: clients reach their partitions only through the public ones, which forward")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: fibril dev [--nodes N] [--dir DIR] [--client-port P] [--admin-port P] [--raft-port P] [-- broker flags...]")
+		fmt.Fprintln(stderr, "Usage: fibril dev [--nodes N] [--private K] [--dir DIR] [--client-port P] [--admin-port P] [--raft-port P] [-- broker flags...]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -54,6 +56,10 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	}
 	if *nodes < 1 || *nodes > 64 {
 		fmt.Fprintln(stderr, "fibril dev: --nodes must be between 1 and 64")
+		return exitUsage
+	}
+	if *private < 0 || *private >= *nodes {
+		fmt.Fprintln(stderr, "fibril dev: --private must be between 0 and --nodes - 1 (at least one broker must be public)")
 		return exitUsage
 	}
 	extra := fs.Args() // passed to every broker
@@ -82,11 +88,12 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	var peers []string
 	for i := range cluster {
 		n := &devNode{
-			id:     fmt.Sprintf("node-%d", i+1),
-			client: "127.0.0.1:" + strconv.Itoa(*clientPort+i),
-			admin:  "127.0.0.1:" + strconv.Itoa(*adminPort+i),
-			raft:   "127.0.0.1:" + strconv.Itoa(*raftPort+i),
-			exited: make(chan struct{}),
+			id:      fmt.Sprintf("node-%d", i+1),
+			client:  "127.0.0.1:" + strconv.Itoa(*clientPort+i),
+			admin:   "127.0.0.1:" + strconv.Itoa(*adminPort+i),
+			raft:    "127.0.0.1:" + strconv.Itoa(*raftPort+i),
+			exited:  make(chan struct{}),
+			private: i >= *nodes-*private,
 		}
 		n.dir = filepath.Join(root, n.id)
 		cluster[i] = n
@@ -112,7 +119,11 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 		return exitError
 	}
 	for _, n := range cluster {
-		fmt.Fprintf(stdout, "%s  public  client %s  admin http://%s\n", n.id, n.client, n.admin)
+		role, note := "public", ""
+		if n.private {
+			role, note = "private", "  (peers only: clients reach it through a public broker)"
+		}
+		fmt.Fprintf(stdout, "%s  %s  client %s  admin http://%s%s\n", n.id, role, n.client, n.admin, note)
 	}
 	fmt.Fprintf(stdout, "cluster ready: %d brokers, data and logs in %s; Ctrl-C stops them\n", len(cluster), root)
 	select {
@@ -143,6 +154,9 @@ func (n *devNode) start(exe, backend string, peers []string, secretPath string, 
 		"--coordination.raft.listen=" + n.raft,
 		"--coordination.raft.peers=" + strings.Join(peers, ","),
 		"--coordination.raft.bootstrap_expect=" + strconv.Itoa(len(peers)),
+	}
+	if n.private {
+		args = append(args, "--broker.visibility=private")
 	}
 	n.cmd = exec.Command(exe, append(args, extra...)...)
 	n.cmd.Env = devEnviron(environ)
