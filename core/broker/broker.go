@@ -347,6 +347,7 @@ func (b *Broker) startSessions() error {
 		Auth:            authAdapter{authn},
 		CertAuth:        certAdapter(authn),
 		NodeIdentity:    nodeIdentity,
+		NodeID:          string(b.nodeID),
 		Upstreams:       upstreams,
 		OwnerID:         b.ownerID,
 		SkeletonDir:     filepath.Join(cfg.Server.DataDir, "sessions"),

@@ -342,12 +342,25 @@ const noGatewayWarnEvery = time.Minute
 // left: clients then get no endpoints for privately owned partitions
 // (seed §1). Run goroutine only.
 func (c *coordinated) warnNoGateway(snap *cluster.Snapshot) {
-	if len(snap.Gateways) > 0 || time.Since(c.noGatewayWarned) < noGatewayWarnEvery {
+	if time.Since(c.noGatewayWarned) < noGatewayWarnEvery {
 		return
 	}
-	c.noGatewayWarned = time.Now()
-	c.b.log.Warn("no live public broker: clients get no endpoints for privately owned partitions until a public broker is up (and not draining)",
-		"live_nodes", len(snap.LiveNodes()))
+	if len(snap.Gateways) == 0 {
+		c.noGatewayWarned = time.Now()
+		c.b.log.Warn("no live public broker: clients get no endpoints for privately owned partitions until a public broker is up (and not draining)",
+			"live_nodes", len(snap.LiveNodes()))
+	}
+	// Peers reach nodes by peer address: two live nodes sharing one (the
+	// default behind a load balancer is the balancer's address) would send
+	// one node's upstream sessions to the other.
+	self := snap.Members[c.self.ID]
+	for _, m := range snap.LiveNodes() {
+		if self != nil && m.Info.ID != c.self.ID && m.Info.PeerAddr == self.Info.PeerAddr {
+			c.noGatewayWarned = time.Now()
+			c.b.log.Warn("another live node has this node's peer address; set broker.peer_advertise to an address of this node's own (behind a load balancer the default, the first broker.listener.advertise entry, is the balancer's)",
+				"peer_addr", self.Info.PeerAddr, "other_node", string(m.Info.ID))
+		}
+	}
 }
 
 // dialUpstream is session.Options.Upstreams: an upstream session to owner

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"strings"
@@ -286,4 +287,114 @@ func counterValue(t *testing.T, b *Broker, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// Issue 6 §3, §9: two public brokers behind one load-balancer address (both
+// advertise it; the balancer here sends every connection to n0) and a
+// private one. Every partition answers the balancer's address, n0 forwards
+// what n1 and n2 own — no redirect ping-pong — and every confirmed
+// publish and delivery goes through.
+func TestTwoPublicBrokersShareOneAddress(t *testing.T) {
+	lbLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := lbLn.Addr().String()
+	bs := startMemClusterWith(t, 3, func(i int) []string {
+		if i == 2 {
+			return []string{"--broker.visibility=private"}
+		}
+		// Behind a balancer each public broker needs its own peer address
+		// (the default, the first advertise entry, is the balancer's).
+		own := freeLoopback(t)
+		return []string{"--broker.listener.bind=" + own, "--broker.peer_advertise=" + own, "--broker.listener.advertise=" + lb}
+	})
+	go func() { // the balancer: every connection to n0
+		for {
+			in, err := lbLn.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", bs[0].BrokerAddr().String())
+			if err != nil {
+				in.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(out, in); out.Close() }()
+			go func() { _, _ = io.Copy(in, out); in.Close() }()
+		}
+	}()
+	t.Cleanup(func() { lbLn.Close() })
+	guard := loopbackOnly(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{Addrs: []string{lb}, Username: "fibril", Password: "fibril",
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr != lb {
+				t.Errorf("the client dialled %s, not the balancer", addr)
+				return nil, errors.New("not the balancer")
+			}
+			return guard(ctx, network, addr)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "lb", Partitions: 6}); err != nil {
+		t.Fatal(err)
+	}
+	owners := map[core.NodeID]int{}
+	waitFor(t, "every partition placed", func() bool {
+		snap := bs[0].cluster.cl.Snapshot()
+		q := snap.Queue("lb", "")
+		if q == nil {
+			return false
+		}
+		clear(owners)
+		for _, p := range q.Parts {
+			if !p.Placed() {
+				return false
+			}
+			owners[p.Node]++
+		}
+		return true
+	})
+	if owners["n1"] == 0 || owners["n2"] == 0 {
+		t.Fatalf("placement %v leaves n1 or n2 without partitions; the test proves nothing", owners)
+	}
+	pub := c.Publisher("lb", client.PublisherOptions{})
+	for i := range 30 {
+		p := uint32(i % 6)
+		if _, err := pub.PublishConfirmed(ctx, client.Message{Partition: &p, Payload: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatalf("publish %d (partition %d): %v", i, p, err)
+		}
+	}
+	sub, err := c.Subscribe(ctx, "lb", client.SubscribeOptions{Prefetch: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seen := map[string]bool{}; len(seen) < 30; {
+		d, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d deliveries: %v", len(seen), err)
+		}
+		seen[string(d.Payload)] = true
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := counterValue(t, bs[0], "fibril_forward_confirms_total"); n != float64(5*(owners["n1"]+owners["n2"])) {
+		t.Fatalf("n0 relayed %v confirms, want %d (the partitions n1 and n2 own)", n, 5*(owners["n1"]+owners["n2"]))
+	}
+}
+
+// freeLoopback returns a 127.0.0.1 address with a port free right now.
+func freeLoopback(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

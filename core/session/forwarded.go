@@ -18,26 +18,30 @@ const ForwardingVersion = 2
 // client from then on: logs and the admin view carry its origin node,
 // client id and acting user, and it never forwards again (one hop: the
 // router is told the session is forwarded).
-func (c *Conn) handleForwardedSession(id uint64, body []byte) {
+func (c *Conn) handleForwardedSession(reqID uint64, body []byte) {
 	var f wire.ForwardedSession
 	if err := f.Decode(body); err != nil {
-		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
+		c.replyError(reqID, wire.CodeBadRequest, "malformed frame: "+err.Error())
 		return
 	}
 	if err := f.Validate(); err != nil {
 		if errors.Is(err, wire.ErrBadHopCount) {
-			c.replyError(id, wire.CodeBadRequest, "forwarded session hop count must be 1")
+			c.replyError(reqID, wire.CodeBadRequest, "forwarded session hop count must be 1")
 			return
 		}
-		c.replyError(id, wire.CodeBadRequest, err.Error())
+		c.replyError(reqID, wire.CodeBadRequest, err.Error())
 		return
 	}
 	if c.forwarded != nil {
-		c.replyError(id, wire.CodeBadRequest, "session already forwarded")
+		c.replyError(reqID, wire.CodeBadRequest, "session already forwarded")
+		return
+	}
+	if id := c.srv.opts.NodeID; id != "" && f.OriginNodeID == id {
+		c.replyError(reqID, wire.CodeBadRequest, "forwarded session from this broker itself: the owner's peer address reaches the gateway (broker.peer_advertise must be each broker's own, not a shared load-balancer address)")
 		return
 	}
 	if c.peerNode != "" && f.OriginNodeID != c.peerNode {
-		c.replyError(id, wire.CodeForbidden, "forwarded session names origin node "+f.OriginNodeID+
+		c.replyError(reqID, wire.CodeForbidden, "forwarded session names origin node "+f.OriginNodeID+
 			", but the peer certificate names "+c.peerNode)
 		return
 	}
@@ -48,5 +52,5 @@ func (c *Conn) handleForwardedSession(id uint64, body []byte) {
 	c.log = c.log.With("origin_node", f.OriginNodeID, "acting_user", f.ActingUsername,
 		"client_id", f.ClientID, "client_conn", f.ConnectionID, "client_remote", f.ClientRemoteAddr)
 	c.log.Info("forwarded session opened", "release_on_close", f.ReleaseOnClose())
-	c.reply(wire.OpForwardedSessionOK, id, &wire.ForwardedSessionOK{ForwardingVersion: ForwardingVersion})
+	c.reply(wire.OpForwardedSessionOK, reqID, &wire.ForwardedSessionOK{ForwardingVersion: ForwardingVersion})
 }

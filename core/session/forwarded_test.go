@@ -59,6 +59,17 @@ func TestForwardedSessionOwnerChecks(t *testing.T) {
 	p.expectError(wire.OpError, 11, wire.CodeForbidden)
 	p.sendID(wire.OpForwardedSession, 12, ffs("node-b", 1, true, 0))
 	p.expect(wire.OpForwardedSessionOK, 12)
+
+	// A forwarded session from this broker itself (a peer address that
+	// loops back, e.g. a shared load-balancer address) is refused.
+	es := newEnv(t, func(o *Options) { o.NodeID = "me" })
+	l := es.dial()
+	l.hello(false)
+	l.auth("@node", "s3cret")
+	l.sendID(wire.OpForwardedSession, 13, ffs("me", 1, true, 0))
+	if eb := l.expectError(wire.OpError, 13, wire.CodeBadRequest); !strings.Contains(eb.Message, "itself") {
+		t.Fatalf("loop: %q", eb.Message)
+	}
 }
 
 // WIRE §22.2, DESIGN.md §8 "Orderly close vs abort": with FFS2

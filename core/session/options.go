@@ -62,6 +62,10 @@ type Options struct {
 	// alone never makes a peer. nil: the secret suffices (inter-broker
 	// TLS off).
 	NodeIdentity func(nc net.Conn) (string, error)
+	// NodeID is this broker's node id in coordinated mode ("" standalone):
+	// a FORWARDED_SESSION naming it as the origin is refused (a peer
+	// address that loops back to this broker).
+	NodeID string
 	// Upstreams opens upstream sessions when the router says Forward (nil:
 	// this broker answers such operations with the route's error).
 	Upstreams       UpstreamDialer
