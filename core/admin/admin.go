@@ -47,6 +47,9 @@ type Options struct {
 	// Topology returns the cluster view for GET /admin/api/topology (nil:
 	// standalone, 404).
 	Topology func() any
+	// Connections lists the open client connections for
+	// GET /admin/api/connections (nil: 404).
+	Connections func() any
 	// Peers probes every live peer over the inter-broker transport for
 	// GET /admin/api/peers (nil: standalone, 404).
 	Peers func(ctx context.Context) any
@@ -86,6 +89,7 @@ func New(opts Options) *Server {
 	s.mux.Handle("GET /admin/api/topology", s.auth(http.HandlerFunc(s.topology)))
 	s.mux.Handle("POST /admin/api/drain", s.auth(http.HandlerFunc(s.drain)))
 	s.mux.Handle("GET /admin/api/peers", s.auth(http.HandlerFunc(s.peers)))
+	s.mux.Handle("GET /admin/api/connections", s.auth(http.HandlerFunc(s.connections)))
 	// Profiling, for measuring before optimising (same auth as /metrics).
 	s.mux.Handle("GET /debug/pprof/", s.auth(http.HandlerFunc(pprof.Index)))
 	s.mux.Handle("GET /debug/pprof/profile", s.auth(http.HandlerFunc(pprof.Profile)))

@@ -131,3 +131,14 @@ func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	writeJSON(w, http.StatusOK, s.opts.Peers(ctx))
 }
+
+// connections lists every open client connection: client id, user, remote
+// address, subscriptions, and — on an owner — the gateway and end user a
+// forwarded session acts for (seed §8).
+func (s *Server) connections(w http.ResponseWriter, _ *http.Request) {
+	if s.opts.Connections == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no connection listing")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"connections": s.opts.Connections()})
+}

@@ -66,6 +66,7 @@ type Broker struct {
 	adminUsers    atomic.Pointer[auth.Store]
 	adminSettings atomic.Pointer[settings.Store]
 	adminCluster  atomic.Pointer[coordinated]
+	adminSessions atomic.Pointer[session.Server]
 	draining      atomic.Bool
 
 	brokerLn net.Listener
@@ -301,7 +302,13 @@ func (b *Broker) startAdmin() error {
 	b.adminUsers.Store(b.users)
 	b.adminSettings.Store(b.settings)
 	opts := admin.Options{Gatherer: b.registry, Users: userAdmin{&b.adminUsers}, Logger: b.log,
-		Settings: b.adminSettings.Load, Topology: b.topologyView, Drain: b.drain, Peers: b.probePeers}
+		Settings: b.adminSettings.Load, Topology: b.topologyView, Drain: b.drain, Peers: b.probePeers,
+		Connections: func() any {
+			if s := b.adminSessions.Load(); s != nil {
+				return s.Connections()
+			}
+			return []session.ConnInfo{}
+		}}
 	if cfg.Admin.Auth.Enabled {
 		opts.Username, opts.Password = cfg.Admin.Auth.Username, pw
 	}
@@ -361,6 +368,7 @@ func (b *Broker) startSessions() error {
 	if err != nil {
 		return err
 	}
+	b.adminSessions.Store(b.sessions)
 	go b.acceptLoop()
 	if b.transport != nil {
 		b.peerAccepted = make(chan struct{})

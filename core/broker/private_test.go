@@ -15,6 +15,7 @@ import (
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/session"
 )
 
 // Seed §1–§2 (issue 6 §2): with one public and two private brokers, every
@@ -245,6 +246,32 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 				if p, _ := snap.Partition(core.PartitionRef{Topic: "orders", Partition: uint32(i % 6)}); p.Node != "n0" {
 					forwarded++
 				}
+			}
+			// Seed §8: the owner marks a forwarded session "via node P for
+			// user U"; the gateway lists its upstreams.
+			type connsView struct {
+				Connections []session.ConnInfo `json:"connections"`
+			}
+			var owner, gw connsView
+			_, body := adminDo(t, bs[1], "GET", "/admin/api/connections", "")
+			if err := json.Unmarshal([]byte(body), &owner); err != nil {
+				t.Fatal(err)
+			}
+			via := 0
+			for _, ci := range owner.Connections {
+				if ci.Forwarded != nil && ci.Forwarded.Summary == "via node n0 for user fibril" && ci.User == "@node" {
+					via++
+				}
+			}
+			if via == 0 {
+				t.Fatalf("the owner's connections show no forwarded session: %s", body)
+			}
+			_, body = adminDo(t, bs[0], "GET", "/admin/api/connections", "")
+			if err := json.Unmarshal([]byte(body), &gw); err != nil {
+				t.Fatal(err)
+			}
+			if len(gw.Connections) == 0 || len(gw.Connections[0].Upstreams) == 0 || gw.Connections[0].User != "fibril" {
+				t.Fatalf("the gateway's connections: %s", body)
 			}
 			if got := counterValue(t, bs[0], "fibril_forward_confirms_total"); int(got) != forwarded {
 				t.Fatalf("fibril_forward_confirms_total = %v, want %d (the confirmed publishes to private owners)", got, forwarded)

@@ -73,6 +73,7 @@ type Conn struct {
 	// subscriptions, and the relayed bytes queued for the writer.
 	gw          gateway
 	relayQueued atomic.Int64
+	identity    atomic.Pointer[connIdentity] // published by the reader (connections.go)
 	relayRoom   chan struct{}
 	topoAck     atomic.Uint64
 

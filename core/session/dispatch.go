@@ -160,6 +160,7 @@ func (c *Conn) handleAuth(id uint64, body []byte) {
 		c.principal = &p
 		c.sess.setPrincipal(&p)
 		c.log = c.log.With("user", p.Name)
+		c.publishIdentity()
 	}
 	c.reply(wire.OpAuthOK, id, nil)
 }

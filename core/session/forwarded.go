@@ -46,6 +46,7 @@ func (c *Conn) handleForwardedSession(reqID uint64, body []byte) {
 		return
 	}
 	c.forwarded = &f
+	c.publishIdentity()
 	c.releaseOnClose.Store(f.ReleaseOnClose())
 	c.srv.opts.Metrics.ForwardedSessions.Inc()
 	c.srv.forwardedOpen.Add(1)

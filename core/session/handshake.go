@@ -67,6 +67,7 @@ func (c *Conn) handshake() bool {
 		Compliance:      wire.Compliance,
 	}})
 	sess.attach(c)
+	c.publishIdentity()
 	c.log.Debug("hello", "outcome", outcome.String(), "client_version", hello.ClientVersion)
 	return true
 }
