@@ -28,11 +28,11 @@ type privateCluster struct {
 
 // startPrivateCluster starts node-1 public and node-2, node-3 private, each
 // with broker.peer_advertise set explicitly, over transport tr.
-func startPrivateCluster(t *testing.T, tr string) *privateCluster {
+func startPrivateCluster(t *testing.T, tr string, flags ...string) *privateCluster {
 	t.Helper()
 	ca := filepath.Join(t.TempDir(), "cluster-ca.pem")
-	extra := []string{"--tls.enabled", "--tls.auto_self_signed", "--tls.peer_ca_path=" + ca, "--tls.admin_enabled=false",
-		"--transport.backend=" + tr}
+	extra := append([]string{"--tls.enabled", "--tls.auto_self_signed", "--tls.peer_ca_path=" + ca, "--tls.admin_enabled=false",
+		"--transport.backend=" + tr}, flags...)
 	forbidden := map[string]bool{}
 	rc := startRaftClusterWith(t, 3, func(i int) []string {
 		bind := "127.0.0.1:" + strconv.Itoa(freePort(t))
@@ -151,6 +151,59 @@ func TestPrivateNodesThroughTheGateway(t *testing.T) {
 				d := next(t, sub, waitTimeout)
 				delete(want, string(d.Payload))
 				ack(t, d)
+			}
+		})
+	}
+}
+
+// Issue 6 §7, §9: the public broker (the gateway) is killed while its
+// client holds unacknowledged deliveries of privately owned partitions. The
+// owners release the gateway's upstream sessions — at once where the
+// kernel's close is orderly (tcp), else after the transport's idle timeout
+// plus the reconnect grace (quic) — so the held messages are delivered
+// again; the client reconnects to the restarted gateway, resubscribes, and
+// gets every message. Over tcp and quic.
+func TestGatewayKilledHeldMessagesRedelivered(t *testing.T) {
+	for _, tr := range []string{"tcp", "quic"} {
+		t.Run(tr, func(t *testing.T) {
+			pc := startPrivateCluster(t, tr, "--transport.quic.max_idle_timeout_ms=2000",
+				"--runtime_seed.connection.reconnect_grace_ms=2000")
+			c := pc.client(t)
+			const parts = 6
+			if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "held", Partitions: parts}); err != nil {
+				t.Fatal(err)
+			}
+			owners := pc.placed(pc.nodes[0], "held", parts)
+			want := map[string]bool{}
+			for i := range 2 * parts {
+				p := uint32(i % parts)
+				if owners[p] == "node-1" {
+					continue // only privately owned partitions: the gateway holds nothing of its own
+				}
+				payload := fmt.Sprintf("h%d", i)
+				publish(t, c, "held", client.Message{Partition: &p, Payload: []byte(payload)})
+				want[payload] = true
+			}
+			if len(want) == 0 {
+				t.Fatal("the private brokers own nothing; the test proves nothing")
+			}
+			sub := subscribe(t, c, "held", client.SubscribeOptions{Prefetch: 8})
+			held := next(t, sub, waitTimeout) // delivered, never acknowledged
+			pc.nodes[0].kill()
+			pc.restart(pc.nodes[0])
+			deadline := time.Now().Add(2 * waitTimeout)
+			for len(want) > 0 && time.Now().Before(deadline) {
+				ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+				d, err := sub.Next(ctx)
+				cancel()
+				if err != nil {
+					continue // the supervisor is reconnecting and resubscribing
+				}
+				delete(want, string(d.Payload))
+				_ = d.Ack(ctxT(t, opTimeout)) // a stale delivery of the old connection fails here; fine
+			}
+			if len(want) > 0 {
+				t.Fatalf("never delivered after the gateway restart: %v (held before the kill: %s)", want, held.Payload)
 			}
 		})
 	}
