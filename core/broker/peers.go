@@ -388,7 +388,7 @@ func (b *Broker) dialUpstream(ctx context.Context, owner core.NodeID, fs wire.Fo
 	fs.OriginNodeID = string(c.self.ID)
 	if _, err := forward.Forwarded(ctx, conn, fs); err != nil {
 		_ = conn.Close()
-		b.log.Warn("owner is not forwarding-capable", "owner", string(owner), "err", err)
+		b.log.Debug("FORWARDED_SESSION refused", "owner", string(owner), "err", err) // the gateway warns, rate-limited
 		return session.Upstream{}, err
 	}
 	return session.Upstream{Conn: conn, Abort: func() {

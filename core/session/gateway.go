@@ -104,6 +104,7 @@ type gatewayLimits struct {
 	total    int
 	perOwner map[core.NodeID]int
 	refused  map[core.NodeID]time.Time
+	warned   map[core.NodeID]time.Time
 }
 
 // take reserves an upstream session to owner; on refusal it returns the
@@ -144,6 +145,23 @@ func (l *gatewayLimits) refuse(owner core.NodeID, until time.Time) {
 		l.refused = make(map[core.NodeID]time.Time)
 	}
 	l.refused[owner] = until
+}
+
+// warnEvery rate-limits the warnings about one owner.
+const warnEvery = 10 * time.Second
+
+// warnDue reports whether a warning about owner may be logged now.
+func (l *gatewayLimits) warnDue(owner core.NodeID, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.warned == nil {
+		l.warned = make(map[core.NodeID]time.Time)
+	}
+	if now.Sub(l.warned[owner]) < warnEvery {
+		return false
+	}
+	l.warned[owner] = now
+	return true
 }
 
 // Open returns the number of upstream sessions open on this broker.
@@ -204,7 +222,9 @@ func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
 		if errors.Is(err, core.ErrPeerRefused) {
 			c.srv.gwLimits.refuse(owner, time.Now().Add(refusedFailFast))
 		}
-		c.log.Warn("upstream session not opened", "owner", string(owner), "err", err)
+		if c.srv.gwLimits.warnDue(owner, time.Now()) {
+			c.log.Warn("upstream session not opened (this warning repeats at most every 10 s per owner)", "owner", string(owner), "err", err)
+		}
 		return nil, core.Errorf(core.ErrUnavailable, "cannot reach the owner %s: %v; retry", owner, err)
 	}
 	u.up = up
