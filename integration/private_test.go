@@ -208,3 +208,73 @@ func TestGatewayKilledHeldMessagesRedelivered(t *testing.T) {
 		})
 	}
 }
+
+// Issue 6 §9: a slow consumer holds its prefetch of a privately owned
+// partition through the gateway for 60 s without acknowledging, while
+// other sessions keep publishing and consuming through the same gateway.
+// Its upstream session stays up the whole time (heartbeats flow while
+// nothing else does), it never gets more than its prefetch, and once it
+// acknowledges, its deliveries resume. Over tcp and quic, in parallel.
+func TestSlowConsumerThroughTheGateway(t *testing.T) {
+	const hold = 60 * time.Second
+	for _, tr := range []string{"tcp", "quic"} {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			// Leases longer than the hold: what is held stays held.
+			pc := startPrivateCluster(t, tr, "--runtime_seed.delivery.inflight_ttl_ms=180000")
+			setup := pc.client(t)
+			var slowP, fastP uint32
+			for _, q := range []string{"slow", "fast"} {
+				if _, err := setup.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: q, Partitions: 3}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A privately owned partition of each queue.
+			pick := func(topic string) uint32 {
+				for p, o := range pc.placed(pc.nodes[0], topic, 3) {
+					if o != "node-1" {
+						return p
+					}
+				}
+				t.Fatalf("no privately owned partition of %s", topic)
+				return 0
+			}
+			slowP, fastP = pick("slow"), pick("fast")
+			for i := range 12 {
+				publish(t, setup, "slow", client.Message{Partition: &slowP, Payload: []byte(fmt.Sprint("s", i))})
+			}
+			slow := pc.client(t)
+			ssub := subscribe(t, slow, "slow", client.SubscribeOptions{Prefetch: 4})
+			var held []*client.Delivery
+			for range 4 {
+				held = append(held, next(t, ssub, waitTimeout))
+			}
+			// Flow elsewhere while it holds: publish and consume "fast".
+			fast := pc.client(t)
+			fsub := subscribe(t, fast, "fast", client.SubscribeOptions{Prefetch: 16})
+			end := time.Now().Add(hold)
+			sent := 0
+			for round := 0; time.Now().Before(end) && round < 1000; round++ {
+				for range 10 {
+					publish(t, setup, "fast", client.Message{Partition: &fastP, Payload: []byte(fmt.Sprint("f", sent))})
+					sent++
+				}
+				for range 10 {
+					ack(t, next(t, fsub, waitTimeout))
+				}
+				expectNone(t, ssub, 10*time.Millisecond) // never beyond its prefetch
+				time.Sleep(2 * time.Second)
+			}
+			if sent < 100 {
+				t.Fatalf("only %d messages flowed next to the slow consumer", sent)
+			}
+			// The slow consumer acknowledges: the rest of its messages come.
+			for _, d := range held {
+				ack(t, d)
+			}
+			for range 8 {
+				ack(t, next(t, ssub, waitTimeout))
+			}
+		})
+	}
+}
