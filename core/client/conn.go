@@ -105,6 +105,11 @@ type ConnConfig struct {
 	// WriteBufferSize bounds the bytes queued for writing before callers
 	// wait for the writer (default DefaultWriteBufferSize).
 	WriteBufferSize int
+	// ReadBufferSize is the socket read buffer and the reusable body
+	// scratch (default 64 KiB each; larger bodies get their own buffer).
+	// A gateway keeping thousands of mostly idle upstream connections uses
+	// a small one.
+	ReadBufferSize int
 }
 
 // Handshake is what the broker said during the handshake.
@@ -266,6 +271,9 @@ func dialConn(ctx context.Context, addr string, cfg ConnConfig, stats *statCount
 	if cfg.WriteBufferSize <= 0 {
 		cfg.WriteBufferSize = DefaultWriteBufferSize
 	}
+	if cfg.ReadBufferSize <= 0 {
+		cfg.ReadBufferSize = readScratch
+	}
 	if stats == nil {
 		stats = new(statCounters)
 	}
@@ -282,8 +290,8 @@ func dialConn(ctx context.Context, addr string, cfg ConnConfig, stats *statCount
 	c := &Conn{
 		addr:    addr,
 		nc:      nc,
-		br:      bufio.NewReaderSize(nc, 64<<10),
-		rbuf:    make([]byte, 0, readScratch),
+		br:      bufio.NewReaderSize(nc, cfg.ReadBufferSize),
+		rbuf:    make([]byte, 0, cfg.ReadBufferSize),
 		log:     cfg.Logger.With("broker", addr),
 		hb:      cfg.Heartbeat,
 		push:    cfg.OnPush,

@@ -11,6 +11,10 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
+// upstreamReadBuffer is an upstream connection's read buffer and body
+// scratch.
+const upstreamReadBuffer = 8 << 10
+
 // NodePrincipal is the username of an upstream login (the auth package's
 // reserved principal; repeated here so this package stays below auth).
 const NodePrincipal = "@node"
@@ -34,6 +38,10 @@ func (u Upstream) Dial(ctx context.Context, link core.Link, heartbeat time.Durat
 		Username:      NodePrincipal,
 		Password:      u.Secret,
 		Heartbeat:     heartbeat,
+		// Small read buffers: a gateway may hold thousands of mostly idle
+		// upstream sessions (seed §5 memory bound); large bodies still get
+		// buffers of their own.
+		ReadBufferSize: upstreamReadBuffer,
 		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			s, err := link.OpenStream(ctx)
 			if err != nil {
