@@ -252,6 +252,10 @@ func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
 	return u, nil
 }
 
+// watchEvery is how often an upstream's watchdog looks at its forward
+// timeout and idle time (their granularity).
+const watchEvery = 250 * time.Millisecond
+
 // begin counts a request sent upstream; end its answer.
 func (u *upstream) begin() {
 	now := time.Now().UnixNano()
@@ -275,7 +279,7 @@ func (u *upstream) end() {
 func (u *upstream) watch() {
 	c := u.c
 	defer u.cleanup()
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(watchEvery)
 	defer tick.Stop()
 	for {
 		select {
