@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -317,4 +318,66 @@ func TestGatewayRebuildsUpstreamRedirect(t *testing.T) {
 	if rd.PartitioningVersion != 4 || rd.Owners[0].Port != 2 {
 		t.Fatalf("redirect %+v, want the gateway's own", rd)
 	}
+}
+
+// Seed §5 (issue 6 §9): the per-owner cap answers 503 and is released when
+// an upstream session ends; the in-flight byte accounting returns to zero
+// after a success, an owner's error and an owner's REDIRECT.
+func TestGatewayLimitAccounting(t *testing.T) {
+	o := newFakeOwner(t)
+	r := &gwRouter{}
+	e := newEnv(t, func(opts *Options) {
+		opts.Router = r
+		opts.Upstreams = o.dialer()
+		opts.Settings = func() Settings {
+			return Settings{ReconnectGrace: 5 * time.Second, RestartTTL: time.Minute, ForwardTimeout: 2 * time.Second,
+				UpstreamConnectTimeout: 2 * time.Second, UpstreamIdleClose: time.Minute,
+				MaxUpstreamsPerOwner: 1, MaxInflightForwardBytes: 1 << 20}
+		}
+	})
+	a := e.dial()
+	a.login()
+	a.sendID(wire.OpPublish, 1, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("a")})
+	up := o.next()
+	<-o.ffs
+	h, _ := up.read()
+	up.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 1})
+	a.expect(wire.OpPublishOK, 1)
+	// A second connection to the same owner is over the cap.
+	b := e.dial()
+	b.login()
+	b.sendID(wire.OpPublish, 2, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b")})
+	if eb := b.expectError(wire.OpError, 2, wire.CodeUnavailable); !bytes.Contains([]byte(eb.Message), []byte("max_upstream_sessions_per_owner")) {
+		t.Fatalf("over the cap: %q", eb.Message)
+	}
+	// The owner's error and REDIRECT answers release their bytes too.
+	a.sendID(wire.OpPublish, 3, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("e")})
+	h, _ = up.read()
+	up.send(wire.OpError, h.RequestID, &wire.ErrorBody{Code: wire.CodeNotFound, Message: "gone"})
+	a.expectError(wire.OpError, 3, wire.CodeNotFound)
+	a.sendID(wire.OpPublish, 4, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("r")})
+	h, _ = up.read()
+	up.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd"})
+	a.expectError(wire.OpError, 4, wire.CodeUnavailable)
+	if n := e.srv.gwInflight.Load(); n != 0 {
+		t.Fatalf("%d in-flight bytes still counted", n)
+	}
+	// The first connection ends: its upstream closes in order (seed §6: an
+	// empty RECONCILE_CLIENT, then a clean end of stream) and the cap frees.
+	a.nc.Close()
+	h, body := up.read()
+	var rc wire.ReconcileClient
+	if h.Op != wire.OpReconcileClient || rc.Decode(body) != nil || len(rc.Subscriptions) != 0 {
+		t.Fatalf("closing upstream sent %s %+v, want an empty RECONCILE_CLIENT", h.Op, rc)
+	}
+	up.send(wire.OpReconcileResult, h.RequestID, &wire.ReconcileResult{})
+	if _, _, err := up.tryRead(5 * time.Second); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the reconcile the upstream must end in order (EOF), got %v", err)
+	}
+	eventually(t, 5*time.Second, "the upstream released", func() bool { return e.srv.gwLimits.open() == 0 })
+	b.sendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b2")})
+	up2 := o.next()
+	h, _ = up2.read()
+	up2.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 2})
+	b.expect(wire.OpPublishOK, 5)
 }
