@@ -177,8 +177,9 @@ type rawBody []byte
 func (r rawBody) AppendTo(b []byte) []byte { return append(b, r...) }
 
 // upstreamFor returns the connection's upstream session to owner, opening
-// it on first use (reader goroutine; the dial is bounded by
-// routing.upstream_connect_timeout_ms).
+// it on first use (the dial is bounded by routing.upstream_connect_timeout_ms).
+// The reader calls it, and so does a publish re-sent after an ownership
+// move; two dials racing for one owner keep the first registered.
 func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
 	g := &c.gw
 	g.mu.Lock()
@@ -203,11 +204,8 @@ func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
 	}
 	fs := wire.ForwardedSession{V2: true, HopCount: wire.ForwardedHopCount, Flags: wire.FlagReleaseOnClose,
 		ConnectionID: c.id, ClientRemoteAddr: c.remote}
-	if c.principal != nil {
-		fs.ActingUsername = c.principal.Name
-	}
-	if c.sess != nil {
-		fs.ClientID = c.sess.id.String()
+	if id := c.identity.Load(); id != nil { // any goroutine: the reader's published view
+		fs.ActingUsername, fs.ClientID = id.user, id.clientID
 	}
 	u := &upstream{c: c, owner: owner, subs: make(map[uint64]*fwdSub), gone: make(chan struct{})}
 	timeout := set.UpstreamConnectTimeout
@@ -525,16 +523,24 @@ func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, 
 		return
 	}
 	topic, group, partition, version := req.topic, req.group, req.partition, req.version
+	reroute := func() Route { return c.route(topic, group, partition, true, version) }
+	kept := append([]byte(nil), body...) // for the one re-send after an ownership move
 	start := time.Now()
 	u.begin()
 	err = u.up.Conn.Go(op, rawBody(body), func(f upclient.Frame, err error) {
 		u.end()
 		c.srv.releaseInflight(n)
-		if err == nil && f.Op == wire.OpPublishOK {
-			m.ForwardConfirms.Inc()
-			m.ForwardConfirmLatency.Add(float64(time.Since(start).Microseconds()))
+		if err == nil && f.Op == wire.OpRedirect {
+			// The owner no longer owns it (seed §3): a new private owner
+			// in this broker's view gets one more attempt.
+			if rt := reroute(); rt.Forward != "" && rt.Forward != owner {
+				m.ForwardRequests.WithLabelValues(op.String(), "moved").Inc()
+				go c.resendPublish(op, reqID, kept, rt.Forward, reroute, start)
+				return
+			}
 		}
-		c.answerForwarded(op, reqID, func() Route { return c.route(topic, group, partition, true, version) }, f, err)
+		c.confirmed(f, err, start)
+		c.answerForwarded(op, reqID, reroute, f, err)
 	})
 	if err != nil {
 		u.end()
@@ -544,6 +550,37 @@ func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, 
 		return
 	}
 	c.deferReply()
+}
+
+// confirmed counts a relayed PUBLISH_OK.
+func (c *Conn) confirmed(f upclient.Frame, err error, start time.Time) {
+	if err == nil && f.Op == wire.OpPublishOK {
+		c.srv.opts.Metrics.ForwardConfirms.Inc()
+		c.srv.opts.Metrics.ForwardConfirmLatency.Add(float64(time.Since(start).Microseconds()))
+	}
+}
+
+// resendPublish is the one more attempt of a confirmed publish whose owner
+// answered REDIRECT while this broker's view names another private owner
+// (seed §3). Its answer is final: a second move answers 503, and the
+// client retries.
+func (c *Conn) resendPublish(op wire.Op, reqID uint64, body []byte, owner core.NodeID, reroute func() Route, start time.Time) {
+	u, err := c.upstreamFor(owner)
+	if err != nil {
+		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: core.Code(err), Message: err.Error()}})
+		return
+	}
+	u.begin()
+	err = u.up.Conn.Go(op, rawBody(body), func(f upclient.Frame, err error) {
+		u.end()
+		c.confirmed(f, err, start)
+		c.answerForwarded(op, reqID, reroute, f, err)
+	})
+	if err != nil {
+		u.end()
+		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable,
+			Message: "the request did not reach the partition's new owner: " + err.Error() + "; retry"}})
+	}
 }
 
 // inflightWaitMax caps how long a publish waits for forwarding byte room:

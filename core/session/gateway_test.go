@@ -25,6 +25,7 @@ import (
 // redirect, when set, is what a re-route after an upstream REDIRECT says.
 type gwRouter struct {
 	redirect atomic.Pointer[wire.Redirect]
+	target   atomic.Pointer[core.NodeID] // forward target; nil: "owner"
 }
 
 func (r *gwRouter) Route(ref core.PartitionRef, _ bool, _ uint64, forwarded bool) Route {
@@ -34,7 +35,11 @@ func (r *gwRouter) Route(ref core.PartitionRef, _ bool, _ uint64, forwarded bool
 	if rd := r.redirect.Load(); rd != nil {
 		return Route{Redirect: rd}
 	}
-	return Route{Forward: "owner", Err: core.Errorf(core.ErrUnavailable, "cannot forward")}
+	owner := core.NodeID("owner")
+	if t := r.target.Load(); t != nil {
+		owner = *t
+	}
+	return Route{Forward: owner, Err: core.Errorf(core.ErrUnavailable, "cannot forward")}
 }
 func (r *gwRouter) DeclareQueue(context.Context, queue.QueueSpec) (queue.QueueInfo, error) {
 	return queue.QueueInfo{}, core.Errorf(core.ErrBadRequest, "not in this test")
@@ -380,4 +385,44 @@ func TestGatewayLimitAccounting(t *testing.T) {
 	h, _ = up2.read()
 	up2.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 2})
 	b.expect(wire.OpPublishOK, 5)
+}
+
+// Seed §3 (issue 6 §9): when the owner answers REDIRECT and this broker's
+// view names another private owner, the publish gets one more attempt
+// there, with the same body, and the client gets that owner's confirm; a
+// second move answers 503 (the client retries).
+func TestGatewayRetriesOnceOnMove(t *testing.T) {
+	e, o, r := newGatewayEnv(t)
+	c := e.dial()
+	c.login()
+	body := &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("moving")}
+	c.sendID(wire.OpPublish, 5, body)
+	up := o.next()
+	<-o.ffs
+	h, _ := up.read()
+	moved := core.NodeID("owner2")
+	r.target.Store(&moved)
+	up.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd"})
+	up2 := o.next() // the upstream session to the new owner
+	if fs := <-o.ffs; fs.ActingUsername != "alice" {
+		t.Fatalf("FORWARDED_SESSION to the new owner: %+v", fs)
+	}
+	h, got := up2.read()
+	if h.Op != wire.OpPublish || !bytes.Equal(got, body.AppendTo(nil)) {
+		t.Fatalf("the new owner got %s %q", h.Op, got)
+	}
+	up2.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 9})
+	if ok := c.expect(wire.OpPublishOK, 5).(*wire.PublishOK); ok.Offset != 9 {
+		t.Fatalf("offset %d, want the new owner's 9", ok.Offset)
+	}
+	// Moved again during the retry: 503, no third attempt.
+	c.sendID(wire.OpPublish, 6, body)
+	h, _ = up2.read()
+	back := core.NodeID("owner")
+	r.target.Store(&back)
+	up2.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd"})
+	h, _ = up.read() // the retry, on the first owner's upstream
+	r.target.Store(&moved)
+	up.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd"})
+	c.expectError(wire.OpError, 6, wire.CodeUnavailable)
 }
