@@ -368,6 +368,7 @@ func (b *Broker) startSessions() error {
 	if err != nil {
 		return err
 	}
+	session.RegisterUpstreamSessions(b.registry, b.sessions, cfg.Admin.MetricsPerChannel)
 	b.adminSessions.Store(b.sessions)
 	go b.acceptLoop()
 	if b.transport != nil {

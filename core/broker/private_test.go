@@ -240,6 +240,9 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 				}
 				return snap.Members["n0"].Info.Labels[core.LabelUpstreamSessions] != "" && fwd > 0
 			})
+			if n := counterValue(t, bs[0], "fibril_forward_upstream_sessions"); n < 1 {
+				t.Fatalf("fibril_forward_upstream_sessions = %v while forwarding", n)
+			}
 			forwarded := 0
 			snap := bs[0].cluster.cl.Snapshot()
 			for i := range total {

@@ -164,6 +164,17 @@ func (l *gatewayLimits) warnDue(owner core.NodeID, now time.Time) bool {
 	return true
 }
 
+// byOwner returns the upstream sessions open (or being opened) per owner.
+func (l *gatewayLimits) byOwner() map[core.NodeID]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[core.NodeID]int, len(l.perOwner))
+	for o, n := range l.perOwner {
+		out[o] = n
+	}
+	return out
+}
+
 // Open returns the number of upstream sessions open on this broker.
 func (l *gatewayLimits) open() int {
 	l.mu.Lock()

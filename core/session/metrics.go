@@ -39,7 +39,8 @@ type Metrics struct {
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not
-// registered, for tests).
+// registered, for tests). fibril_forward_upstream_sessions is registered
+// by RegisterUpstreamSessions, which knows whether it is split by owner.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		ConnectionsTotal: prometheus.NewCounter(prometheus.CounterOpts{
@@ -107,8 +108,34 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.SubscriptionsOpen, m.BytesIn, m.BytesOut, m.ConnErrors, m.ResumeNew, m.ResumeAccepted,
 			m.ResumeRejected, m.GraceEntered, m.GraceExpired, m.ReconcileRequests, m.ReconcileOutcomes,
 			m.AuthFailures, m.Dropped, m.ConfirmLatency, m.TopologyPushes, m.ForwardedSessions,
-			m.ForwardUpstreams, m.ForwardRequests, m.ForwardBytesIn, m.ForwardBytesOut, m.ForwardInflightBytes,
+			m.ForwardRequests, m.ForwardBytesIn, m.ForwardBytesOut, m.ForwardInflightBytes,
 			m.ForwardRejected, m.ForwardConfirms, m.ForwardConfirmLatency)
 	}
 	return m
+}
+
+// RegisterUpstreamSessions exports fibril_forward_upstream_sessions: the
+// total, or with perOwner (admin.metrics_per_channel) one series per owner
+// labelled owner, read from s at scrape time. One name with two label sets
+// cannot share a registry, hence the choice.
+func RegisterUpstreamSessions(reg prometheus.Registerer, s *Server, perOwner bool) {
+	if !perOwner {
+		reg.MustRegister(s.opts.Metrics.ForwardUpstreams)
+		return
+	}
+	reg.MustRegister(upstreamsByOwner{s: s, desc: prometheus.NewDesc("fibril_forward_upstream_sessions",
+		"Upstream sessions this broker has open to each owner, as a gateway.", []string{"owner"}, nil)})
+}
+
+type upstreamsByOwner struct {
+	s    *Server
+	desc *prometheus.Desc
+}
+
+func (u upstreamsByOwner) Describe(ch chan<- *prometheus.Desc) { ch <- u.desc }
+
+func (u upstreamsByOwner) Collect(ch chan<- prometheus.Metric) {
+	for owner, n := range u.s.gwLimits.byOwner() {
+		ch <- prometheus.MustNewConstMetric(u.desc, prometheus.GaugeValue, float64(n), string(owner))
+	}
 }
