@@ -51,6 +51,9 @@ type Self struct {
 	Private bool
 }
 
+// errCannotForward answers a Forward on a broker without upstream sessions.
+var errCannotForward = core.Errorf(core.ErrUnavailable, "the partition's owner is reached through forwarding, which this broker cannot do now; retry")
+
 // Decide applies the handler rule to one partition (seed §2; WIRE §7.3
 // holds the answers), for an operation that did not already fail the
 // fence. forwarded is true on a forwarded session (one hop: it never
@@ -97,8 +100,10 @@ func Decide(s *cluster.Snapshot, self Self, ref core.PartitionRef, forwarded boo
 			return d
 		}
 		if mayForward {
-			d.Action = Forward
-			d.Err = core.Errorf(core.ErrUnavailable, "partition %s is owned by %s, which this broker cannot forward to now; retry", ref, p.Node)
+			// A fixed error: Forward is the hot path of every forwarded
+			// operation, and this answer is only used by a broker that
+			// cannot forward at all.
+			d.Action, d.Err = Forward, errCannotForward
 			return d
 		}
 		if eps := ClientEndpoints(s, p); len(eps) > 0 && !allOwn(eps, self.Advertise) {
