@@ -16,11 +16,11 @@ import (
 // TestMeasureGatewayUpstreamMemory measures what one idle upstream session
 // costs the gateway process (issue 6 "Performance": < 64 KiB per idle
 // upstream session with quic, 1,000 forwarded client sessions sharing one
-// QUIC connection per broker pair). The gateway's own heap and stacks
-// (its go_memstats series) are read after 1,000 clients subscribe to a
-// partition the gateway owns (no upstream), then after 1,000 more subscribe
-// to one a private broker owns (one upstream session each); the difference
-// per session is the upstream's cost on the gateway. A measurement: it
+// QUIC connection per broker pair). The gateway's heap and stacks (after a
+// GC, from its /debug/pprof/heap) are read after 1,000 client sessions
+// without a subscription, 1,000 with one it serves, and 1,000 with a
+// forwarded one (an upstream session each); forwarded minus bare is the
+// upstream's cost on the gateway. A measurement: it
 // runs only with FIBRIL_MEASURE=1 and reports with t.Logf.
 //
 //	FIBRIL_MEASURE=1 go test -run TestMeasureGatewayUpstreamMemory -v -timeout 30m ./integration
