@@ -265,13 +265,16 @@ func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
 // timeout and idle time (their granularity).
 const watchEvery = 250 * time.Millisecond
 
-// begin counts a request sent upstream; end its answer.
-func (u *upstream) begin() {
-	now := time.Now().UnixNano()
+// begin counts a request sent upstream (and returns the time it read);
+// end its answer.
+func (u *upstream) begin() time.Time {
+	t := time.Now()
+	now := t.UnixNano()
 	if u.outstanding.Add(1) == 1 {
 		u.lastProgress.Store(now)
 	}
 	u.lastUse.Store(now)
+	return t
 }
 
 func (u *upstream) end() {
@@ -492,6 +495,15 @@ func (c *Conn) answerForwarded(op wire.Op, reqID uint64, ref func() Route, f upc
 		}
 		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable,
 			Message: "the partition's ownership is moving; retry"}})
+	case f.Op == wire.OpPublishOK:
+		var ok wire.PublishOK
+		if derr := ok.Decode(f.Body); derr != nil {
+			outcome = "error"
+			c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeOutcomeUnknown,
+				Message: "the owner's PUBLISH_OK is malformed: " + derr.Error()}})
+			return
+		}
+		c.enqueue(outFrame{op: wire.OpPublishOK, reqID: reqID, offset: ok.Offset, slot: true}) // the owner's offset, inline
 	default:
 		if f.Op == wire.OpError {
 			outcome = "error"
@@ -536,8 +548,7 @@ func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, 
 	topic, group, partition, version := req.topic, req.group, req.partition, req.version
 	reroute := func() Route { return c.route(topic, group, partition, true, version) }
 	kept := append([]byte(nil), body...) // for the one re-send after an ownership move
-	start := time.Now()
-	u.begin()
+	start := u.begin()
 	err = u.up.Conn.Go(op, rawBody(body), func(f upclient.Frame, err error) {
 		u.end()
 		c.srv.releaseInflight(n)
