@@ -770,11 +770,8 @@ func (fs *fwdSub) view() wire.ReconcileSub {
 // lists only the ones kept). The other listed entries are returned for the
 // local reconcile.
 func (c *Conn) reconcileForwarded(listed []wire.ReconcileSub) (entries []wire.ReconcileEntry, rest []wire.ReconcileSub) {
-	m := c.srv.opts.Metrics
-	add := func(cv, sv wire.Option[wire.ReconcileSub], v verdict) {
-		entries = append(entries, wire.ReconcileEntry{Client: cv, Server: sv, Action: v.action, Code: v.code, Reason: v.code.String()})
-		m.ReconcileOutcomes.WithLabelValues(v.outcome).Inc()
-	}
+	log := verdictLog{m: c.srv.opts.Metrics}
+	add := log.add
 	keep := map[subKey]bool{}
 	for _, cs := range listed {
 		key := keyOf(cs.Topic, cs.Group, cs.Partition)
@@ -801,20 +798,18 @@ func (c *Conn) reconcileForwarded(listed []wire.ReconcileSub) (entries []wire.Re
 	}
 	// Forwarded subscriptions the client dropped: closed on their owners.
 	c.gw.mu.Lock()
-	byUp := map[*upstream][]*fwdSub{}
+	dropped := map[*upstream]bool{}
 	for key, fs := range c.gw.subs {
 		if fs.up == nil || keep[key] {
 			continue
 		}
-		byUp[fs.up] = append(byUp[fs.up], fs)
+		dropped[fs.up] = true
 		delete(c.gw.subs, key)
 		delete(fs.up.subs, fs.ownerID)
-		entries = append(entries, wire.ReconcileEntry{Server: wire.Some(fs.view()),
-			Action: vClientMissing.action, Code: vClientMissing.code, Reason: vClientMissing.code.String()})
-		m.ReconcileOutcomes.WithLabelValues(vClientMissing.outcome).Inc()
+		add(wire.Option[wire.ReconcileSub]{}, wire.Some(fs.view()), vClientMissing)
 	}
 	upstreamLists := map[*upstream][]wire.ReconcileSub{}
-	for u := range byUp {
+	for u := range dropped {
 		var kept []wire.ReconcileSub
 		for _, fs := range u.subs {
 			v := fs.view()
@@ -832,5 +827,5 @@ func (c *Conn) reconcileForwarded(listed []wire.ReconcileSub) (entries []wire.Re
 			u.end()
 		}
 	}
-	return entries, rest
+	return log.entries, rest
 }

@@ -53,18 +53,27 @@ var (
 	vClientMissing = verdict{wire.ActionCloseServerSide, wire.ReasonClientMissing, "server_dropped"}
 )
 
+// verdictLog collects RECONCILE_RESULT entries and counts each verdict's
+// outcome; the local reconcile and the gateway's (reconcileForwarded) both
+// record through it.
+type verdictLog struct {
+	m       *Metrics
+	entries []wire.ReconcileEntry
+}
+
+func (l *verdictLog) add(cv, sv wire.Option[wire.ReconcileSub], v verdict) {
+	l.entries = append(l.entries, wire.ReconcileEntry{Client: cv, Server: sv, Action: v.action, Code: v.code, Reason: v.code.String()})
+	l.m.ReconcileOutcomes.WithLabelValues(v.outcome).Inc()
+}
+
 // reconcile applies the §16.3 algorithm and returns the answer plus the
 // subscriptions it recreated (announced by the caller once the answer is
 // queued).
 func (s *Session) reconcile(policy wire.ReconcilePolicy, client []wire.ReconcileSub) (*wire.ReconcileResult, []*subscription) {
 	s.transition.Lock()
 	defer s.transition.Unlock()
-	m := s.srv.opts.Metrics
-	res := &wire.ReconcileResult{}
-	add := func(cv, sv wire.Option[wire.ReconcileSub], v verdict) {
-		res.Entries = append(res.Entries, wire.ReconcileEntry{Client: cv, Server: sv, Action: v.action, Code: v.code, Reason: v.code.String()})
-		m.ReconcileOutcomes.WithLabelValues(v.outcome).Inc()
-	}
+	log := verdictLog{m: s.srv.opts.Metrics}
+	add := log.add
 	listed := make(map[subKey]bool, len(client))
 	var drop, restored []*subscription
 	for _, cs := range client {
@@ -110,13 +119,12 @@ func (s *Session) reconcile(policy wire.ReconcilePolicy, client []wire.Reconcile
 	for key, sub := range s.subs {
 		if !listed[key] {
 			drop = append(drop, sub)
-			res.Entries = append(res.Entries, wire.ReconcileEntry{Server: wire.Some(sub.view()),
-				Action: vClientMissing.action, Code: vClientMissing.code, Reason: vClientMissing.code.String()})
-			m.ReconcileOutcomes.WithLabelValues(vClientMissing.outcome).Inc()
+			add(wire.Option[wire.ReconcileSub]{}, wire.Some(sub.view()), vClientMissing)
 		}
 	}
 	s.mu.Unlock()
 	s.unsubscribeLocked(drop) // S-110: their unsettled deliveries return to Ready
+	res := &wire.ReconcileResult{Entries: log.entries}
 	slices.SortStableFunc(res.Entries, compareEntries)
 	return res, restored
 }
