@@ -255,7 +255,6 @@ func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
 	}
 	g.ups[owner] = u
 	g.mu.Unlock()
-	c.srv.opts.Metrics.ForwardUpstreams.Inc()
 	c.log.Info("upstream session opened", "owner", string(owner))
 	go u.watch()
 	return u, nil
@@ -345,7 +344,6 @@ func (u *upstream) cleanup() {
 	closing := c.gw.closed
 	c.gw.mu.Unlock()
 	c.srv.gwLimits.release(u.owner)
-	c.srv.opts.Metrics.ForwardUpstreams.Dec()
 	close(u.gone)
 	if closing {
 		return

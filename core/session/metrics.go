@@ -28,7 +28,6 @@ type Metrics struct {
 	ForwardedSessions prometheus.Gauge // connections with an accepted FORWARDED_SESSION
 
 	// The gateway (gateway.go).
-	ForwardUpstreams      prometheus.Gauge
 	ForwardRequests       *prometheus.CounterVec // op, outcome
 	ForwardBytesIn        prometheus.Counter
 	ForwardBytesOut       prometheus.Counter
@@ -84,8 +83,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		ForwardedSessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fibril_forwarded_sessions", Help: "Connections open here on which a gateway accepted FORWARDED_SESSION (upstream sessions of clients of other brokers)."}),
-		ForwardUpstreams: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fibril_forward_upstream_sessions", Help: "Upstream sessions this broker has open to owners, as a gateway."}),
 		ForwardRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fibril_forward_requests_total", Help: "Client requests relayed to owners, by op and outcome."}, []string{"op", "outcome"}),
 		ForwardBytesIn: prometheus.NewCounter(prometheus.CounterOpts{
@@ -116,11 +113,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // RegisterUpstreamSessions exports fibril_forward_upstream_sessions: the
 // total, or with perOwner (admin.metrics_per_channel) one series per owner
-// labelled owner, read from s at scrape time. One name with two label sets
+// labelled owner, both read at scrape time from the limit accounting (the
+// one count of upstream sessions, those being dialled included). One name with two label sets
 // cannot share a registry, hence the choice.
 func RegisterUpstreamSessions(reg prometheus.Registerer, s *Server, perOwner bool) {
 	if !perOwner {
-		reg.MustRegister(s.opts.Metrics.ForwardUpstreams)
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fibril_forward_upstream_sessions",
+			Help: "Upstream sessions this broker has open to owners, as a gateway."},
+			func() float64 { return float64(s.gwLimits.open()) }))
 		return
 	}
 	reg.MustRegister(upstreamsByOwner{s: s, desc: prometheus.NewDesc("fibril_forward_upstream_sessions",
