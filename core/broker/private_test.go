@@ -59,10 +59,12 @@ func TestPrivateOwnersAnswerTheGateway(t *testing.T) {
 		}
 		return v
 	}
-	waitFor(t, "every partition placed", func() bool {
-		for _, p := range topology(bs[0]).Partitions {
-			if p.Owner == "" {
-				return false
+	waitFor(t, "every partition placed in every broker's view", func() bool {
+		for _, b := range bs {
+			for _, p := range topology(b).Partitions {
+				if p.Owner == "" {
+					return false
+				}
 			}
 		}
 		return true
