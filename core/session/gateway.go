@@ -264,16 +264,13 @@ func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
 // timeout and idle time (their granularity).
 const watchEvery = 250 * time.Millisecond
 
-// begin counts a request sent upstream (and returns the time it read);
-// end its answer.
-func (u *upstream) begin() time.Time {
-	t := time.Now()
+// begin counts a request sent upstream at t; end its answer.
+func (u *upstream) begin(t time.Time) {
 	now := t.UnixNano()
 	if u.outstanding.Add(1) == 1 {
 		u.lastProgress.Store(now)
 	}
 	u.lastUse.Store(now)
-	return t
 }
 
 func (u *upstream) end() {
@@ -281,6 +278,26 @@ func (u *upstream) end() {
 	u.lastProgress.Store(now)
 	u.lastUse.Store(now)
 	u.outstanding.Add(-1)
+}
+
+// call sends a request on the upstream at time now and counts it
+// outstanding (for the forward timeout) until done has its answer. An
+// error means nothing was queued and done will not run.
+func (u *upstream) call(now time.Time, op wire.Op, body wire.Encoder, done func(upclient.Frame, error)) error {
+	u.begin(now)
+	err := u.up.Conn.Go(op, body, func(f upclient.Frame, err error) {
+		u.end()
+		done(f, err)
+	})
+	if err != nil {
+		u.end()
+	}
+	return err
+}
+
+// notSent is the 503 message of a request that never reached the owner.
+func notSent(err error) string {
+	return "the request did not reach the partition's owner: " + err.Error() + "; retry"
 }
 
 // watch closes the upstream when it dies, when a request waited past
@@ -472,8 +489,7 @@ func (c *Conn) answerForwarded(op wire.Op, reqID uint64, ref func() Route, f upc
 	switch {
 	case err != nil && upclient.NotWritten(err):
 		outcome = "not_sent"
-		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable,
-			Message: "the request did not reach the partition's owner: " + err.Error() + "; retry"}})
+		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable, Message: notSent(err)}})
 	case err != nil:
 		code, msg := wire.CodeOutcomeUnknown, "the upstream session to the partition's owner was lost after the request was sent; its outcome is unknown: "+err.Error()
 		outcome = "outcome_unknown"
@@ -546,9 +562,8 @@ func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, 
 	topic, group, partition, version := req.topic, req.group, req.partition, req.version
 	reroute := func() Route { return c.route(topic, group, partition, true, version) }
 	kept := append([]byte(nil), body...) // for the one re-send after an ownership move
-	start := u.begin()
-	err = u.up.Conn.Go(op, rawBody(body), func(f upclient.Frame, err error) {
-		u.end()
+	start := time.Now()
+	err = u.call(start, op, rawBody(body), func(f upclient.Frame, err error) {
 		c.srv.releaseInflight(n)
 		if err == nil && f.Op == wire.OpRedirect {
 			// The owner no longer owns it (seed §3): a new private owner
@@ -563,10 +578,9 @@ func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, 
 		c.answerForwarded(op, reqID, reroute, f, err)
 	})
 	if err != nil {
-		u.end()
 		c.srv.releaseInflight(n)
 		m.ForwardRequests.WithLabelValues(op.String(), "not_sent").Inc()
-		c.replyError(reqID, wire.CodeUnavailable, "the request did not reach the partition's owner: "+err.Error()+"; retry")
+		c.replyError(reqID, wire.CodeUnavailable, notSent(err))
 		return
 	}
 	c.deferReply()
@@ -590,16 +604,12 @@ func (c *Conn) resendPublish(op wire.Op, reqID uint64, body []byte, owner core.N
 		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: core.Code(err), Message: err.Error()}})
 		return
 	}
-	u.begin()
-	err = u.up.Conn.Go(op, rawBody(body), func(f upclient.Frame, err error) {
-		u.end()
+	err = u.call(time.Now(), op, rawBody(body), func(f upclient.Frame, err error) {
 		c.confirmed(f, err, start)
 		c.answerForwarded(op, reqID, reroute, f, err)
 	})
 	if err != nil {
-		u.end()
-		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable,
-			Message: "the request did not reach the partition's new owner: " + err.Error() + "; retry"}})
+		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable, Message: notSent(err)}})
 	}
 }
 
@@ -683,9 +693,7 @@ func (c *Conn) forwardSubscribe(id uint64, body []byte, req wire.Subscribe, owne
 		return
 	}
 	c.srv.opts.Metrics.ForwardBytesOut.Add(float64(wire.HeaderSize + len(body)))
-	u.begin()
-	err = u.up.Conn.Go(wire.OpSubscribe, rawBody(body), func(f upclient.Frame, err error) {
-		u.end()
+	err = u.call(time.Now(), wire.OpSubscribe, rawBody(body), func(f upclient.Frame, err error) {
 		if err == nil && f.Op == wire.OpSubscribeOK {
 			var ok wire.SubscribeOK
 			if derr := ok.Decode(f.Body); derr != nil {
@@ -718,9 +726,8 @@ func (c *Conn) forwardSubscribe(id uint64, body []byte, req wire.Subscribe, owne
 		c.answerForwarded(wire.OpSubscribe, id, func() Route { return c.route(req.Topic, req.Group, req.Partition, false, 0) }, f, err)
 	})
 	if err != nil {
-		u.end()
 		unreserve()
-		c.replyError(id, wire.CodeUnavailable, "the request did not reach the partition's owner: "+err.Error()+"; retry")
+		c.replyError(id, wire.CodeUnavailable, notSent(err))
 		return
 	}
 	c.deferReply()
@@ -818,12 +825,8 @@ func (c *Conn) reconcileForwarded(listed []wire.ReconcileSub) (entries []wire.Re
 	}
 	c.gw.mu.Unlock()
 	for u, kept := range upstreamLists {
-		u.begin()
-		err := u.up.Conn.Go(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileConservative, Subscriptions: kept},
-			func(upclient.Frame, error) { u.end() })
-		if err != nil {
-			u.end()
-		}
+		_ = u.call(time.Now(), wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileConservative, Subscriptions: kept},
+			func(upclient.Frame, error) {})
 	}
 	return log.entries, rest
 }
