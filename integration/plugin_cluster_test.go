@@ -21,41 +21,41 @@ import (
 	"github.com/fibrilgo/fibril/core/client"
 )
 
-var (
-	raftPluginOnce sync.Once
-	raftPluginPath string
-	raftPluginErr  error
-)
-
-// raftPlugin builds coordination/raft/cmd/fibril-coord-raft once per run.
-func raftPlugin(t *testing.T) string {
-	t.Helper()
-	raftPluginOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fibril-plugin-")
-		if err != nil {
-			raftPluginErr = err
-			return
-		}
-		raftPluginPath = filepath.Join(dir, "fibril-coord-raft")
-		cmd := exec.Command("go", "build", "-o", raftPluginPath, "github.com/fibrilgo/fibril/coordination/raft/cmd/fibril-coord-raft")
-		cmd.Env = append(os.Environ(), "GOFLAGS=")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			raftPluginErr = fmt.Errorf("building the raft plugin: %v\n%s", err, out)
-		}
-	})
-	if raftPluginErr != nil {
-		t.Fatal(raftPluginErr)
-	}
-	return raftPluginPath
+// pluginBuild is one plugin binary built once per test run.
+type pluginBuild struct {
+	once sync.Once
+	path string
+	err  error
 }
 
-// pluginCatalog copies the plugin binary into a directory of the test's
-// and writes a catalog naming it "raft-ext" with its sha256.
-func pluginCatalog(t *testing.T) (catalog, binary string) {
+var pluginBuilds sync.Map // package path → *pluginBuild
+
+// pluginCatalog builds the plugin binary of package pkg (once per run),
+// copies it into a directory of the test's — a test may change its copy —
+// and writes a catalog naming it kind/name with its sha256.
+func pluginCatalog(t *testing.T, pkg, kind, name string) (catalog, binary string) {
 	t.Helper()
+	v, _ := pluginBuilds.LoadOrStore(pkg, &pluginBuild{})
+	pb := v.(*pluginBuild)
+	pb.once.Do(func() {
+		dir, err := os.MkdirTemp("", "fibril-plugin-")
+		if err != nil {
+			pb.err = err
+			return
+		}
+		pb.path = filepath.Join(dir, filepath.Base(pkg))
+		cmd := exec.Command("go", "build", "-o", pb.path, pkg)
+		cmd.Env = append(os.Environ(), "GOFLAGS=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			pb.err = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+		}
+	})
+	if pb.err != nil {
+		t.Fatal(pb.err)
+	}
 	dir := t.TempDir()
-	binary = filepath.Join(dir, "fibril-coord-raft")
-	data, err := os.ReadFile(raftPlugin(t))
+	binary = filepath.Join(dir, filepath.Base(pkg))
+	data, err := os.ReadFile(pb.path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +64,8 @@ func pluginCatalog(t *testing.T) (catalog, binary string) {
 	}
 	sum := sha256.Sum256(data)
 	catalog = filepath.Join(dir, "plugins.toml")
-	entry := fmt.Sprintf("[[plugin]]\nkind = \"coordination\"\nname = \"raft-ext\"\nversion = \"0.1.0\"\ncommand = %q\nsha256 = %q\n",
-		binary, hex.EncodeToString(sum[:]))
+	entry := fmt.Sprintf("[[plugin]]\nkind = %q\nname = %q\nversion = \"0.1.0\"\ncommand = %q\nsha256 = %q\n",
+		kind, name, binary, hex.EncodeToString(sum[:]))
 	if err := os.WriteFile(catalog, []byte(entry), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func pluginPID(t *testing.T, b *broker) int {
 // on (its last renewal + TTL), report not ready, and serve again once the
 // plugin is back.
 func TestClusterExternalRaftPlugin(t *testing.T) {
-	catalog, binary := pluginCatalog(t)
+	catalog, binary := pluginCatalog(t, "github.com/fibrilgo/fibril/coordination/raft/cmd/fibril-coord-raft", "coordination", "raft-ext")
 	rc := startRaftCluster(t, 3, "--coordination.backend=raft-ext", "--plugins.catalog="+catalog)
 	// startRaftCluster put --coordination.backend=raft first; the later flag wins.
 	for _, nd := range rc.nodes {

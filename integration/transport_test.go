@@ -7,57 +7,11 @@ package integration
 // transport, AUTH as @node, one round trip).
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 )
-
-var (
-	tcpwrapOnce sync.Once
-	tcpwrapPath string
-	tcpwrapErr  error
-)
-
-// tcpwrapCatalog builds the example external transport once per run and
-// writes a catalog naming it "tcpwrap" with its sha256.
-func tcpwrapCatalog(t *testing.T) string {
-	t.Helper()
-	tcpwrapOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fibril-tcpwrap-")
-		if err != nil {
-			tcpwrapErr = err
-			return
-		}
-		tcpwrapPath = filepath.Join(dir, "fibril-transport-tcpwrap")
-		cmd := exec.Command("go", "build", "-o", tcpwrapPath, "github.com/fibrilgo/fibril/contrib/transport-tcpwrap")
-		cmd.Env = append(os.Environ(), "GOFLAGS=")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			tcpwrapErr = fmt.Errorf("building the tcpwrap plugin: %v\n%s", err, out)
-		}
-	})
-	if tcpwrapErr != nil {
-		t.Fatal(tcpwrapErr)
-	}
-	data, err := os.ReadFile(tcpwrapPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(data)
-	catalog := filepath.Join(t.TempDir(), "plugins.toml")
-	entry := fmt.Sprintf("[[plugin]]\nkind = \"transport\"\nname = \"tcpwrap\"\nversion = \"0.1.0\"\ncommand = %q\nsha256 = %q\n",
-		tcpwrapPath, hex.EncodeToString(sum[:]))
-	if err := os.WriteFile(catalog, []byte(entry), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return catalog
-}
 
 type peersAnswer struct {
 	Node      string `json:"node"`
@@ -81,7 +35,8 @@ func TestClusterPeersOverEveryTransport(t *testing.T) {
 		{"tcp", func(*testing.T) []string { return nil }},
 		{"quic", func(*testing.T) []string { return []string{"--transport.backend=quic"} }},
 		{"external-tcpwrap", func(t *testing.T) []string {
-			return []string{"--plugins.catalog=" + tcpwrapCatalog(t), "--transport.backend=tcpwrap", "--broker.peer_listener.bind=127.0.0.1:0"}
+			catalog, _ := pluginCatalog(t, "github.com/fibrilgo/fibril/contrib/transport-tcpwrap", "transport", "tcpwrap")
+			return []string{"--plugins.catalog=" + catalog, "--transport.backend=tcpwrap", "--broker.peer_listener.bind=127.0.0.1:0"}
 		}},
 	}
 	for _, s := range setups {
