@@ -90,18 +90,31 @@ func (x *externalCoordinator) Health() (ok bool, restarts int, lastErr error) {
 	return x.sup.Health()
 }
 
-// supervisedConnector hands the adapter the current process's client.
-type supervisedConnector struct{ s *supervisor }
+// supervisedConnector hands an adapter (coordination or transport) the
+// current process's kind client C.
+type supervisedConnector[C any] struct{ s *supervisor }
 
-func (c supervisedConnector) client() (pluginpb.CoordinationClient, error) {
+func (c supervisedConnector[C]) client() (C, error) {
 	raw, err := c.s.current()
 	if err != nil {
-		return nil, err
+		var none C
+		return none, err
 	}
-	return raw.(pluginpb.CoordinationClient), nil
+	return raw.(C), nil
 }
 
-func (c supervisedConnector) shutdown() { c.s.close() }
+func (c supervisedConnector[C]) shutdown() { c.s.close() }
+
+// unavailableAs is supervisor.unavailable for a kind whose calls fail
+// with sentinel while its process is down.
+func unavailableAs(sentinel error, kind, name string) func(lastErr error) error {
+	return func(lastErr error) error {
+		if lastErr == nil {
+			return core.Errorf(sentinel, "%s plugin %q is not running", kind, name)
+		}
+		return core.Errorf(sentinel, "%s plugin %q is restarting (last error: %v)", kind, name, lastErr)
+	}
+}
 
 func openExternalCoordination(ctx context.Context, e *CatalogEntry, env CoordinationEnv, log *slog.Logger, o options) (*externalCoordinator, error) {
 	env.Logger = nil // the plugin logs through its stderr
@@ -109,16 +122,11 @@ func openExternalCoordination(ctx context.Context, e *CatalogEntry, env Coordina
 		kind: KindCoordination, entry: e, log: log, opts: o, m: metricsFor(o.reg),
 		kindPlugin: &coordPlugin{},
 	}
-	rc := newRemoteCoordinator(supervisedConnector{sup})
+	rc := newRemoteCoordinator(supervisedConnector[pluginpb.CoordinationClient]{sup})
 	sup.setup = func(ctx context.Context, kindClient any, apiVersion int) error {
 		return rc.setup(ctx, kindClient.(pluginpb.CoordinationClient), apiVersion, env)
 	}
-	sup.unavailable = func(lastErr error) error {
-		if lastErr == nil {
-			return core.Errorf(core.ErrCoordinationUnavailable, "coordination plugin %q is not running", e.Name)
-		}
-		return core.Errorf(core.ErrCoordinationUnavailable, "coordination plugin %q is restarting (last error: %v)", e.Name, lastErr)
-	}
+	sup.unavailable = unavailableAs(core.ErrCoordinationUnavailable, KindCoordination, e.Name)
 	if err := sup.start(ctx); err != nil {
 		rc.cancel()
 		return nil, err

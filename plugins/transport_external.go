@@ -71,20 +71,6 @@ func (x *externalTransport) Health() (ok bool, restarts int, lastErr error) {
 	return x.sup.Health()
 }
 
-// supervisedTransportConnector hands the adapter the current process's
-// client.
-type supervisedTransportConnector struct{ s *supervisor }
-
-func (c supervisedTransportConnector) client() (pluginpb.TransportClient, error) {
-	raw, err := c.s.current()
-	if err != nil {
-		return nil, err
-	}
-	return raw.(pluginpb.TransportClient), nil
-}
-
-func (c supervisedTransportConnector) shutdown() { c.s.close() }
-
 // openExternalTransport runs an external transport plugin under the same
 // supervisor as coordination plugins (checksum before every launch,
 // handshake, API version, restarts with backoff, metrics). The first
@@ -103,16 +89,11 @@ func openExternalTransport(ctx context.Context, e *CatalogEntry, env TransportEn
 		kind: KindTransport, entry: e, log: log, opts: o, m: metricsFor(o.reg),
 		kindPlugin: &transportPlugin{},
 	}
-	rt := newRemoteTransport(supervisedTransportConnector{sup}, env, log)
+	rt := newRemoteTransport(supervisedConnector[pluginpb.TransportClient]{sup}, env, log)
 	sup.setup = func(ctx context.Context, kindClient any, apiVersion int) error {
 		return rt.setup(ctx, kindClient.(pluginpb.TransportClient), apiVersion)
 	}
-	sup.unavailable = func(lastErr error) error {
-		if lastErr == nil {
-			return core.Errorf(core.ErrPeerRefused, "transport plugin %q is not running", e.Name)
-		}
-		return core.Errorf(core.ErrPeerRefused, "transport plugin %q is restarting (last error: %v)", e.Name, lastErr)
-	}
+	sup.unavailable = unavailableAs(core.ErrPeerRefused, KindTransport, e.Name)
 	if err := sup.start(ctx); err != nil {
 		rt.stop()
 		return nil, err
