@@ -64,7 +64,10 @@ func (l *link) OpenStream(ctx context.Context) (core.Stream, error) {
 			t.m.opened(true)
 			return s, nil
 		}
-		if ctx.Err() != nil || c.qc.Context().Err() == nil {
+		var reset *quicgo.StatelessResetError
+		if ctx.Err() != nil || c.qc.Context().Err() == nil && !errors.As(err, &reset) {
+			// (A stateless reset may surface here before the connection's
+			// context is cancelled: it is a dead connection all the same.)
 			break
 		}
 		// The connection died under us (the peer restarted, an idle
