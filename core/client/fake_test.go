@@ -125,6 +125,10 @@ type fakeConn struct {
 	nc  net.Conn
 	br  *bufio.Reader
 	wmu sync.Mutex
+	// standing, once dialScripted set it, answers a TOPOLOGY that arrives
+	// while a script expects another op, as a broker would: a Subscribe
+	// to every partition reads the count when the cache has none.
+	standing *wire.Topology
 }
 
 type frame struct {
@@ -169,10 +173,16 @@ func (fc *fakeConn) read(tb testing.TB) frame {
 	}
 }
 
-// expect reads the next non-heartbeat frame and checks its op.
+// expect reads the next non-heartbeat frame and checks its op. A TOPOLOGY
+// read is answered with the standing topology when the script waits for
+// something else.
 func (fc *fakeConn) expect(tb testing.TB, op wire.Op) frame {
 	tb.Helper()
 	f := fc.read(tb)
+	for f.hdr.Op == wire.OpTopology && op != wire.OpTopology && fc.standing != nil {
+		fc.send(wire.OpTopologyOK, f.hdr.RequestID, &wire.TopologyOK{Topology: *fc.standing})
+		f = fc.read(tb)
+	}
 	if f.hdr.Op != op {
 		tb.Fatalf("fake: got %v (id %d), want %v", f.hdr.Op, f.hdr.RequestID, op)
 	}
@@ -282,6 +292,7 @@ func dialScripted(tb testing.TB, fb *fakeBroker, opts Options, topo wire.Topolog
 	fc := fb.next(tb)
 	fc.acceptHello(tb, identityA, wire.ResumeNew)
 	fc.answerTopology(tb, topo)
+	fc.standing = &topo
 	r := <-ch
 	if r.err != nil {
 		tb.Fatalf("Dial: %v", r.err)

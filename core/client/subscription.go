@@ -14,7 +14,8 @@ type SubscribeOptions struct {
 	// Group is the queue namespace inside the topic ("" = default).
 	Group string
 	// Partitions to subscribe to. nil means every partition the topology
-	// cache knows, or partition 0 when the count is unknown (a standalone
+	// cache knows (read from the broker when the cache has no count for the
+	// queue), or partition 0 when the count stays unknown (a standalone
 	// broker, S-113).
 	Partitions []uint32
 	// Prefetch is the maximum number of unsettled deliveries per partition
@@ -67,7 +68,12 @@ func (c *Client) Subscribe(ctx context.Context, topic string, opts SubscribeOpti
 	parts := opts.Partitions
 	if parts == nil {
 		parts = []uint32{0}
-		if n, _, known := c.topo.count(topic, group); known {
+		n, _, known := c.topo.count(topic, group)
+		if !known { // a cold cache: the queue may be newer than the last push
+			c.refreshTopology(ctx, topic, group)
+			n, _, known = c.topo.count(topic, group)
+		}
+		if known {
 			parts = make([]uint32, n)
 			for i := range parts {
 				parts[i] = uint32(i)

@@ -452,3 +452,34 @@ func TestIgnoredPushes(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// A Subscribe to every partition of a queue the cache does not know reads
+// the queue's entries first (S-114), instead of settling for partition 0:
+// the queue may be newer than the last TOPOLOGY_UPDATE this client got.
+func TestSubscribeColdCacheReadsCount(t *testing.T) {
+	fb := newFake(t, nil)
+	c, fc := dialScripted(t, fb, testOptions(t, fb.addr), wire.Topology{Generation: 3})
+	var sub *Subscription
+	ch := async(func() error {
+		var err error
+		sub, err = c.Subscribe(context.Background(), "fresh", SubscribeOptions{Prefetch: 4})
+		return err
+	})
+	req := fc.answerTopology(t, wire.Topology{Generation: 4, Queues: []wire.QueueEntry{
+		queueEntry("fresh", 0, 3, 1, fb.endpoint()), queueEntry("fresh", 1, 3, 1, fb.endpoint()),
+		queueEntry("fresh", 2, 3, 1, fb.endpoint())}})
+	if v, _ := req.Topic.Get(); v != "fresh" {
+		t.Fatalf("TOPOLOGY asked for topic %q, want the subscribed one", v)
+	}
+	got := map[uint32]bool{}
+	for i := range 3 {
+		got[answerSubscribe(t, fc, uint64(10+i)).Partition] = true
+	}
+	if err := wait(t, ch); err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if len(got) != 3 || len(sub.Partitions()) != 3 {
+		t.Fatalf("subscribed partitions %v (%v), want 0, 1 and 2", got, sub.Partitions())
+	}
+}

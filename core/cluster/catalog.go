@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/queue"
@@ -71,6 +72,7 @@ func declareEntry[T any](ctx context.Context, c *Cluster, key, topic string, kin
 			return zero, err
 		}
 		if cur != nil && reflect.DeepEqual(info, *cur) {
+			c.awaitIndex(ctx, kv.Version)
 			return info, nil
 		}
 		if cur == nil {
@@ -82,7 +84,8 @@ func declareEntry[T any](ctx context.Context, c *Cluster, key, topic string, kin
 		if err != nil {
 			return zero, core.Errorf(core.ErrInternal, "encode %s: %v", key, err)
 		}
-		if _, err := c.coord.CompareAndSet(ctx, key, b, kv.Version); err == nil {
+		if v, err := c.coord.CompareAndSet(ctx, key, b, kv.Version); err == nil {
+			c.awaitIndex(ctx, v)
 			return info, nil
 		} else if !errors.Is(err, core.ErrVersionConflict) {
 			return zero, unavailable(err)
@@ -157,4 +160,35 @@ func unavailable(err error) error {
 		return err
 	}
 	return core.Errorf(core.ErrUnavailable, "coordination: %v", err)
+}
+
+// maxAwaitIndex bounds how long a declaration waits for this node's view
+// to catch up with its own write.
+const maxAwaitIndex = 2 * time.Second
+
+// awaitIndex waits until this node's snapshot reflects the store index idx
+// (a key version is the index of its write), so that a client reading
+// TOPOLOGY right after DECLARE_OK on the same broker sees its declaration:
+// the watch that feeds the snapshot may lag a write that already returned.
+// It gives up after maxAwaitIndex or when ctx ends: the declaration stands
+// either way, and the topology push brings it to the client later.
+func (c *Cluster) awaitIndex(ctx context.Context, idx uint64) {
+	if c.Snapshot().Index >= idx {
+		return
+	}
+	t := time.NewTimer(maxAwaitIndex)
+	defer t.Stop()
+	for {
+		changed := c.Changed()
+		if c.Snapshot().Index >= idx {
+			return
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }

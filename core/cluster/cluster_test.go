@@ -378,3 +378,45 @@ func TestAdoptionFloor(t *testing.T) {
 		return ok && f == 9
 	})
 }
+
+// laggingWatch delays every Watch answer, as a local replica that trails the
+// leader does.
+type laggingWatch struct {
+	core.Coordinator
+	lag time.Duration
+}
+
+func (l laggingWatch) Watch(ctx context.Context, prefix string, after uint64) ([]core.KV, uint64, error) {
+	kvs, idx, err := l.Coordinator.Watch(ctx, prefix, after)
+	if err == nil {
+		time.Sleep(l.lag)
+	}
+	return kvs, idx, err
+}
+
+// A declaration returns only once this node's own view holds it, so a
+// TOPOLOGY read on the same broker right after DECLARE_OK lists the queue
+// (S-114; a client subscribing to "every partition" reads the count from
+// it). The watch here lags every write by 300 ms.
+func TestDeclarationIsInOwnViewOnReturn(t *testing.T) {
+	store := memcoord.NewStore(memcoord.Options{MinTTL: 20 * time.Millisecond, ElectionTTL: testTTL})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Start(ctx, Options{Coordinator: laggingWatch{store.Member("a"), 300 * time.Millisecond},
+		Self:      core.NodeInfo{ID: "a", PeerAddr: "127.0.0.1:1", Labels: core.Labels{core.LabelAdvertise: "127.0.0.1:9000"}},
+		Heartbeat: testHeartbeat, TTL: testTTL, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background(), false) })
+	declare(t, c, "ryw", 3)
+	if c.Snapshot().Queue("ryw", "") == nil {
+		t.Fatal("DeclareQueue returned before this node's view held the queue")
+	}
+	// Declaring it again changes nothing and still answers from a view
+	// that holds it.
+	declare(t, c, "ryw", 3)
+	if c.Snapshot().Queue("ryw", "") == nil {
+		t.Fatal("a repeated declaration returned before the view held the queue")
+	}
+}
