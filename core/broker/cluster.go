@@ -231,6 +231,10 @@ func (c *coordinated) Route(ref core.PartitionRef, publish bool, version uint64,
 		}
 	}
 	d := routing.Decide(snap, c.self, ref, forwarded)
+	if d.Action == routing.Refuse && (errors.Is(d.Err, core.ErrNotFound) || !d.Partition.Placed()) && c.catchUp(ref) {
+		snap = c.cl.Snapshot()
+		d = routing.Decide(snap, c.self, ref, forwarded)
+	}
 	switch d.Action {
 	case routing.Redirect:
 		return session.Route{Redirect: routing.RedirectBody(d)}
@@ -253,6 +257,19 @@ func (c *coordinated) Route(ref core.PartitionRef, publish bool, version uint64,
 	}
 	return session.Route{Serve: true}
 }
+
+// catchUp gives a view that may trail a fresh declaration or placement
+// the chance to hold it before an operation on the partition is refused
+// as undeclared or unplaced (Cluster.CatchUp).
+func (c *coordinated) catchUp(ref core.PartitionRef) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
+	defer cancel()
+	return c.cl.CatchUp(ctx, ref)
+}
+
+// catchUpTimeout bounds that: one linearizable catalog read and the wait
+// for this node's view.
+const catchUpTimeout = 2 * time.Second
 
 // markWritten records the first-write mark of an owned partition before
 // its first append (DESIGN.md §8). Once marked it costs a map lookup: no

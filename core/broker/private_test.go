@@ -187,7 +187,7 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 						placed++
 					}
 				}
-				return placed == 6 && allSeeQueue(bs, "orders")
+				return placed == 6
 			})
 			pub := c.Publisher("orders", client.PublisherOptions{})
 			const total = 60
@@ -389,7 +389,7 @@ func TestTwoPublicBrokersShareOneAddress(t *testing.T) {
 			}
 			owners[p.Node]++
 		}
-		return allSeeQueue(bs, "lb")
+		return true
 	})
 	if owners["n1"] == 0 || owners["n2"] == 0 {
 		t.Fatalf("placement %v leaves n1 or n2 without partitions; the test proves nothing", owners)
@@ -418,22 +418,4 @@ func TestTwoPublicBrokersShareOneAddress(t *testing.T) {
 	if n := counterValue(t, bs[0], "fibril_forward_confirms_total"); n != float64(5*(owners["n1"]+owners["n2"])) {
 		t.Fatalf("n0 relayed %v confirms, want %d (the partitions n1 and n2 own)", n, 5*(owners["n1"]+owners["n2"]))
 	}
-}
-
-// allSeeQueue reports whether every broker's view has the queue declared
-// with every partition placed. An owner whose catalog still lags answers a
-// forwarded operation 404 (a gap noted on issue 6), so the tests wait.
-func allSeeQueue(bs []*Broker, topic string) bool {
-	for _, b := range bs {
-		q := b.cluster.cl.Snapshot().Queue(topic, "")
-		if q == nil {
-			return false
-		}
-		for _, p := range q.Parts {
-			if !p.Placed() {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -192,3 +192,20 @@ func (c *Cluster) awaitIndex(ctx context.Context, idx uint64) {
 		}
 	}
 }
+
+// CatchUp is for an operation on a partition this node's view does not
+// know or has no owner for: it reads the partition's assignment
+// linearizably, which tells the store's current index, and when the view
+// trails that index waits (bounded as awaitIndex) until it has caught up.
+// It reports whether it waited, that is whether deciding again may answer
+// differently. A broker that owns a just-declared partition thereby serves
+// the first operation a client (or a gateway) sends it instead of refusing
+// it from a view that trails the declaration or the placement.
+func (c *Cluster) CatchUp(ctx context.Context, ref core.PartitionRef) bool {
+	_, idx, err := c.coord.List(ctx, assignKey(ref))
+	if err != nil || c.Snapshot().Index >= idx {
+		return false
+	}
+	c.awaitIndex(ctx, idx)
+	return true
+}

@@ -420,3 +420,29 @@ func TestDeclarationIsInOwnViewOnReturn(t *testing.T) {
 		t.Fatal("a repeated declaration returned before the view held the queue")
 	}
 }
+
+// A node whose view trails a declaration made elsewhere catches up on
+// demand: CatchUp learns the store's index from a linearizable read and
+// waits until the view reflects it, and says so.
+func TestCatchUpWaitsForADeclarationMadeElsewhere(t *testing.T) {
+	tc := newTestCluster(t, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := Start(ctx, Options{Coordinator: laggingWatch{tc.store.Member("b"), 300 * time.Millisecond},
+		Self:      core.NodeInfo{ID: "b", PeerAddr: "127.0.0.1:1", Labels: core.Labels{core.LabelAdvertise: "127.0.0.1:9100"}},
+		Heartbeat: testHeartbeat, TTL: testTTL, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close(context.Background(), false) })
+	declare(t, tc.nodes["a"].Cluster, "elsewhere", 2)
+	if b.Snapshot().Queue("elsewhere", "") != nil {
+		t.Skip("b's view caught up before the check; the lag did not show")
+	}
+	if !b.CatchUp(ctx, core.PartitionRef{Topic: "elsewhere", Partition: 1}) {
+		t.Fatal("CatchUp did not wait for a declared queue its view lacked")
+	}
+	if b.Snapshot().Queue("elsewhere", "") == nil {
+		t.Fatal("after CatchUp the view still lacks the queue")
+	}
+}
