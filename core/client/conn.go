@@ -100,7 +100,9 @@ type ConnConfig struct {
 	// OnPush receives DELIVER, SUBSCRIPTION_CLOSED, TOPOLOGY_UPDATE,
 	// GOING_AWAY, ASSIGNMENT_CHANGED and RECONCILE_SERVER frames on the
 	// reader goroutine. It must not block for long: nothing else is read
-	// while it runs. PINGs are answered by the connection itself.
+	// while it runs. PINGs are answered by the connection itself. The
+	// frame's body belongs to OnPush (the reader does not reuse it), so it
+	// may keep or modify it.
 	OnPush func(c *Conn, f Frame)
 	// WriteBufferSize bounds the bytes queued for writing before callers
 	// wait for the writer (default DefaultWriteBufferSize).

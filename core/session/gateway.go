@@ -437,7 +437,7 @@ func (u *upstream) relaySub(f upclient.Frame) {
 	if fs == nil {
 		return // a subscription the client no longer has
 	}
-	body := append([]byte(nil), f.Body...)
+	body := f.Body // a push owns its body (client.ConnConfig.OnPush): rewrite it in place
 	binary.BigEndian.PutUint64(body[4:12], fs.clientID)
 	c.srv.opts.Metrics.ForwardBytesIn.Add(float64(wire.HeaderSize + len(body)))
 	if c.relayQueued.Load() > relayHighBytes {
@@ -561,7 +561,7 @@ func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, 
 	}
 	topic, group, partition, version := req.topic, req.group, req.partition, req.version
 	reroute := func() Route { return c.route(topic, group, partition, true, version) }
-	kept := append([]byte(nil), body...) // for the one re-send after an ownership move
+	kept := keepBody(body) // for the one re-send after an ownership move
 	start := time.Now()
 	err = u.call(start, op, rawBody(body), func(f upclient.Frame, err error) {
 		c.srv.releaseInflight(n)
@@ -570,20 +570,51 @@ func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, 
 			// in this broker's view gets one more attempt.
 			if rt := reroute(); rt.Forward != "" && rt.Forward != owner {
 				m.ForwardRequests.WithLabelValues(op.String(), "moved").Inc()
-				go c.resendPublish(op, reqID, kept, rt.Forward, reroute, start)
+				go func() {
+					c.resendPublish(op, reqID, *kept, rt.Forward, reroute, start)
+					releaseBody(kept)
+				}()
 				return
 			}
 		}
+		releaseBody(kept)
 		c.confirmed(f, err, start)
 		c.answerForwarded(op, reqID, reroute, f, err)
 	})
 	if err != nil {
+		releaseBody(kept)
 		c.srv.releaseInflight(n)
 		m.ForwardRequests.WithLabelValues(op.String(), "not_sent").Inc()
 		c.replyError(reqID, wire.CodeUnavailable, notSent(err))
 		return
 	}
 	c.deferReply()
+}
+
+// keptBodies recycles the copies keepBody makes: a forwarded confirmed
+// publish keeps its body until the owner answers, for the one re-send
+// after a move, and a relay at 100k messages a second should not hand each
+// copy to the garbage collector.
+var keptBodies sync.Pool // of *[]byte
+
+// maxKeptPooled is the largest copy keptBodies takes back.
+const maxKeptPooled = 64 << 10
+
+// keepBody copies body into a recycled buffer (release with releaseBody
+// once nothing reads it: the upstream writer copies what it sends).
+func keepBody(body []byte) *[]byte {
+	b, _ := keptBodies.Get().(*[]byte)
+	if b == nil {
+		b = new([]byte)
+	}
+	*b = append((*b)[:0], body...)
+	return b
+}
+
+func releaseBody(b *[]byte) {
+	if cap(*b) <= maxKeptPooled {
+		keptBodies.Put(b)
+	}
 }
 
 // confirmed counts a relayed PUBLISH_OK.

@@ -32,9 +32,14 @@ import (
 // small enough that a thousand stalled streams stay under 512 MiB.
 const DefaultLimit = 256 << 10
 
-// keepIdle is the largest buffer a Writer keeps while it has nothing
-// pending: an idle stream should not pin a batch-sized buffer.
-const keepIdle = 16 << 10
+// keepIdle is the largest buffer a Writer keeps once it has been idle for
+// releaseAfter: an idle stream should not pin a batch-sized buffer. A
+// stream that is only between two batches keeps its buffers, so that a
+// pipelining writer does not grow a new one for every batch.
+const (
+	keepIdle     = 16 << 10
+	releaseAfter = 100 * time.Millisecond
+)
 
 // ErrClosed is returned by Write after Close (the orderly end of writing).
 var ErrClosed = errors.New("coalesce: writer closed")
@@ -217,11 +222,22 @@ func (cw *Writer) waitLocked() error {
 // that calls the underlying Write, so batches leave in order.
 func (cw *Writer) flusher() {
 	defer close(cw.done)
+	var idle idleTimer
+	defer idle.stop()
 	for {
 		cw.mu.Lock()
 		for len(cw.pending) == 0 && cw.err == nil && !cw.closing {
+			big := cap(cw.pending) > keepIdle || cap(cw.spare) > keepIdle
 			cw.mu.Unlock()
-			<-cw.wake
+			if !big {
+				<-cw.wake
+			} else if idle.wait(cw.wake, releaseAfter) {
+				cw.mu.Lock()
+				if len(cw.pending) == 0 {
+					cw.pending, cw.spare = nil, nil
+				}
+				cw.mu.Unlock()
+			}
 			cw.mu.Lock()
 		}
 		if cw.err != nil || len(cw.pending) == 0 { // aborted, failed, or closed and drained
@@ -244,9 +260,6 @@ func (cw *Writer) flusher() {
 			cw.err = err
 		}
 		switch {
-		case len(cw.pending) == 0 && cap(batch) > keepIdle:
-			// Nothing queued behind this batch: the stream is not
-			// pipelining, so let the big buffer go.
 		case cw.pending == nil:
 			cw.pending = batch[:0]
 		default:
@@ -350,3 +363,28 @@ func (cw *Writer) Buffered() int {
 
 // Done is closed once the flusher goroutine has returned.
 func (cw *Writer) Done() <-chan struct{} { return cw.done }
+
+// idleTimer is the flusher's one reusable timer for releasing buffers.
+type idleTimer struct{ t *time.Timer }
+
+// wait blocks until wake fires (false) or d passes (true).
+func (it *idleTimer) wait(wake <-chan struct{}, d time.Duration) bool {
+	if it.t == nil {
+		it.t = time.NewTimer(d)
+	} else {
+		it.t.Reset(d)
+	}
+	select {
+	case <-wake:
+		it.t.Stop()
+		return false
+	case <-it.t.C:
+		return true
+	}
+}
+
+func (it *idleTimer) stop() {
+	if it.t != nil {
+		it.t.Stop()
+	}
+}

@@ -287,7 +287,8 @@ func TestQueuedWriteHonoursDeadline(t *testing.T) {
 	}
 }
 
-// An idle writer gives back a large batch buffer.
+// An idle writer gives back a large batch buffer once it has been idle for
+// releaseAfter (a writer between two batches keeps it).
 func TestIdleReleasesLargeBuffer(t *testing.T) {
 	g := &gateWriter{}
 	w := New(g, DefaultLimit)
@@ -298,11 +299,23 @@ func TestIdleReleasesLargeBuffer(t *testing.T) {
 	if err := w.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	w.mu.Lock()
-	held := cap(w.pending) + cap(w.spare)
-	w.mu.Unlock()
-	if held > keepIdle {
-		t.Fatalf("an idle writer holds %d bytes of buffers, want <= %d", held, keepIdle)
+	held := func() int {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return cap(w.pending) + cap(w.spare)
+	}
+	for deadline := time.Now().Add(5 * time.Second); held() > keepIdle; {
+		if time.Now().After(deadline) {
+			t.Fatalf("an idle writer holds %d bytes of buffers after 5 s, want <= %d", held(), keepIdle)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// It still writes afterwards.
+	if _, err := w.Write([]byte("again")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 
