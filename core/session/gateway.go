@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -73,7 +74,33 @@ type gateway struct {
 	subs    map[subKey]*fwdSub
 	nextSub uint64
 	closed  bool
+	// opening holds, per owner whose upstream session is being opened, the
+	// operations that wait for it, in the order the client sent them. The
+	// entry stays until they have all run, so a later operation for that
+	// owner queues behind them instead of overtaking them.
+	opening map[core.NodeID]*opening
 }
+
+// opening is an upstream session being opened and the operations waiting
+// for it.
+type opening struct {
+	ops   []queuedOp
+	bytes int           // of the bodies queued
+	done  chan struct{} // closed when the queue has run
+}
+
+// queuedOp is an operation waiting for its upstream session: the handler
+// and its own copy of the frame body (the reader reuses its buffer).
+type queuedOp struct {
+	body []byte
+	run  func(u *upstream, body []byte, err error)
+}
+
+// maxOpeningQueue bounds the bytes of the operations one connection queues
+// for an upstream session being opened: past it the reader waits for the
+// session, as it would for any full buffer (fire-and-forget publishes take
+// no reply slot, so nothing else bounds them).
+const maxOpeningQueue = 1 << 20
 
 // upstream is one upstream session of a client connection.
 type upstream struct {
@@ -187,6 +214,86 @@ type rawBody []byte
 
 func (r rawBody) AppendTo(b []byte) []byte { return append(b, r...) }
 
+// withUpstream runs an operation for owner on the connection's upstream
+// session to it (reader goroutine). When that session is open and nothing
+// for owner waits, run is called at once with body. Otherwise the
+// operation joins the queue of the session being opened — which it starts
+// when there is none — and run is called later, in order, on the
+// goroutine that opens it, with a copy of body, and with the error when
+// the session could not be opened. So a dial to an owner that is slow to
+// answer (up to routing.upstream_connect_timeout_ms) never holds up the
+// client's operations on other partitions. run answers through enqueue
+// with a reply slot (the caller has deferred its reply).
+func (c *Conn) withUpstream(owner core.NodeID, body []byte, run func(u *upstream, body []byte, err error)) {
+	g := &c.gw
+	g.mu.Lock()
+	for {
+		o := g.opening[owner]
+		if o == nil {
+			break
+		}
+		if o.bytes < maxOpeningQueue {
+			o.ops = append(o.ops, queuedOp{body: bytes.Clone(body), run: run})
+			o.bytes += len(body)
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		<-o.done
+		g.mu.Lock()
+	}
+	if g.closed {
+		g.mu.Unlock()
+		run(nil, body, errConnClosing)
+		return
+	}
+	if u := g.ups[owner]; u != nil {
+		g.mu.Unlock()
+		run(u, body, nil)
+		return
+	}
+	g.mu.Unlock()
+	if err := c.reserveUpstream(owner); err != nil {
+		run(nil, body, err)
+		return
+	}
+	o := &opening{ops: []queuedOp{{body: bytes.Clone(body), run: run}}, bytes: len(body), done: make(chan struct{})}
+	g.mu.Lock()
+	if g.opening == nil {
+		g.opening = make(map[core.NodeID]*opening)
+	}
+	g.opening[owner] = o
+	g.mu.Unlock()
+	go func() {
+		u, err := c.openUpstream(owner)
+		for {
+			g.mu.Lock()
+			q := o.ops
+			if len(q) == 0 {
+				delete(g.opening, owner)
+				close(o.done)
+				g.mu.Unlock()
+				return
+			}
+			o.ops, o.bytes = nil, 0
+			g.mu.Unlock()
+			for _, op := range q {
+				op.run(u, op.body, err)
+			}
+		}
+	}()
+}
+
+// answerError answers a request whose reply was deferred with ERROR
+// (any goroutine).
+func (c *Conn) answerError(reqID uint64, code uint16, msg string) {
+	c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: code, Message: msg}})
+}
+
+// errConnClosing answers an operation that needs an upstream session
+// while the client connection is ending.
+var errConnClosing = core.Errorf(core.ErrUnavailable, "connection closing")
+
 // upstreamFor returns the connection's upstream session to owner, opening
 // it on first use (the dial is bounded by routing.upstream_connect_timeout_ms).
 // The reader calls it, and so does a publish re-sent after an ownership
@@ -196,23 +303,39 @@ func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return nil, core.Errorf(core.ErrUnavailable, "connection closing")
+		return nil, errConnClosing
 	}
 	if u := g.ups[owner]; u != nil {
 		g.mu.Unlock()
 		return u, nil
 	}
 	g.mu.Unlock()
-	dial := c.srv.opts.Upstreams
-	if dial == nil {
-		return nil, core.Errorf(core.ErrUnavailable, "this broker cannot forward to %s", owner)
-	}
-	set := c.srv.opts.Settings()
-	now := time.Now()
-	if limit, err := c.srv.gwLimits.take(owner, set, now); err != nil {
-		c.srv.opts.Metrics.ForwardRejected.WithLabelValues(limit).Inc()
+	if err := c.reserveUpstream(owner); err != nil {
 		return nil, err
 	}
+	return c.openUpstream(owner)
+}
+
+// reserveUpstream takes owner's place under the upstream session limits
+// (openUpstream gives it back when the session does not open).
+func (c *Conn) reserveUpstream(owner core.NodeID) error {
+	if c.srv.opts.Upstreams == nil {
+		return core.Errorf(core.ErrUnavailable, "this broker cannot forward to %s", owner)
+	}
+	if limit, err := c.srv.gwLimits.take(owner, c.srv.opts.Settings(), time.Now()); err != nil {
+		c.srv.opts.Metrics.ForwardRejected.WithLabelValues(limit).Inc()
+		return err
+	}
+	return nil
+}
+
+// openUpstream dials the upstream session to owner that reserveUpstream
+// made room for, and installs it (any goroutine).
+func (c *Conn) openUpstream(owner core.NodeID) (*upstream, error) {
+	g := &c.gw
+	dial := c.srv.opts.Upstreams
+	set := c.srv.opts.Settings()
+	now := time.Now()
 	fs := wire.ForwardedSession{V2: true, HopCount: wire.ForwardedHopCount, Flags: wire.FlagReleaseOnClose,
 		ConnectionID: c.id, ClientRemoteAddr: c.remote}
 	if id := c.identity.Load(); id != nil { // any goroutine: the reader's published view
@@ -248,7 +371,7 @@ func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
 		if other := g.ups[owner]; other != nil && !g.closed {
 			return other, nil
 		}
-		return nil, core.Errorf(core.ErrUnavailable, "connection closing")
+		return nil, errConnClosing
 	}
 	if g.ups == nil {
 		g.ups = make(map[core.NodeID]*upstream)
@@ -489,7 +612,7 @@ func (c *Conn) answerForwarded(op wire.Op, reqID uint64, ref func() Route, f upc
 	switch {
 	case err != nil && upclient.NotWritten(err):
 		outcome = "not_sent"
-		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable, Message: notSent(err)}})
+		c.answerError(reqID, wire.CodeUnavailable, notSent(err))
 	case err != nil:
 		code, msg := wire.CodeOutcomeUnknown, "the upstream session to the partition's owner was lost after the request was sent; its outcome is unknown: "+err.Error()
 		outcome = "outcome_unknown"
@@ -498,7 +621,7 @@ func (c *Conn) answerForwarded(op wire.Op, reqID uint64, ref func() Route, f upc
 			code, msg = wire.CodeUnavailable, "the upstream session to the partition's owner was lost: "+err.Error()+"; retry"
 			outcome = "lost"
 		}
-		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: code, Message: msg}})
+		c.answerError(reqID, code, msg)
 	case f.Op == wire.OpRedirect:
 		outcome = "moved"
 		// Never relayed raw (seed §3): the owner's view moved on; answer
@@ -507,14 +630,12 @@ func (c *Conn) answerForwarded(op wire.Op, reqID uint64, ref func() Route, f upc
 			c.enqueue(outFrame{op: wire.OpRedirect, reqID: reqID, slot: true, body: rt.Redirect})
 			return
 		}
-		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable,
-			Message: "the partition's ownership is moving; retry"}})
+		c.answerError(reqID, wire.CodeUnavailable, "the partition's ownership is moving; retry")
 	case f.Op == wire.OpPublishOK:
 		var ok wire.PublishOK
 		if derr := ok.Decode(f.Body); derr != nil {
 			outcome = "error"
-			c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeOutcomeUnknown,
-				Message: "the owner's PUBLISH_OK is malformed: " + derr.Error()}})
+			c.answerError(reqID, wire.CodeOutcomeUnknown, "the owner's PUBLISH_OK is malformed: "+derr.Error())
 			return
 		}
 		c.enqueue(outFrame{op: wire.OpPublishOK, reqID: reqID, offset: ok.Offset, slot: true}) // the owner's offset, inline
@@ -531,10 +652,18 @@ func (c *Conn) answerForwarded(op wire.Op, reqID uint64, ref func() Route, f upc
 // offset, or an error: 503 when the request never reached the owner, 504
 // when it did and the answer was lost.
 func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, owner core.NodeID) {
-	u, err := c.upstreamFor(owner)
+	if req.confirm {
+		c.deferReply()
+	}
+	c.withUpstream(owner, body, func(u *upstream, body []byte, err error) { c.relayPublish(h, body, req, owner, u, err) })
+}
+
+// relayPublish is forwardPublish once the upstream session is open (u) or
+// could not be (err).
+func (c *Conn) relayPublish(h wire.FrameHeader, body []byte, req *publishReq, owner core.NodeID, u *upstream, err error) {
 	if err != nil {
 		if req.confirm {
-			c.replyError(h.RequestID, core.Code(err), err.Error())
+			c.answerError(h.RequestID, core.Code(err), err.Error())
 		} else {
 			c.drop(h.Op, "no_upstream")
 		}
@@ -556,7 +685,7 @@ func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, 
 	n := int64(len(body))
 	if !c.srv.acquireInflight(n, c.srv.opts.Settings()) {
 		m.ForwardRejected.WithLabelValues("max_inflight_forward_bytes").Inc()
-		c.replyError(reqID, wire.CodeUnavailable, "routing.max_inflight_forward_bytes is reached on this broker; retry")
+		c.answerError(reqID, wire.CodeUnavailable, "routing.max_inflight_forward_bytes is reached on this broker; retry")
 		return
 	}
 	topic, group, partition, version := req.topic, req.group, req.partition, req.version
@@ -585,10 +714,8 @@ func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, 
 		releaseBody(kept)
 		c.srv.releaseInflight(n)
 		m.ForwardRequests.WithLabelValues(op.String(), "not_sent").Inc()
-		c.replyError(reqID, wire.CodeUnavailable, notSent(err))
-		return
+		c.answerError(reqID, wire.CodeUnavailable, notSent(err))
 	}
-	c.deferReply()
 }
 
 // keptBodies recycles the copies keepBody makes: a forwarded confirmed
@@ -632,7 +759,7 @@ func (c *Conn) confirmed(f upclient.Frame, err error, start time.Time) {
 func (c *Conn) resendPublish(op wire.Op, reqID uint64, body []byte, owner core.NodeID, reroute func() Route, start time.Time) {
 	u, err := c.upstreamFor(owner)
 	if err != nil {
-		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: core.Code(err), Message: err.Error()}})
+		c.answerError(reqID, core.Code(err), err.Error())
 		return
 	}
 	err = u.call(time.Now(), op, rawBody(body), func(f upclient.Frame, err error) {
@@ -640,7 +767,7 @@ func (c *Conn) resendPublish(op wire.Op, reqID uint64, body []byte, owner core.N
 		c.answerForwarded(op, reqID, reroute, f, err)
 	})
 	if err != nil {
-		c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable, Message: notSent(err)}})
+		c.answerError(reqID, wire.CodeUnavailable, notSent(err))
 	}
 }
 
@@ -717,20 +844,27 @@ func (c *Conn) forwardSubscribe(id uint64, body []byte, req wire.Subscribe, owne
 		}
 		g.mu.Unlock()
 	}
-	u, err := c.upstreamFor(owner)
-	if err != nil {
-		unreserve()
-		c.replyError(id, core.Code(err), err.Error())
-		return
-	}
+	c.deferReply()
+	c.withUpstream(owner, body, func(u *upstream, body []byte, err error) {
+		if err != nil {
+			unreserve()
+			c.answerError(id, core.Code(err), err.Error())
+			return
+		}
+		c.relaySubscribe(id, body, req, key, fs, unreserve, u)
+	})
+}
+
+// relaySubscribe is forwardSubscribe once the upstream session is open.
+func (c *Conn) relaySubscribe(id uint64, body []byte, req wire.Subscribe, key subKey, fs *fwdSub, unreserve func(), u *upstream) {
+	g := &c.gw
 	c.srv.opts.Metrics.ForwardBytesOut.Add(float64(wire.HeaderSize + len(body)))
-	err = u.call(time.Now(), wire.OpSubscribe, rawBody(body), func(f upclient.Frame, err error) {
+	err := u.call(time.Now(), wire.OpSubscribe, rawBody(body), func(f upclient.Frame, err error) {
 		if err == nil && f.Op == wire.OpSubscribeOK {
 			var ok wire.SubscribeOK
 			if derr := ok.Decode(f.Body); derr != nil {
 				unreserve()
-				c.enqueue(outFrame{op: wire.OpError, reqID: id, slot: true, body: &wire.ErrorBody{Code: wire.CodeUnavailable,
-					Message: "the owner's SUBSCRIBE_OK is malformed: " + derr.Error()}})
+				c.answerError(id, wire.CodeUnavailable, "the owner's SUBSCRIBE_OK is malformed: "+derr.Error())
 				return
 			}
 			g.mu.Lock()
@@ -758,10 +892,8 @@ func (c *Conn) forwardSubscribe(id uint64, body []byte, req wire.Subscribe, owne
 	})
 	if err != nil {
 		unreserve()
-		c.replyError(id, wire.CodeUnavailable, notSent(err))
-		return
+		c.answerError(id, wire.CodeUnavailable, notSent(err))
 	}
-	c.deferReply()
 }
 
 // forwardedSettle relays an ACK or NACK for a forwarded subscription to

@@ -60,6 +60,9 @@ type fakeOwner struct {
 	dials  atomic.Int32
 	refuse atomic.Bool
 	ffs    chan wire.ForwardedSession
+	// gate, when set before the first dial, holds every dial until it is
+	// closed (an owner slow to answer).
+	gate chan struct{}
 }
 
 type ownerConn struct {
@@ -113,6 +116,13 @@ func (o *fakeOwner) handshake(c *ownerConn) {
 func (o *fakeOwner) dialer() UpstreamDialer {
 	return func(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, onPush func(upclient.Frame)) (Upstream, error) {
 		o.dials.Add(1)
+		if o.gate != nil {
+			select {
+			case <-o.gate:
+			case <-ctx.Done():
+				return Upstream{}, core.Errorf(core.ErrPeerRefused, "connect timed out (test)")
+			}
+		}
 		if o.refuse.Load() {
 			return Upstream{}, core.Errorf(core.ErrPeerRefused, "connection refused (test)")
 		}
@@ -425,4 +435,38 @@ func TestGatewayRetriesOnceOnMove(t *testing.T) {
 	r.target.Store(&moved)
 	up.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd"})
 	c.expectError(wire.OpError, 6, wire.CodeUnavailable)
+}
+
+// Seed §3, §5: opening the upstream session does not hold up the client's
+// connection (a PING is answered while the owner is slow to accept), and
+// the operations that wait for the session reach the owner in the order
+// the client sent them, then are confirmed.
+func TestGatewayDialDoesNotBlockTheReader(t *testing.T) {
+	e, o, _ := newGatewayEnv(t)
+	o.gate = make(chan struct{})
+	c := e.dial()
+	c.login()
+	c.sendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("a")})
+	c.sendID(wire.OpPublish, 0, &wire.Publish{Topic: "fwd", Payload: []byte("b")}) // fire-and-forget
+	c.sendID(wire.OpPublish, 6, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("c")})
+	c.sendID(wire.OpPing, 7, nil)
+	c.expect(wire.OpPong, 7)
+	close(o.gate)
+	up := o.next()
+	<-o.ffs
+	for _, want := range []string{"a", "b", "c"} {
+		h, body := up.read()
+		var p wire.Publish
+		if h.Op != wire.OpPublish || p.Decode(body) != nil || string(p.Payload) != want {
+			t.Fatalf("owner got %s %q, want the publish of %q (client order)", h.Op, p.Payload, want)
+		}
+		if p.RequireConfirm {
+			up.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: uint64(len(want))})
+		}
+	}
+	c.expect(wire.OpPublishOK, 5)
+	c.expect(wire.OpPublishOK, 6)
+	if n := o.dials.Load(); n != 1 {
+		t.Fatalf("%d dials for one owner, want 1", n)
+	}
 }
