@@ -845,19 +845,40 @@ func (c *Conn) forwardSubscribe(id uint64, body []byte, req wire.Subscribe, owne
 		g.mu.Unlock()
 	}
 	c.deferReply()
+	call := &subscribeCall{id: id, req: req, key: key, fs: fs, unreserve: unreserve}
 	c.withUpstream(owner, body, func(u *upstream, body []byte, err error) {
 		if err != nil {
 			unreserve()
 			c.answerError(id, core.Code(err), err.Error())
 			return
 		}
-		c.relaySubscribe(id, body, req, key, fs, unreserve, u)
+		c.relaySubscribe(call, body, u)
 	})
 }
 
+// subscribeCall is one forwarded SUBSCRIBE: the client's request, its
+// reserved subscription and whether it was already re-sent after a move.
+type subscribeCall struct {
+	id        uint64
+	req       wire.Subscribe
+	key       subKey
+	fs        *fwdSub
+	unreserve func()
+	resent    bool
+}
+
 // relaySubscribe is forwardSubscribe once the upstream session is open.
-func (c *Conn) relaySubscribe(id uint64, body []byte, req wire.Subscribe, key subKey, fs *fwdSub, unreserve func(), u *upstream) {
+// An owner that answers REDIRECT while this broker's view names another
+// private owner gets the SUBSCRIBE once more, there (seed §3, as a
+// publish does); that answer is final.
+func (c *Conn) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 	g := &c.gw
+	id, fs, unreserve := call.id, call.fs, call.unreserve
+	reroute := func() Route { return c.route(call.req.Topic, call.req.Group, call.req.Partition, false, 0) }
+	var kept []byte
+	if !call.resent {
+		kept = bytes.Clone(body) // for the one re-send after a move
+	}
 	c.srv.opts.Metrics.ForwardBytesOut.Add(float64(wire.HeaderSize + len(body)))
 	err := u.call(time.Now(), wire.OpSubscribe, rawBody(body), func(f upclient.Frame, err error) {
 		if err == nil && f.Op == wire.OpSubscribeOK {
@@ -868,7 +889,7 @@ func (c *Conn) relaySubscribe(id uint64, body []byte, req wire.Subscribe, key su
 				return
 			}
 			g.mu.Lock()
-			if g.closed || g.subs[key] != fs {
+			if g.closed || g.subs[call.key] != fs {
 				g.mu.Unlock()
 				return // the connection ended; the upstream's close releases it
 			}
@@ -884,11 +905,27 @@ func (c *Conn) relaySubscribe(id uint64, body []byte, req wire.Subscribe, key su
 			c.enqueue(outFrame{op: wire.OpSubscribeOK, reqID: id, slot: true, body: &ok})
 			return
 		}
+		if err == nil && f.Op == wire.OpRedirect && !call.resent {
+			if rt := reroute(); rt.Forward != "" && rt.Forward != u.owner {
+				c.srv.opts.Metrics.ForwardRequests.WithLabelValues(wire.OpSubscribe.String(), "moved").Inc()
+				call.resent = true
+				go func() {
+					u2, err := c.upstreamFor(rt.Forward)
+					if err != nil {
+						unreserve()
+						c.answerError(id, core.Code(err), err.Error())
+						return
+					}
+					c.relaySubscribe(call, kept, u2)
+				}()
+				return
+			}
+		}
 		unreserve()
 		if err == nil && f.Op == wire.OpSubscribeErr {
 			f.Op = wire.OpError // WIRE §7.3: subscribe failures use ERROR
 		}
-		c.answerForwarded(wire.OpSubscribe, id, func() Route { return c.route(req.Topic, req.Group, req.Partition, false, 0) }, f, err)
+		c.answerForwarded(wire.OpSubscribe, id, reroute, f, err)
 	})
 	if err != nil {
 		unreserve()

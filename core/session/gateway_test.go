@@ -470,3 +470,32 @@ func TestGatewayDialDoesNotBlockTheReader(t *testing.T) {
 		t.Fatalf("%d dials for one owner, want 1", n)
 	}
 }
+
+// Seed §3: a SUBSCRIBE whose owner answers REDIRECT while this broker's
+// view names another private owner is sent once more, there, and the
+// client's subscription is the new owner's.
+func TestGatewaySubscribeRetriesOnceOnMove(t *testing.T) {
+	e, o, r := newGatewayEnv(t)
+	c := e.dial()
+	c.login()
+	sub := &wire.Subscribe{Topic: "fwd", Partition: 3, Prefetch: 4}
+	c.sendID(wire.OpSubscribe, 9, sub)
+	up := o.next()
+	<-o.ffs
+	h, _ := up.read()
+	moved := core.NodeID("owner2")
+	r.target.Store(&moved)
+	up.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd", Partition: 3})
+	up2 := o.next()
+	<-o.ffs
+	h, got := up2.read()
+	if h.Op != wire.OpSubscribe || !bytes.Equal(got, sub.AppendTo(nil)) {
+		t.Fatalf("the new owner got %s %q", h.Op, got)
+	}
+	up2.send(wire.OpSubscribeOK, h.RequestID, &wire.SubscribeOK{SubID: 8, Topic: "fwd", Partition: 3, Prefetch: 4})
+	ok := c.expect(wire.OpSubscribeOK, 9).(*wire.SubscribeOK)
+	up2.send(wire.OpDeliver, 1000, &wire.Deliver{SubID: 8, Topic: "fwd", Partition: 3, DeliveryTag: 1, Payload: []byte("m")})
+	if dh, db := c.read(2 * time.Second); dh.Op != wire.OpDeliver || db.(*wire.Deliver).SubID != ok.SubID {
+		t.Fatalf("client got %s %+v, want the new owner's delivery", dh.Op, db)
+	}
+}
