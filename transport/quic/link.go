@@ -11,6 +11,7 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/transport/internal/streammetrics"
 )
 
 // link is a core.Link: a peer plus the streams opened through it. All
@@ -61,7 +62,7 @@ func (l *link) OpenStream(ctx context.Context) (core.Stream, error) {
 		}
 		var s *stream
 		if s, err = l.openOn(ctx, c); err == nil {
-			t.m.opened(true)
+			t.m.OpenResult(true)
 			return s, nil
 		}
 		var reset *quicgo.StatelessResetError
@@ -76,7 +77,7 @@ func (l *link) OpenStream(ctx context.Context) (core.Stream, error) {
 		c.dead = true
 		t.mu.Unlock()
 	}
-	t.m.opened(false)
+	t.m.OpenResult(false)
 	return nil, l.refused(err)
 }
 
@@ -105,7 +106,7 @@ func (l *link) openOn(ctx context.Context, c *conn) (*stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, ok := l.t.newStream(c, qs, dirOut, l)
+	s, ok := l.t.newStream(c, qs, streammetrics.Out, l)
 	if !ok {
 		qs.CancelRead(codeStreamAborted)
 		qs.CancelWrite(codeStreamAborted)

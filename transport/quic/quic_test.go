@@ -18,6 +18,7 @@ import (
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/transport/transporttest"
 )
 
 // Rule: a stream carries bytes both ways, ends orderly with FIN (io.EOF
@@ -613,7 +614,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("blocked = %v", v)
 	}
 	_ = tr.Close()
-	// Unregistered on Close: a new instance can register again.
+	// A new instance with the same registerer adopts the series.
 	tr2, err := open(context.Background(), plugins.TransportEnv{NodeID: "a", Bind: "127.0.0.1:0", PeerTLS: n.tls, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -621,35 +622,8 @@ func TestMetrics(t *testing.T) {
 	_ = tr2.Close()
 }
 
-// gauge reads one sample from reg: the metric name, optionally the
-// series with label = value; it also checks the transport label where
-// the metric carries one.
+// gauge reads one sample of the quic transport's series from reg.
 func gauge(t testing.TB, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "transport" && lp.GetValue() != "quic" {
-					t.Fatalf("%s: transport label %q", name, lp.GetValue())
-				}
-				if label != "" && lp.GetName() == label && lp.GetValue() != value {
-					continue metrics
-				}
-			}
-			if m.Gauge != nil {
-				return m.GetGauge().GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("metric %s{%s=%q} not found", name, label, value)
-	return 0
+	return transporttest.Sample(t, reg, "quic", name, label, value)
 }

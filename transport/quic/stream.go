@@ -16,11 +16,6 @@ import (
 	"github.com/fibrilgo/fibril/core"
 )
 
-const (
-	dirIn  = "in"
-	dirOut = "out"
-)
-
 // stream is a core.Stream on one bidirectional QUIC stream.
 type stream struct {
 	t    *Transport
@@ -171,7 +166,7 @@ func (s *stream) countAbort() {
 	s.abortSeen = true
 	s.mu.Unlock()
 	if first {
-		s.t.m.aborted()
+		s.t.m.Aborted()
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/tlsconf"
 	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/transport/internal/streammetrics"
 )
 
 // Application error codes on the wire. Stream codes travel in
@@ -203,15 +204,14 @@ func open(_ context.Context, env plugins.TransportEnv) (*Transport, error) {
 		_ = udp.Close()
 		return nil, fmt.Errorf("quic transport: listen on %s: %w", udp.LocalAddr(), err)
 	}
-	if env.Registerer != nil {
-		if t.m, err = newMetrics(env.Registerer); err != nil {
-			t.cancel()
-			_ = t.ln.Close()
-			_ = t.qt.Close()
-			_ = udp.Close()
-			return nil, fmt.Errorf("quic transport: register metrics: %w", err)
-		}
+	if t.m, err = newMetrics(env.Registerer); err != nil {
+		t.cancel()
+		_ = t.ln.Close()
+		_ = t.qt.Close()
+		_ = udp.Close()
+		return nil, fmt.Errorf("quic transport: register metrics: %w", err)
 	}
+
 	t.wg.Add(1)
 	go t.listenLoop()
 	log.Info("quic transport listening", "addr", udp.LocalAddr().String(), "node", string(env.NodeID),
@@ -335,7 +335,6 @@ func (t *Transport) Close() error {
 		_ = t.qt.Close()
 		_ = t.udp.Close()
 		t.wg.Wait()
-		t.m.unregister()
 	})
 	return nil
 }
@@ -506,7 +505,7 @@ func (c *conn) acceptLoop() {
 		if err != nil {
 			return
 		}
-		s, ok := c.t.newStream(c, qs, dirIn, nil)
+		s, ok := c.t.newStream(c, qs, streammetrics.In, nil)
 		if !ok {
 			qs.CancelRead(codeStreamAborted)
 			qs.CancelWrite(codeStreamAborted)
@@ -563,7 +562,7 @@ func (t *Transport) newStream(c *conn, qs *quicgo.Stream, dir string, l *link) (
 		l.streams[s] = struct{}{}
 	}
 	t.mu.Unlock()
-	t.m.streamOpened(dir)
+	t.m.Opened(dir)
 	return s, true
 }
 
@@ -586,7 +585,7 @@ func (t *Transport) releaseLocked(s *stream) {
 	if s.link != nil {
 		delete(s.link.streams, s)
 	}
-	t.m.streamClosed(s.dir)
+	t.m.Closed(s.dir)
 	if c := s.c; c.retired && c.outbound && !c.dead && len(c.streams) == 0 {
 		t.lingerClose(c)
 	}

@@ -97,7 +97,7 @@ func (s *stream) aborted(op string, cause error) error {
 	s.sawAbort = true
 	s.mu.Unlock()
 	if first {
-		s.t.m.countAbort()
+		s.t.m.Aborted()
 	}
 	return fmt.Errorf("tcp stream %s %s (%s): %w: %w", op, s.RemoteAddr(), s.describePeer(), core.ErrStreamAborted, cause)
 }

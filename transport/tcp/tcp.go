@@ -25,6 +25,7 @@ import (
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/tlsconf"
 	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/transport/internal/streammetrics"
 )
 
 // Tunables. They are constants, not configuration: they bound failure
@@ -54,7 +55,7 @@ type Transport struct {
 	peer   *tlsconf.Peer // nil: plain TCP
 	srvTLS *tls.Config   // for accepted connections, when peer != nil
 	log    *slog.Logger
-	m      *metrics
+	m      *streammetrics.Streams
 	ln     net.Listener // nil without env.Bind
 
 	accepted chan *stream
@@ -296,10 +297,10 @@ var errLinkClosed = errors.New("the link was closed")
 func (l *link) OpenStream(ctx context.Context) (core.Stream, error) {
 	s, err := l.openStream(ctx)
 	if err != nil {
-		l.t.m.opened("refused")
+		l.t.m.OpenResult(false)
 		return nil, err
 	}
-	l.t.m.opened("ok")
+	l.t.m.OpenResult(true)
 	return s.public(), nil
 }
 
@@ -426,7 +427,7 @@ func (t *Transport) newStream(c *net.TCPConn, tc *tls.Conn, node core.NodeID, di
 		l.streams[s] = struct{}{}
 		l.mu.Unlock()
 	}
-	t.m.streamOpen(dir)
+	t.m.Opened(dir)
 	return s
 }
 
@@ -440,5 +441,5 @@ func (t *Transport) forget(s *stream) {
 		delete(s.link.streams, s)
 		s.link.mu.Unlock()
 	}
-	t.m.streamClosed(s.dir)
+	t.m.Closed(s.dir)
 }

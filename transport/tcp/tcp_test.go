@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/plugins"
@@ -177,31 +176,25 @@ func TestMetrics(t *testing.T) {
 	if _, err := bad.OpenStream(ctx); err == nil {
 		t.Fatal("OpenStream to a free port succeeded")
 	}
-	m := a.(*Transport).m
-	check := func(what string, c prometheus.Metric, want float64) {
+	check := func(what, name, label, value string, want float64) {
 		t.Helper()
-		var d dto.Metric
-		if err := c.Write(&d); err != nil {
-			t.Fatal(err)
-		}
-		got := d.GetGauge().GetValue() + d.GetCounter().GetValue()
-		if got != want {
+		if got := transporttest.Sample(t, reg, transportLabel, name, label, value); got != want {
 			t.Errorf("%s = %v, want %v", what, got, want)
 		}
 	}
-	check("streams_open{out}", m.open.WithLabelValues("out"), 1)
-	check("streams_open{in}", m.open.WithLabelValues("in"), 1)
-	check("opens_total{ok}", m.opens.WithLabelValues("ok"), 1)
-	check("opens_total{refused}", m.opens.WithLabelValues("refused"), 1)
+	check("streams_open{out}", "fibril_transport_streams_open", "direction", "out", 1)
+	check("streams_open{in}", "fibril_transport_streams_open", "direction", "in", 1)
+	check("opens_total{ok}", "fibril_transport_stream_opens_total", "result", "ok", 1)
+	check("opens_total{refused}", "fibril_transport_stream_opens_total", "result", "refused", 1)
 	st.Abort()
 	sb.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := sb.Read(make([]byte, 1)); !errors.Is(err, core.ErrStreamAborted) {
 		t.Fatalf("Read after the peer's Abort: %v", err)
 	}
 	sb.Close()
-	check("streams_open{out}", m.open.WithLabelValues("out"), 0)
-	check("streams_open{in}", m.open.WithLabelValues("in"), 0)
-	check("streams_aborted_total", m.aborted, 2) // one per side
+	check("streams_open{out}", "fibril_transport_streams_open", "direction", "out", 0)
+	check("streams_open{in}", "fibril_transport_streams_open", "direction", "in", 0)
+	check("streams_aborted_total", "fibril_transport_streams_aborted_total", "", "", 2) // one per side
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("Gather: %v", err)
