@@ -19,6 +19,7 @@ import (
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/coordtest"
 	"github.com/fibrilgo/fibril/core/memcoord"
+	"github.com/fibrilgo/fibril/core/metricstest"
 	"github.com/fibrilgo/fibril/plugins"
 	"github.com/fibrilgo/fibril/plugins/plugintest"
 )
@@ -415,28 +416,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // coordination plugin.
 func wantMetric(t *testing.T, reg *prometheus.Registry, name string, want float64) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	if got := metricstest.Value(t, reg, name, map[string]string{"kind": plugins.KindCoordination, "name": "test"}); got != want {
+		t.Fatalf("%s = %v, want %v", name, got, want)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
-			}
-			if labels["kind"] != plugins.KindCoordination || labels["name"] != "test" {
-				continue
-			}
-			got := m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			if got != want {
-				t.Fatalf("%s = %v, want %v", name, got, want)
-			}
-			return
-		}
-	}
-	t.Fatalf("metric %s{kind=coordination,name=test} not found", name)
 }

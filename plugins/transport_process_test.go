@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/metricstest"
 	"github.com/fibrilgo/fibril/plugins"
 )
 
@@ -212,24 +213,5 @@ func TestTransportPluginProcess(t *testing.T) {
 // pluginMetric reads a plugin metric of the "tcpwrap" transport plugin.
 func pluginMetric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
-			}
-			if labels["kind"] == plugins.KindTransport && labels["name"] == "tcpwrap" {
-				return m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("metric %s{kind=transport,name=tcpwrap} not found", name)
-	return 0
+	return metricstest.Value(t, reg, name, map[string]string{"kind": plugins.KindTransport, "name": "tcpwrap"})
 }

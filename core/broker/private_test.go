@@ -15,6 +15,7 @@ import (
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/metricstest"
 	"github.com/fibrilgo/fibril/core/session"
 )
 
@@ -297,28 +298,12 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 	}
 }
 
-// counterValue sums a metric family's samples in b's registry.
+// counterValue sums a metric family's samples in b's registry (0 when it
+// has none).
 func counterValue(t *testing.T, b *Broker, name string) float64 {
 	t.Helper()
-	mfs, err := b.registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if c := m.GetCounter(); c != nil {
-				sum += c.GetValue()
-			}
-			if g := m.GetGauge(); g != nil {
-				sum += g.GetValue()
-			}
-		}
-	}
-	return sum
+	v, _ := metricstest.Lookup(t, b.registry, name, nil)
+	return v
 }
 
 // Issue 6 §3, §9: two public brokers behind one load-balancer address (both

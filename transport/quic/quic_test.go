@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/metricstest"
 	"github.com/fibrilgo/fibril/plugins"
-	"github.com/fibrilgo/fibril/transport/transporttest"
 )
 
 // Rule: a stream carries bytes both ways, ends orderly with FIN (io.EOF
@@ -625,5 +625,12 @@ func TestMetrics(t *testing.T) {
 // gauge reads one sample of the quic transport's series from reg.
 func gauge(t testing.TB, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
-	return transporttest.Sample(t, reg, "quic", name, label, value)
+	labels := map[string]string{}
+	if label != "" {
+		labels[label] = value
+	}
+	if strings.HasPrefix(name, "fibril_transport_stream") {
+		labels["transport"] = "quic"
+	}
+	return metricstest.Value(t, reg, name, labels)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/metricstest"
 	"github.com/fibrilgo/fibril/plugins"
 	"github.com/fibrilgo/fibril/transport/transporttest"
 )
@@ -178,7 +179,11 @@ func TestMetrics(t *testing.T) {
 	}
 	check := func(what, name, label, value string, want float64) {
 		t.Helper()
-		if got := transporttest.Sample(t, reg, transportLabel, name, label, value); got != want {
+		labels := map[string]string{"transport": transportLabel}
+		if label != "" {
+			labels[label] = value
+		}
+		if got := metricstest.Value(t, reg, name, labels); got != want {
 			t.Errorf("%s = %v, want %v", what, got, want)
 		}
 	}
