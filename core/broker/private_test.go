@@ -310,8 +310,21 @@ func counterValue(t *testing.T, b *Broker, name string) float64 {
 // advertise it; the balancer here sends every connection to n0) and a
 // private one. Every partition answers the balancer's address, n0 forwards
 // what n1 and n2 own — no redirect ping-pong — and every confirmed
-// publish and delivery goes through.
+// publish and delivery goes through. Over tcp and quic.
 func TestTwoPublicBrokersShareOneAddress(t *testing.T) {
+	for _, tr := range []string{"tcp", "quic"} {
+		t.Run(tr, func(t *testing.T) {
+			var extra []string
+			if tr == "quic" {
+				ca := filepath.Join(t.TempDir(), "cluster-ca.pem")
+				extra = append(tlsFlags(ca), "--transport.backend=quic")
+			}
+			twoPublicBrokersShareOneAddress(t, extra)
+		})
+	}
+}
+
+func twoPublicBrokersShareOneAddress(t *testing.T, extra []string) {
 	lbLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -319,12 +332,12 @@ func TestTwoPublicBrokersShareOneAddress(t *testing.T) {
 	lb := lbLn.Addr().String()
 	bs := startMemClusterWith(t, 3, func(i int) []string {
 		if i == 2 {
-			return []string{"--broker.visibility=private"}
+			return append([]string{"--broker.visibility=private"}, extra...)
 		}
 		// Behind a balancer each public broker needs its own peer address
 		// (the default, the first advertise entry, is the balancer's): a
 		// peer listener of its own gives it one.
-		return []string{"--broker.peer_listener.bind=127.0.0.1:0", "--broker.listener.advertise=" + lb}
+		return append([]string{"--broker.peer_listener.bind=127.0.0.1:0", "--broker.listener.advertise=" + lb}, extra...)
 	})
 	go func() { // the balancer: every connection to n0
 		for {
@@ -345,7 +358,11 @@ func TestTwoPublicBrokersShareOneAddress(t *testing.T) {
 	guard := loopbackOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Options{Addrs: []string{lb}, Username: "fibril", Password: "fibril",
+	var tc *tls.Config
+	if bs[0].tls != nil {
+		tc = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // each test broker has its own self-signed CA
+	}
+	c, err := client.Dial(ctx, client.Options{Addrs: []string{lb}, Username: "fibril", Password: "fibril", TLS: tc,
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if addr != lb {
 				t.Errorf("the client dialled %s, not the balancer", addr)
