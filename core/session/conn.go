@@ -24,8 +24,9 @@ type Conn struct {
 	srv      *Server
 	nc       net.Conn
 	br       *bufio.Reader
-	bw       *bufio.Writer
-	id       uint64 // process-unique, never reused
+	bw       *bufio.Writer // from writeBufs while a write round has bytes to flush; nil when idle
+	counted  *countingConn // nc, counting bytes: what br and bw read and write
+	id       uint64        // process-unique, never reused
 	peer     netip.Addr
 	remote   string
 	tlsState *tls.ConnectionState
@@ -38,7 +39,7 @@ type Conn struct {
 	// forwarded is the accepted FORWARDED_SESSION of an upstream
 	// connection (WIRE §22): nil on a client's own connection.
 	forwarded   *wire.ForwardedSession
-	rbuf        []byte // frame buffer reused between frames
+	rbuf        []byte // frame buffer reused between frames while input is waiting; nil when idle
 	slotPending bool   // the request being handled holds an unused reply slot
 	acks        pendingAcks
 	stopReading bool             // the request answered with close-after
@@ -96,7 +97,22 @@ type outFrame struct {
 	finish      bool         // no frame: close once everything queued so far (pushes too) is written
 }
 
-const rbufKeep = 64 << 10 // frame buffer kept between frames; larger frames get their own
+// Per-connection buffers. An idle connection (a client that holds a
+// session and waits) keeps only its read buffer: the frame buffer and the
+// write buffer come from pools while frames flow and go back when the
+// connection waits, so ten thousand idle clients cost tens of KiB each,
+// not hundreds.
+const (
+	readBufSize  = 16 << 10 // the socket read buffer
+	writeBufSize = 64 << 10 // the write buffer of one round (one syscall per round)
+	rbufKeep     = 64 << 10 // frame buffer kept between frames; larger frames get their own
+)
+
+// frameBufs and writeBufs are the pools behind rbuf and bw.
+var (
+	frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, rbufKeep); return &b }}
+	writeBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufSize) }}
+)
 
 func newConn(srv *Server, nc net.Conn, id uint64) *Conn {
 	c := &Conn{
@@ -108,7 +124,6 @@ func newConn(srv *Server, nc net.Conn, id uint64) *Conn {
 		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
 		writerDone: make(chan struct{}),
-		rbuf:       make([]byte, 0, rbufKeep),
 		relayRoom:  make(chan struct{}, 1),
 	}
 	if ap, err := netip.ParseAddrPort(c.remote); err == nil {
@@ -119,9 +134,8 @@ func newConn(srv *Server, nc net.Conn, id uint64) *Conn {
 		st := ts.ConnectionState()
 		c.tlsState = &st
 	}
-	counted := &countingConn{Conn: nc, m: srv.opts.Metrics}
-	c.br = bufio.NewReaderSize(counted, 64<<10)
-	c.bw = bufio.NewWriterSize(counted, 64<<10)
+	c.counted = &countingConn{Conn: nc, m: srv.opts.Metrics}
+	c.br = bufio.NewReaderSize(c.counted, readBufSize)
 	c.log = srv.opts.Logger.With("conn", id, "remote", c.remote)
 	c.lastRecv.Store(srv.opts.Now().UnixNano())
 	return c
@@ -139,8 +153,9 @@ func (c *Conn) serve() {
 	}
 	go c.writeLoop()
 	max := c.srv.opts.maxBody()
+	defer c.releaseFrameBuf()
 	for !c.stopReading {
-		h, body, err := wire.ReadFrame(c.br, c.rbuf[:0], max)
+		h, body, err := wire.ReadFrame(c.br, c.frameBuf(), max)
 		if err != nil {
 			c.readFailed(h, err)
 			return
@@ -154,9 +169,29 @@ func (c *Conn) serve() {
 			c.flushAcks()
 			c.commitOwed()
 		}
-		if cap(c.rbuf) > rbufKeep {
-			c.rbuf = make([]byte, 0, rbufKeep)
-		}
+	}
+}
+
+// frameBuf is the buffer for the next frame's body: the pooled one while
+// input is already buffered (frames are flowing), none when the reader is
+// about to wait (ReadFrame then allocates the body of the frame that ends
+// the wait, and an idle connection holds no frame buffer).
+func (c *Conn) frameBuf() []byte {
+	if c.br.Buffered() == 0 {
+		c.releaseFrameBuf()
+		return nil
+	}
+	if c.rbuf == nil {
+		c.rbuf = *frameBufs.Get().(*[]byte)
+	}
+	return c.rbuf[:0]
+}
+
+func (c *Conn) releaseFrameBuf() {
+	if c.rbuf != nil {
+		b := c.rbuf[:0]
+		frameBufs.Put(&b)
+		c.rbuf = nil
 	}
 }
 

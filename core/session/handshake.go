@@ -17,7 +17,7 @@ import (
 func (c *Conn) handshake() bool {
 	opts := &c.srv.opts
 	_ = c.nc.SetReadDeadline(opts.Now().Add(opts.FirstFrame)) // S-14
-	h, body, err := wire.ReadFrame(c.br, c.rbuf[:0], opts.maxBody())
+	h, body, err := wire.ReadFrame(c.br, nil, opts.maxBody())
 	if err != nil {
 		var tooBig *wire.FrameTooLargeError
 		if errors.As(err, &tooBig) {

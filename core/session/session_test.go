@@ -404,3 +404,37 @@ func TestConfirmWrittenByReader(t *testing.T) {
 		t.Fatalf("delivered %v", seen)
 	}
 }
+
+// An idle connection gives its write buffer back once a round is on the
+// wire (the memory a thousand idle clients cost: per-connection buffers
+// come from pools while frames flow).
+func TestIdleConnectionHoldsNoWriteBuffer(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	for range 20 { // pipelined: several answers per round
+		c.publish("orders", "m", true)
+	}
+	for range 20 {
+		if h, _ := c.read(5 * time.Second); h.Op != wire.OpPublishOK {
+			t.Fatalf("got %s, want PUBLISH_OK", h.Op)
+		}
+	}
+	e.srv.mu.Lock()
+	var conn *Conn
+	for sc := range e.srv.conns {
+		conn = sc
+	}
+	e.srv.mu.Unlock()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		conn.wlock.Lock()
+		held := conn.bw != nil
+		conn.wlock.Unlock()
+		if !held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an idle connection still holds its write buffer after 5 s")
+		}
+	}
+}

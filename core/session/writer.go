@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bufio"
 	"encoding/binary"
 	"time"
 
@@ -118,7 +119,7 @@ func (c *Conn) writeAnswers() {
 // of wlock only.
 func (c *Conn) writeAnswer(f *outFrame) bool {
 	c.scratch = appendOut(c.scratch[:0], f)
-	if _, err := c.bw.Write(c.scratch); err != nil {
+	if _, err := c.out().Write(c.scratch); err != nil {
 		return c.writeFailed(err)
 	}
 	if f.slot {
@@ -184,7 +185,7 @@ func (c *Conn) writeRound(ping bool) bool {
 		if ping && c.windowOpen.Load() {
 			ping = false
 			c.scratch = wire.AppendFrame(c.scratch[:0], wire.OpPing, c.nextPushID(), nil)
-			if _, err := c.bw.Write(c.scratch); err != nil {
+			if _, err := c.out().Write(c.scratch); err != nil {
 				return c.writeFailed(err)
 			}
 		}
@@ -226,16 +227,34 @@ func (c *Conn) takePushes() []push {
 	return c.sess.takePushes(c)
 }
 
+// out is the write buffer of this round, taken from writeBufs when the
+// round has not written yet. Holder of wlock only.
+func (c *Conn) out() *bufio.Writer {
+	if c.bw == nil {
+		c.bw = writeBufs.Get().(*bufio.Writer)
+		c.bw.Reset(c.counted)
+	}
+	return c.bw
+}
+
+// flush ends a round: what it buffered goes to the socket and the buffer
+// back to writeBufs. Holder of wlock only.
 func (c *Conn) flush() bool {
-	if c.bw.Buffered() == 0 {
+	if c.bw == nil {
 		return true
 	}
-	// A client that stops reading must not hold the writer forever: a
-	// flush that makes no progress for 3H ends the connection.
-	_ = c.nc.SetWriteDeadline(c.srv.opts.Now().Add(3 * c.srv.opts.Heartbeat))
-	if err := c.bw.Flush(); err != nil {
-		return c.writeFailed(err)
+	if c.bw.Buffered() > 0 {
+		// A client that stops reading must not hold the writer forever: a
+		// flush that makes no progress for 3H ends the connection.
+		_ = c.nc.SetWriteDeadline(c.srv.opts.Now().Add(3 * c.srv.opts.Heartbeat))
+		if err := c.bw.Flush(); err != nil {
+			c.bw = nil // it holds the error: not for reuse
+			return c.writeFailed(err)
+		}
 	}
+	c.bw.Reset(nil)
+	writeBufs.Put(c.bw)
+	c.bw = nil
 	return true
 }
 
@@ -266,7 +285,7 @@ func (c *Conn) writePush(p push) bool {
 	default:
 		c.scratch = wire.AppendFrame(c.scratch[:0], p.op, c.nextPushID(), p.body)
 	}
-	if _, err := c.bw.Write(c.scratch); err != nil {
+	if _, err := c.out().Write(c.scratch); err != nil {
 		return c.writeFailed(err)
 	}
 	return true
