@@ -89,6 +89,13 @@ func TestMeasureGatewayUpstreamMemory(t *testing.T) {
 		base/(1<<20), n, afterBare/(1<<20), n, afterDirect/(1<<20), n, afterForwarded/(1<<20))
 	t.Logf("per session on the gateway: bare %.1f KiB, with a local subscription %.1f KiB, forwarded %.1f KiB; so per idle upstream session %.1f KiB",
 		perBare/1024, perDirect/1024, perForwarded/1024, (perForwarded-perBare)/1024)
+	// All of them share the gateway's one QUIC connection to the owner.
+	_, metrics := httpGet(t, gw.Admin, "/metrics", nil)
+	for _, line := range strings.Split(string(metrics), "\n") {
+		if strings.HasPrefix(line, "fibril_transport_quic_connections_open ") {
+			t.Logf("QUIC connections open on the gateway with %d upstream sessions: %s", n, strings.TrimPrefix(line, "fibril_transport_quic_connections_open "))
+		}
+	}
 	for _, c := range append(append(bare, direct...), forwarded...) {
 		c.Close()
 	}
