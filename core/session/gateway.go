@@ -113,7 +113,12 @@ type upstream struct {
 	lastProgress atomic.Int64 // unix nanos: last answer, or first request after idle
 	lastUse      atomic.Int64 // unix nanos
 	gone         chan struct{}
+	reason       atomic.Pointer[string] // why this broker ended it (the first reason wins); nil: it was lost
 }
+
+// closing records why this broker ends the upstream session, for the log
+// line cleanup writes.
+func (u *upstream) closing(reason string) { u.reason.CompareAndSwap(nil, &reason) }
 
 // fwdSub is one forwarded subscription.
 type fwdSub struct {
@@ -444,6 +449,7 @@ func (u *upstream) watch() {
 			now.Sub(time.Unix(0, u.lastProgress.Load())) > set.ForwardTimeout {
 			c.log.Warn("upstream session aborted: no answer within routing.forward_timeout_ms", "owner", string(u.owner),
 				"timeout", set.ForwardTimeout, "outstanding", u.outstanding.Load())
+			u.closing("forward_timeout")
 			u.up.Abort()
 			return
 		}
@@ -455,7 +461,7 @@ func (u *upstream) watch() {
 		}
 		c.gw.mu.Unlock()
 		if idle {
-			c.log.Debug("upstream session closed: idle", "owner", string(u.owner))
+			u.closing("idle")
 			closeUpstream(u.up)
 			return
 		}
@@ -485,15 +491,23 @@ func (u *upstream) cleanup() {
 	c.gw.mu.Unlock()
 	c.srv.gwLimits.release(u.owner)
 	close(u.gone)
+	reason, err := "lost", u.up.Conn.Err()
+	if r := u.reason.Load(); r != nil {
+		reason = *r
+	} else if err == nil || errors.Is(err, upclient.ErrClosed) {
+		reason = "closed"
+	}
+	if reason == "lost" {
+		c.log.Info("upstream session closed", "owner", string(u.owner), "reason", reason, "err", err, "subscriptions_closed", len(subs))
+	} else {
+		c.log.Info("upstream session closed", "owner", string(u.owner), "reason", reason, "subscriptions_closed", len(subs))
+	}
 	if closing {
 		return
 	}
 	for _, fs := range subs {
 		c.enqueue(outFrame{op: wire.OpSubscriptionClosed, body: &wire.SubscriptionClosed{SubID: fs.clientID,
 			Code: wire.ReasonOwnerMoved, Message: "the upstream session to the partition's owner ended; subscribe again"}})
-	}
-	if err := u.up.Conn.Err(); err != nil && !errors.Is(err, upclient.ErrClosed) {
-		c.log.Info("upstream session ended", "owner", string(u.owner), "err", err, "subscriptions_closed", len(subs))
 	}
 }
 
@@ -524,6 +538,7 @@ func (c *Conn) closeGateway() {
 	g.ups = nil
 	g.mu.Unlock()
 	for _, u := range ups {
+		u.closing("client_closed")
 		go closeUpstream(u.up)
 	}
 }
