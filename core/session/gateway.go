@@ -74,6 +74,9 @@ type gateway struct {
 	subs    map[subKey]*fwdSub
 	nextSub uint64
 	closed  bool
+	// failLogged and failSkipped rate-limit logForwardFailure.
+	failLogged  time.Time
+	failSkipped int
 	// opening holds, per owner whose upstream session is being opened, the
 	// operations that wait for it, in the order the client sent them. The
 	// entry stays until they have all run, so a later operation for that
@@ -617,19 +620,25 @@ func (c *Conn) relayWritten(n int) {
 // answerForwarded turns the owner's answer to a forwarded request into the
 // client's (any goroutine). reply is the frame to relay; err says why
 // there is none (NotWritten: 503; otherwise the outcome is unknown).
-func (c *Conn) answerForwarded(op wire.Op, reqID uint64, ref func() Route, f upclient.Frame, err error) {
+func (c *Conn) answerForwarded(op wire.Op, reqID uint64, owner core.NodeID, ref func() Route, f upclient.Frame, err error) {
 	m := c.srv.opts.Metrics
-	outcome := "ok"
-	defer func() { m.ForwardRequests.WithLabelValues(op.String(), outcome).Inc() }()
+	outcome, code := "ok", uint16(0)
+	defer func() {
+		m.ForwardRequests.WithLabelValues(op.String(), outcome).Inc()
+		if code != 0 {
+			c.logForwardFailure(op, reqID, owner, outcome, code, err)
+		}
+	}()
 	if err == nil {
 		m.ForwardBytesIn.Add(float64(wire.HeaderSize + len(f.Body)))
 	}
 	switch {
 	case err != nil && upclient.NotWritten(err):
-		outcome = "not_sent"
-		c.answerError(reqID, wire.CodeUnavailable, notSent(err))
+		outcome, code = "not_sent", wire.CodeUnavailable
+		c.answerError(reqID, code, notSent(err))
 	case err != nil:
-		code, msg := wire.CodeOutcomeUnknown, "the upstream session to the partition's owner was lost after the request was sent; its outcome is unknown: "+err.Error()
+		var msg string
+		code, msg = wire.CodeOutcomeUnknown, "the upstream session to the partition's owner was lost after the request was sent; its outcome is unknown: "+err.Error()
 		outcome = "outcome_unknown"
 		if op != wire.OpPublish && op != wire.OpPublishDelayed {
 			// A SUBSCRIBE dies with the upstream session on the owner.
@@ -645,21 +654,49 @@ func (c *Conn) answerForwarded(op wire.Op, reqID uint64, ref func() Route, f upc
 			c.enqueue(outFrame{op: wire.OpRedirect, reqID: reqID, slot: true, body: rt.Redirect})
 			return
 		}
-		c.answerError(reqID, wire.CodeUnavailable, "the partition's ownership is moving; retry")
+		code = wire.CodeUnavailable
+		c.answerError(reqID, code, "the partition's ownership is moving; retry")
 	case f.Op == wire.OpPublishOK:
 		var ok wire.PublishOK
 		if derr := ok.Decode(f.Body); derr != nil {
-			outcome = "error"
-			c.answerError(reqID, wire.CodeOutcomeUnknown, "the owner's PUBLISH_OK is malformed: "+derr.Error())
+			outcome, code = "error", wire.CodeOutcomeUnknown
+			c.answerError(reqID, code, "the owner's PUBLISH_OK is malformed: "+derr.Error())
 			return
 		}
 		c.enqueue(outFrame{op: wire.OpPublishOK, reqID: reqID, offset: ok.Offset, slot: true}) // the owner's offset, inline
 	default:
 		if f.Op == wire.OpError {
 			outcome = "error"
+			var eb wire.ErrorBody
+			if eb.Decode(f.Body) == nil {
+				code = eb.Code
+			}
 		}
 		c.enqueue(outFrame{op: f.Op, reqID: reqID, slot: true, body: rawBody(append([]byte(nil), f.Body...))})
 	}
+}
+
+// logForwardFailure logs a forwarded request that failed, with the code the
+// client got; at most one line a second per connection, counting the ones
+// it left out (an owner that dies with a full window fails hundreds at
+// once).
+func (c *Conn) logForwardFailure(op wire.Op, reqID uint64, owner core.NodeID, outcome string, code uint16, err error) {
+	g := &c.gw
+	now := time.Now()
+	g.mu.Lock()
+	if now.Sub(g.failLogged) < time.Second {
+		g.failSkipped++
+		g.mu.Unlock()
+		return
+	}
+	skipped := g.failSkipped
+	g.failLogged, g.failSkipped = now, 0
+	g.mu.Unlock()
+	args := []any{"op", op.String(), "request_id", reqID, "owner", string(owner), "outcome", outcome, "code", code, "not_logged_before", skipped}
+	if err != nil {
+		args = append(args, "err", err)
+	}
+	c.log.Info("forwarded request failed", args...)
 }
 
 // forwardPublish relays a PUBLISH / PUBLISH_DELAYED to owner (reader
@@ -723,7 +760,7 @@ func (c *Conn) relayPublish(h wire.FrameHeader, body []byte, req *publishReq, ow
 		}
 		releaseBody(kept)
 		c.confirmed(f, err, start)
-		c.answerForwarded(op, reqID, reroute, f, err)
+		c.answerForwarded(op, reqID, u.owner, reroute, f, err)
 	})
 	if err != nil {
 		releaseBody(kept)
@@ -779,7 +816,7 @@ func (c *Conn) resendPublish(op wire.Op, reqID uint64, body []byte, owner core.N
 	}
 	err = u.call(time.Now(), op, rawBody(body), func(f upclient.Frame, err error) {
 		c.confirmed(f, err, start)
-		c.answerForwarded(op, reqID, reroute, f, err)
+		c.answerForwarded(op, reqID, u.owner, reroute, f, err)
 	})
 	if err != nil {
 		c.answerError(reqID, wire.CodeUnavailable, notSent(err))
@@ -940,7 +977,7 @@ func (c *Conn) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 		if err == nil && f.Op == wire.OpSubscribeErr {
 			f.Op = wire.OpError // WIRE §7.3: subscribe failures use ERROR
 		}
-		c.answerForwarded(wire.OpSubscribe, id, reroute, f, err)
+		c.answerForwarded(wire.OpSubscribe, id, u.owner, reroute, f, err)
 	})
 	if err != nil {
 		unreserve()
