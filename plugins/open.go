@@ -40,30 +40,51 @@ func OpenCoordination(ctx context.Context, name string, env CoordinationEnv, cat
 			return nil, fmt.Errorf("coordination %q: data dir: %w", name, err)
 		}
 	}
-	if f, ok := BuiltinCoordination(name); ok {
-		if e, shadowed := catalog.Lookup(KindCoordination, name); shadowed {
-			log.Warn("the plugin catalog lists a coordination plugin with the name of a built-in; the built-in is used",
-				"name", name, "catalog", e.catalog, "entry", e.index)
-		}
+	f, builtin := BuiltinCoordination(name)
+	e, err := resolvePlugin(KindCoordination, "coordination backend", name, builtin, BuiltinCoordinationNames(), catalog, log)
+	if err != nil {
+		return nil, err
+	}
+	if builtin {
 		if env.Logger == nil {
 			env.Logger = log.With("coordination", name)
 		}
 		return f(ctx, env)
 	}
-	e, ok := catalog.Lookup(KindCoordination, name)
+	return openExternalCoordination(ctx, e, env, log.With("plugin_kind", KindCoordination, "plugin", e.Name), applyOptions(opts))
+}
+
+// resolvePlugin finds what serves name among the plugins of kind. When
+// builtin is true a built-in does: a catalog entry of the same name is
+// only warned about, and the result is nil. Otherwise it is the catalog's
+// entry, or an error wrapping ErrUnknownPlugin that lists what exists;
+// label names the setting in that error.
+func resolvePlugin(kind, label, name string, builtin bool, builtinNames []string, catalog *Catalog, log *slog.Logger) (*CatalogEntry, error) {
+	if builtin {
+		if e, shadowed := catalog.Lookup(kind, name); shadowed {
+			log.Warn("the plugin catalog lists a "+kind+" plugin with the name of a built-in; the built-in is used",
+				"name", name, "catalog", e.catalog, "entry", e.index)
+		}
+		return nil, nil
+	}
+	e, ok := catalog.Lookup(kind, name)
 	if !ok {
 		where := "no plugin catalog is configured (plugins.catalog)"
 		if catalog != nil && catalog.Path != "" {
-			where = fmt.Sprintf("coordination plugins in catalog %s: %s", catalog.Path, listOrNone(catalog.Names(KindCoordination)))
+			where = fmt.Sprintf("%s plugins in catalog %s: %s", kind, catalog.Path, listOrNone(catalog.Names(kind)))
 		}
-		return nil, fmt.Errorf("coordination backend %q: %w: built-ins: %s; %s",
-			name, ErrUnknownPlugin, listOrNone(BuiltinCoordinationNames()), where)
+		return nil, fmt.Errorf("%s %q: %w: built-ins: %s; %s", label, name, ErrUnknownPlugin, listOrNone(builtinNames), where)
 	}
+	return e, nil
+}
+
+// applyOptions is the host options: the defaults, then opts in order.
+func applyOptions(opts []Option) options {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return openExternalCoordination(ctx, e, env, log.With("plugin_kind", KindCoordination, "plugin", e.Name), o)
+	return o
 }
 
 func listOrNone(names []string) string {

@@ -86,28 +86,16 @@ func OpenTransport(ctx context.Context, name string, env TransportEnv, catalog *
 	if log == nil {
 		log = slog.Default()
 	}
-	if f, ok := BuiltinTransport(name); ok {
-		if e, shadowed := catalog.Lookup(KindTransport, name); shadowed {
-			log.Warn("the plugin catalog lists a transport plugin with the name of a built-in; the built-in is used",
-				"name", name, "catalog", e.catalog, "entry", e.index)
-		}
+	f, builtin := BuiltinTransport(name)
+	e, err := resolvePlugin(KindTransport, "transport", name, builtin, BuiltinTransportNames(), catalog, log)
+	if err != nil {
+		return nil, err
+	}
+	if builtin {
 		if env.Logger == nil {
 			env.Logger = log.With("transport", name)
 		}
 		return f(ctx, env)
 	}
-	e, ok := catalog.Lookup(KindTransport, name)
-	if !ok {
-		where := "no plugin catalog is configured (plugins.catalog)"
-		if catalog != nil && catalog.Path != "" {
-			where = fmt.Sprintf("transport plugins in catalog %s: %s", catalog.Path, listOrNone(catalog.Names(KindTransport)))
-		}
-		return nil, fmt.Errorf("transport %q: %w: built-ins: %s; %s",
-			name, ErrUnknownPlugin, listOrNone(BuiltinTransportNames()), where)
-	}
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return openExternalTransport(ctx, e, env, log.With("plugin_kind", KindTransport, "plugin", e.Name), o)
+	return openExternalTransport(ctx, e, env, log.With("plugin_kind", KindTransport, "plugin", e.Name), applyOptions(opts))
 }
