@@ -37,12 +37,8 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
 	progress := fs.Bool("progress", true, "print progress to stderr once a second")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the bench process to `file` (to check it is not the bottleneck)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
 	}
 	if *coalesce {
 		fmt.Fprintln(e.stderr, "fibrilctl bench: --coalesce is deprecated and has no effect: core/client batches its writes")

@@ -273,6 +273,19 @@ func describe(err error) string {
 	return msg
 }
 
+// parseNoArgs is parseArgs for a command that takes no positional
+// argument: one is a usage error.
+func parseNoArgs(fs *cmdFlags, args []string) error {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	return nil
+}
+
 // parseArgs parses flags that may be interleaved with positional
 // arguments ("--" ends the flags) and returns the positional ones.
 func parseArgs(fs *cmdFlags, args []string) ([]string, error) {

@@ -56,12 +56,8 @@ func fetchCluster(ctx context.Context, g *globals, e *env) (*clusterView, error)
 func runCluster(ctx context.Context, g *globals, e *env, args []string) error {
 	fs := newFlagSet("cluster", "[--json]", g, e)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
 	}
 	v, err := fetchCluster(ctx, g, e)
 	if err != nil {

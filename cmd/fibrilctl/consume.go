@@ -44,12 +44,8 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 	fail := fs.Bool("fail", false, "settle as a terminal failure (dead-letter) instead of ACK")
 	wait := fs.Duration("wait", 0, "stop when nothing arrived for this long (0 = wait forever)")
 	asJSON := fs.Bool("json", false, "print one JSON object per delivery")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
 	}
 	if *topic == "" {
 		return usagef("--topic is required")

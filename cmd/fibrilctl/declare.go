@@ -24,12 +24,8 @@ func runDeclare(ctx context.Context, g *globals, e *env, args []string) error {
 	maxAge := fs.Duration("max-age", 0, "stream retention by age (0 = unbounded)")
 	maxBytes := fs.Uint64("max-bytes", 0, "stream retention by size (0 = unbounded)")
 	maxRecords := fs.Uint64("max-records", 0, "stream retention by record count (0 = unbounded)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
 	}
 	if *topic == "" {
 		return usagef("--topic is required")

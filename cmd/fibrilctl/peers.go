@@ -31,12 +31,8 @@ type peersView struct {
 func runPeers(ctx context.Context, g *globals, e *env, args []string) error {
 	fs := newFlagSet("peers", "[--json]", g, e)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
 	}
 	a, err := g.adminClient(e)
 	if err != nil {

@@ -31,12 +31,8 @@ func runTopology(ctx context.Context, g *globals, e *env, args []string) error {
 	topic := fs.String("topic", "", "only this topic (default: all)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	withOwners := fs.Bool("owners", false, "one line per partition with its owner node, epoch, written mark and the client endpoints a client would dial, from the admin API at --admin (cluster only)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
 	}
 	if *withOwners {
 		v, err := fetchCluster(ctx, g, e)
