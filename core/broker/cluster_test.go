@@ -148,17 +148,7 @@ func TestClusterRoutesClientsToOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	got := map[string]bool{}
-	for len(got) < total {
-		d, err := sub.Next(ctx)
-		if err != nil {
-			t.Fatalf("after %d deliveries: %v", len(got), err)
-		}
-		got[string(d.Payload)] = true
-		if err := d.Ack(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	consumeDistinct(ctx, t, sub, total)
 	if st := c.Stats(); st.PrefetchViolations != 0 {
 		t.Fatalf("prefetch violations: %d", st.PrefetchViolations)
 	}
@@ -573,4 +563,22 @@ func memName(t *testing.T) string {
 		}
 		return r
 	}, t.Name())
+}
+
+// consumeDistinct takes deliveries from sub, acknowledging each, until it
+// has seen n distinct payloads, which it returns; an error fails the test.
+func consumeDistinct(ctx context.Context, t *testing.T, sub *client.Subscription, n int) map[string]bool {
+	t.Helper()
+	got := map[string]bool{}
+	for len(got) < n {
+		d, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d distinct deliveries of %d: %v", len(got), n, err)
+		}
+		got[string(d.Payload)] = true
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return got
 }

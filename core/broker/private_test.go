@@ -119,6 +119,24 @@ func TestPrivateOwnersAnswerTheGateway(t *testing.T) {
 	}
 }
 
+// transportFlags are the flags that run a test cluster over transport tr:
+// none for tcp (the default, plaintext), TLS with a shared peer CA for quic.
+func transportFlags(t *testing.T, tr string) []string {
+	if tr != "quic" {
+		return nil
+	}
+	return append(tlsFlags(filepath.Join(t.TempDir(), "cluster-ca.pem")), "--transport.backend=quic")
+}
+
+// clientTLS is the client TLS configuration for b: nil when b serves
+// plaintext.
+func clientTLS(b *Broker) *tls.Config {
+	if b.tls == nil {
+		return nil
+	}
+	return &tls.Config{InsecureSkipVerify: true} //nolint:gosec // each test broker has its own self-signed CA
+}
+
 // startPrivateCluster starts one public broker (n0) and n-1 private ones,
 // and returns them with a client of the public broker whose dialer fails
 // the test on any attempt to reach a private broker's client address.
@@ -137,12 +155,8 @@ func startPrivateCluster(t *testing.T, n int, extra ...string) ([]*Broker, *clie
 	guard := loopbackOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var tc *tls.Config
-	if bs[0].tls != nil {
-		tc = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // each test broker has its own self-signed CA
-	}
 	c, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()},
-		Username: "fibril", Password: "fibril", TLS: tc,
+		Username: "fibril", Password: "fibril", TLS: clientTLS(bs[0]),
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if private[addr] {
 				t.Errorf("the client dialled the private broker at %s", addr)
@@ -166,12 +180,7 @@ func startPrivateCluster(t *testing.T, n int, extra ...string) ([]*Broker, *clie
 func TestForwardingThroughTheGateway(t *testing.T) {
 	for _, tr := range []string{"tcp", "quic"} {
 		t.Run(tr, func(t *testing.T) {
-			var extra []string
-			if tr == "quic" {
-				ca := filepath.Join(t.TempDir(), "cluster-ca.pem")
-				extra = append(tlsFlags(ca), "--transport.backend=quic")
-			}
-			bs, c := startPrivateCluster(t, 3, extra...)
+			bs, c := startPrivateCluster(t, 3, transportFlags(t, tr)...)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "orders", Partitions: 6}); err != nil {
@@ -205,7 +214,6 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 				}
 			}
 			// Each message is stored on its partition's owner only.
-			stored := 0
 			for _, b := range bs {
 				snap := b.cluster.cl.Snapshot()
 				for _, d := range b.queues.Depths() {
@@ -213,24 +221,13 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 					if p.Node != b.nodeID {
 						t.Fatalf("%s holds %s#%d, owned by %s", b.nodeID, d.Key, d.Partition, p.Node)
 					}
-					stored += int(d.Ready)
 				}
 			}
 			sub, err := c.Subscribe(ctx, "orders", client.SubscribeOptions{Prefetch: 8})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[string]bool{}
-			for len(got) < total+6 {
-				d, err := sub.Next(ctx)
-				if err != nil {
-					t.Fatalf("after %d deliveries (%d stored): %v", len(got), stored, err)
-				}
-				got[string(d.Payload)] = true
-				if err := d.Ack(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			consumeDistinct(ctx, t, sub, total+6)
 			// Seed §8: the gateway and the owners publish their session
 			// counts; the gateway counted the owners' confirms.
 			waitFor(t, "the session count labels", func() bool {
@@ -314,12 +311,7 @@ func counterValue(t *testing.T, b *Broker, name string) float64 {
 func TestTwoPublicBrokersShareOneAddress(t *testing.T) {
 	for _, tr := range []string{"tcp", "quic"} {
 		t.Run(tr, func(t *testing.T) {
-			var extra []string
-			if tr == "quic" {
-				ca := filepath.Join(t.TempDir(), "cluster-ca.pem")
-				extra = append(tlsFlags(ca), "--transport.backend=quic")
-			}
-			twoPublicBrokersShareOneAddress(t, extra)
+			twoPublicBrokersShareOneAddress(t, transportFlags(t, tr))
 		})
 	}
 }
@@ -358,11 +350,7 @@ func twoPublicBrokersShareOneAddress(t *testing.T, extra []string) {
 	guard := loopbackOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var tc *tls.Config
-	if bs[0].tls != nil {
-		tc = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // each test broker has its own self-signed CA
-	}
-	c, err := client.Dial(ctx, client.Options{Addrs: []string{lb}, Username: "fibril", Password: "fibril", TLS: tc,
+	c, err := client.Dial(ctx, client.Options{Addrs: []string{lb}, Username: "fibril", Password: "fibril", TLS: clientTLS(bs[0]),
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if addr != lb {
 				t.Errorf("the client dialled %s, not the balancer", addr)
@@ -407,16 +395,7 @@ func twoPublicBrokersShareOneAddress(t *testing.T, extra []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for seen := map[string]bool{}; len(seen) < 30; {
-		d, err := sub.Next(ctx)
-		if err != nil {
-			t.Fatalf("after %d deliveries: %v", len(seen), err)
-		}
-		seen[string(d.Payload)] = true
-		if err := d.Ack(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	consumeDistinct(ctx, t, sub, 30)
 	if n := counterValue(t, bs[0], "fibril_forward_confirms_total"); n != float64(5*(owners["n1"]+owners["n2"])) {
 		t.Fatalf("n0 relayed %v confirms, want %d (the partitions n1 and n2 own)", n, 5*(owners["n1"]+owners["n2"]))
 	}
