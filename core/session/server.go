@@ -25,7 +25,7 @@ type Server struct {
 	connWG   sync.WaitGroup
 	nextConn atomic.Uint64
 
-	gwLimits      gatewayLimits // upstream sessions of every connection (gateway.go)
+	gwLimits      gatewayLimits // upstream sessions of every connection (gateway_limits.go)
 	gwInflight    atomic.Int64  // bytes of forwarded confirmed publishes awaiting answers
 	forwardedOpen atomic.Int64  // connections with an accepted FORWARDED_SESSION
 }

@@ -1,0 +1,141 @@
+package session
+
+import (
+	"sync"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+)
+
+// The limits of forwarding on a gateway (seed §5): upstream sessions in
+// all and per owner, the fail-fast window after a refused connect, and the
+// bytes of confirmed publishes in flight.
+
+// refusedFailFast is how long an owner that refused a connection gets 503
+// at once, without a new dial (seed §6).
+const refusedFailFast = time.Second
+
+// gatewayLimits are the server-wide counters behind routing.max_upstream_*
+// and the fail-fast window after a refused connect.
+type gatewayLimits struct {
+	mu       sync.Mutex
+	total    int
+	perOwner map[core.NodeID]int
+	refused  map[core.NodeID]time.Time
+	warned   map[core.NodeID]time.Time
+}
+
+// take reserves an upstream session to owner; on refusal it returns the
+// limit's label (fibril_forward_rejected_total) and the 503 to answer.
+func (l *gatewayLimits) take(owner core.NodeID, set Settings, now time.Time) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if until, ok := l.refused[owner]; ok && now.Before(until) {
+		return "refused_recently", core.Errorf(core.ErrUnavailable, "owner %s refused a connection less than %s ago; retry", owner, refusedFailFast)
+	}
+	if set.MaxUpstreams > 0 && l.total >= set.MaxUpstreams {
+		return "max_upstream_sessions", core.Errorf(core.ErrUnavailable, "this broker has routing.max_upstream_sessions (%d) upstream sessions open; retry", set.MaxUpstreams)
+	}
+	if set.MaxUpstreamsPerOwner > 0 && l.perOwner[owner] >= set.MaxUpstreamsPerOwner {
+		return "max_upstream_sessions_per_owner", core.Errorf(core.ErrUnavailable, "this broker has routing.max_upstream_sessions_per_owner (%d) upstream sessions open to %s; retry", set.MaxUpstreamsPerOwner, owner)
+	}
+	if l.perOwner == nil {
+		l.perOwner = make(map[core.NodeID]int)
+	}
+	l.total++
+	l.perOwner[owner]++
+	return "", nil
+}
+
+func (l *gatewayLimits) release(owner core.NodeID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.total--
+	if l.perOwner[owner]--; l.perOwner[owner] <= 0 {
+		delete(l.perOwner, owner)
+	}
+}
+
+func (l *gatewayLimits) refuse(owner core.NodeID, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refused == nil {
+		l.refused = make(map[core.NodeID]time.Time)
+	}
+	l.refused[owner] = until
+}
+
+// warnEvery rate-limits the warnings about one owner.
+const warnEvery = 10 * time.Second
+
+// warnDue reports whether a warning about owner may be logged now.
+func (l *gatewayLimits) warnDue(owner core.NodeID, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.warned == nil {
+		l.warned = make(map[core.NodeID]time.Time)
+	}
+	if now.Sub(l.warned[owner]) < warnEvery {
+		return false
+	}
+	l.warned[owner] = now
+	return true
+}
+
+// byOwner returns the upstream sessions open (or being opened) per owner.
+func (l *gatewayLimits) byOwner() map[core.NodeID]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[core.NodeID]int, len(l.perOwner))
+	for o, n := range l.perOwner {
+		out[o] = n
+	}
+	return out
+}
+
+// Open returns the number of upstream sessions open on this broker.
+func (l *gatewayLimits) open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+// inflightWaitMax caps how long a publish waits for forwarding byte room:
+// the forward timeout, at most the 5 s heartbeat interval (issue 6 §6).
+const inflightWaitMax = 5 * time.Second
+
+// acquireInflight reserves n bytes of routing.max_inflight_forward_bytes,
+// waiting (the client's reader, so the client feels the backpressure) at
+// most the forward timeout capped at inflightWaitMax. A single publish
+// larger than the limit passes when nothing else is in flight.
+func (s *Server) acquireInflight(n int64, set Settings) bool {
+	limit := set.MaxInflightForwardBytes
+	wait := min(set.ForwardTimeout, inflightWaitMax)
+	deadline := time.Now().Add(wait)
+	for {
+		cur := s.gwInflight.Load()
+		if limit <= 0 || cur == 0 || cur+n <= limit {
+			if s.gwInflight.CompareAndSwap(cur, cur+n) {
+				s.opts.Metrics.ForwardInflightBytes.Add(float64(n))
+				return true
+			}
+			continue
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (s *Server) releaseInflight(n int64) {
+	s.gwInflight.Add(-n)
+	s.opts.Metrics.ForwardInflightBytes.Sub(float64(n))
+}
+
+// ForwardingCounts is what the node publishes in its labels (seed §8):
+// upstream sessions open as a gateway, forwarded sessions served as an
+// owner.
+func (s *Server) ForwardingCounts() (upstreams, forwarded int) {
+	return s.gwLimits.open(), int(s.forwardedOpen.Load())
+}
