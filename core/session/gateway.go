@@ -409,11 +409,11 @@ func (u *upstream) cleanup() {
 	} else if err == nil || errors.Is(err, upclient.ErrClosed) {
 		reason = "closed"
 	}
+	args := []any{"owner", string(u.owner), "reason", reason, "subscriptions_closed", len(subs)}
 	if reason == "lost" {
-		c.log.Info("upstream session closed", "owner", string(u.owner), "reason", reason, "err", err, "subscriptions_closed", len(subs))
-	} else {
-		c.log.Info("upstream session closed", "owner", string(u.owner), "reason", reason, "subscriptions_closed", len(subs))
+		args = append(args, "err", err)
 	}
+	c.log.Info("upstream session closed", args...)
 	if closing {
 		return
 	}
