@@ -24,7 +24,7 @@ import (
 	"github.com/fibrilgo/fibril/core/admin"
 	"github.com/fibrilgo/fibril/core/auth"
 	"github.com/fibrilgo/fibril/core/config"
-	"github.com/fibrilgo/fibril/core/forward"
+	"github.com/fibrilgo/fibril/core/peer"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/session"
 	"github.com/fibrilgo/fibril/core/settings"
@@ -57,7 +57,7 @@ type Broker struct {
 	// The peer side (coordinated mode only; see peers.go).
 	peer         *tlsconf.Peer  // inter-broker TLS material; nil when tls.inter_broker is off
 	transport    core.Transport // transport.backend
-	links        *forward.Links // one link per peer, over transport
+	links        *peer.Links    // one link per peer, over transport
 	peerShared   bool           // peers connect to the client listener
 	peerAccepted chan struct{}  // closed when the peer accept loop has ended
 

@@ -17,7 +17,7 @@ import (
 	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/cluster"
 	"github.com/fibrilgo/fibril/core/config"
-	"github.com/fibrilgo/fibril/core/forward"
+	"github.com/fibrilgo/fibril/core/peer"
 	"github.com/fibrilgo/fibril/core/session"
 	"github.com/fibrilgo/fibril/core/tlsconf"
 	"github.com/fibrilgo/fibril/core/wire"
@@ -196,7 +196,7 @@ func (b *Broker) openTransport(ctx context.Context, id core.NodeID, catalog *plu
 		return fmt.Errorf("transport.backend %s (listening on %s %s): %w", cfg.Transport.Backend, where, plan.bind, err)
 	}
 	b.transport = tr
-	b.links = forward.NewLinks(tr)
+	b.links = peer.NewLinks(tr)
 	if err := checkPeerAddr(b.peerAdvertise(), cfg); err != nil {
 		return err
 	}
@@ -272,9 +272,9 @@ func (b *Broker) probePeers(ctx context.Context) any {
 		}
 	}
 	sort.Slice(peers, func(i, j int) bool { return peers[i].ID < peers[j].ID })
-	up := forward.Upstream{Self: c.self.ID, Secret: string(b.secret)}
+	up := peer.Login{Self: c.self.ID, Secret: string(b.secret)}
 	timeout := time.Duration(b.settings.Current().Routing.UpstreamConnectTimeoutMS) * time.Millisecond
-	out := make([]forward.ProbeResult, len(peers))
+	out := make([]peer.ProbeResult, len(peers))
 	sem := make(chan struct{}, peerProbeConcurrency)
 	var wg sync.WaitGroup
 	for i, p := range peers {
@@ -377,7 +377,7 @@ func (b *Broker) dialUpstream(ctx context.Context, owner core.NodeID, fs wire.Fo
 	if err != nil {
 		return session.Upstream{}, err
 	}
-	up := forward.Upstream{Self: c.self.ID, Secret: string(b.secret)}
+	up := peer.Login{Self: c.self.ID, Secret: string(b.secret)}
 	conn, stream, err := up.Dial(ctx, link, 0, onPush)
 	if err != nil {
 		if !errors.Is(err, core.ErrPeerRefused) {
@@ -386,7 +386,7 @@ func (b *Broker) dialUpstream(ctx context.Context, owner core.NodeID, fs wire.Fo
 		return session.Upstream{}, err
 	}
 	fs.OriginNodeID = string(c.self.ID)
-	if _, err := forward.Forwarded(ctx, conn, fs); err != nil {
+	if _, err := peer.Forwarded(ctx, conn, fs); err != nil {
 		_ = conn.Close()
 		b.log.Debug("FORWARDED_SESSION refused", "owner", string(owner), "err", err) // the gateway warns, rate-limited
 		return session.Upstream{}, err

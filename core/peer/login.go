@@ -1,4 +1,4 @@
-package forward
+package peer
 
 import (
 	"context"
@@ -19,9 +19,9 @@ const upstreamReadBuffer = 8 << 10
 // reserved principal; repeated here so this package stays below auth).
 const NodePrincipal = "@node"
 
-// Upstream describes how to log in to peers: as @node with the cluster
+// Login describes how to log in to peers: as @node with the cluster
 // secret (S-149), naming this node in HELLO.
-type Upstream struct {
+type Login struct {
 	Self   core.NodeID
 	Secret string
 }
@@ -30,7 +30,7 @@ type Upstream struct {
 // on it (HELLO, AUTH as @node; WIRE §8.1). The returned connection is
 // started; closing it closes the stream in order. An error before the
 // stream exists wraps core.ErrPeerRefused.
-func (u Upstream) Dial(ctx context.Context, link core.Link, heartbeat time.Duration, onPush func(client.Frame)) (*client.Conn, core.Stream, error) {
+func (u Login) Dial(ctx context.Context, link core.Link, heartbeat time.Duration, onPush func(client.Frame)) (*client.Conn, core.Stream, error) {
 	var stream core.Stream
 	cfg := client.ConnConfig{
 		ClientName:    "fibril-peer " + string(u.Self),
@@ -81,7 +81,7 @@ type ProbeResult struct {
 // Probe checks that peer is reachable over the transport as a peer should
 // be: a stream opens, the upstream handshake succeeds, and the peer
 // answers a TOPOLOGY request. The stream is closed in order afterwards.
-func (u Upstream) Probe(ctx context.Context, links *Links, peer core.Peer) ProbeResult {
+func (u Login) Probe(ctx context.Context, links *Links, peer core.Peer) ProbeResult {
 	res := ProbeResult{Node: peer.ID, Addr: peer.Addr}
 	fail := func(err error) ProbeResult {
 		res.Error = err.Error()
