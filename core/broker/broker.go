@@ -24,6 +24,7 @@ import (
 	"github.com/fibrilgo/fibril/core/admin"
 	"github.com/fibrilgo/fibril/core/auth"
 	"github.com/fibrilgo/fibril/core/config"
+	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/peer"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/session"
@@ -281,14 +282,16 @@ func (b *Broker) sessionSettings() session.Settings {
 	d := b.settings.Current()
 	r := d.Routing
 	return session.Settings{
-		ReconnectGrace:          settings.Ms(d.Connection.ReconnectGraceMS),
-		RestartTTL:              settings.Ms(d.Connection.ResumeSessionRestartTTLMS),
-		MaxUpstreams:            int(r.MaxUpstreamSessions),
-		MaxUpstreamsPerOwner:    int(r.MaxUpstreamSessionsPerOwner),
-		ForwardTimeout:          settings.Ms(r.ForwardTimeoutMS),
-		UpstreamConnectTimeout:  settings.Ms(r.UpstreamConnectTimeoutMS),
-		UpstreamIdleClose:       settings.Ms(r.UpstreamIdleCloseMS),
-		MaxInflightForwardBytes: r.MaxInflightForwardBytes,
+		ReconnectGrace: settings.Ms(d.Connection.ReconnectGraceMS),
+		RestartTTL:     settings.Ms(d.Connection.ResumeSessionRestartTTLMS),
+		Forwarding: forward.Limits{
+			MaxUpstreams:            int(r.MaxUpstreamSessions),
+			MaxUpstreamsPerOwner:    int(r.MaxUpstreamSessionsPerOwner),
+			ForwardTimeout:          settings.Ms(r.ForwardTimeoutMS),
+			UpstreamConnectTimeout:  settings.Ms(r.UpstreamConnectTimeoutMS),
+			UpstreamIdleClose:       settings.Ms(r.UpstreamIdleCloseMS),
+			MaxInflightForwardBytes: r.MaxInflightForwardBytes,
+		},
 	}
 }
 
@@ -344,9 +347,9 @@ func (b *Broker) startSessions() error {
 	if b.peer != nil {
 		nodeIdentity = b.nodeIdentity
 	}
-	var upstreams session.UpstreamDialer
+	var upstreams forward.Dialer
 	if b.cluster != nil && b.links != nil {
-		upstreams = b.dialUpstream
+		upstreams = b.dialer()
 	}
 	b.sessions, err = session.New(session.Options{
 		Queues:          b.queues,
@@ -368,7 +371,7 @@ func (b *Broker) startSessions() error {
 	if err != nil {
 		return err
 	}
-	session.RegisterUpstreamSessions(b.registry, b.sessions, cfg.Admin.MetricsPerChannel)
+	forward.RegisterUpstreamSessions(b.registry, b.sessions.Gateway(), cfg.Admin.MetricsPerChannel)
 	b.adminSessions.Store(b.sessions)
 	go b.acceptLoop()
 	if b.transport != nil {

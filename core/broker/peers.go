@@ -14,13 +14,11 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
-	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/cluster"
 	"github.com/fibrilgo/fibril/core/config"
+	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/peer"
-	"github.com/fibrilgo/fibril/core/session"
 	"github.com/fibrilgo/fibril/core/tlsconf"
-	"github.com/fibrilgo/fibril/core/wire"
 	"github.com/fibrilgo/fibril/plugins"
 )
 
@@ -363,41 +361,23 @@ func (c *coordinated) warnNoGateway(snap *cluster.Snapshot) {
 	}
 }
 
-// dialUpstream is session.Options.Upstreams: an upstream session to owner
-// over the transport — a stream on the link to its peer address, HELLO,
-// AUTH as @node, FORWARDED_SESSION (FFS2, else FFS1) naming this node as
-// the origin.
-func (b *Broker) dialUpstream(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, onPush func(client.Frame)) (session.Upstream, error) {
+// dialer is session.Options.Upstreams: upstream sessions to owners over
+// the transport, found in this broker's cluster view.
+func (b *Broker) dialer() forward.Dialer {
 	c := b.cluster
-	m := c.cl.Snapshot().Members[owner]
-	if m == nil || !m.Live || m.Info.PeerAddr == "" {
-		return session.Upstream{}, core.Errorf(core.ErrPeerRefused, "owner %s is not live in this broker's view", owner)
-	}
-	link, err := b.links.Get(ctx, core.Peer{ID: owner, Addr: m.Info.PeerAddr})
-	if err != nil {
-		return session.Upstream{}, err
-	}
-	up := peer.Login{Self: c.self.ID, Secret: string(b.secret)}
-	conn, stream, err := up.Dial(ctx, link, 0, onPush)
-	if err != nil {
-		if !errors.Is(err, core.ErrPeerRefused) {
-			err = core.Errorf(core.ErrPeerRefused, "upstream handshake with %s failed: %v", owner, err)
-		}
-		return session.Upstream{}, err
-	}
-	fs.OriginNodeID = string(c.self.ID)
-	if _, err := peer.Forwarded(ctx, conn, fs); err != nil {
-		_ = conn.Close()
-		b.log.Debug("FORWARDED_SESSION refused", "owner", string(owner), "err", err) // the gateway warns, rate-limited
-		return session.Upstream{}, err
-	}
-	return session.Upstream{Conn: conn, Abort: func() {
-		_ = stream.Abort()
-		conn.Abort(errUpstreamAborted)
-	}}, nil
+	return forward.PeerDialer{
+		Login: peer.Login{Self: c.self.ID, Secret: string(b.secret)},
+		Links: b.links,
+		Lookup: func(owner core.NodeID) (core.Peer, bool) {
+			m := c.cl.Snapshot().Members[owner]
+			if m == nil || !m.Live || m.Info.PeerAddr == "" {
+				return core.Peer{}, false
+			}
+			return core.Peer{ID: owner, Addr: m.Info.PeerAddr}, true
+		},
+		Logger: b.log,
+	}.Dial
 }
-
-var errUpstreamAborted = errors.New("upstream session aborted by the gateway")
 
 // heartbeatLabels are the labels this node publishes as they change: its
 // topology adoption level (S-120) and, while non-zero, its forwarding

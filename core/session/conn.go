@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -70,13 +71,12 @@ type Conn struct {
 	// once on an orderly close (WIRE §22.2) instead of waiting its grace.
 	releaseOnClose atomic.Bool
 
-	// Gateway state (gateway.go): upstream sessions and forwarded
-	// subscriptions, and the relayed bytes queued for the writer.
-	gw          gateway
-	relayQueued atomic.Int64
-	identity    atomic.Pointer[connIdentity] // published by the reader (connections.go)
-	relayRoom   chan struct{}
-	topoAck     atomic.Uint64
+	// relay is the connection's forwarding state (core/forward): upstream
+	// sessions and forwarded subscriptions, and the relayed bytes queued
+	// for the writer.
+	relay    *forward.Relay
+	identity atomic.Pointer[connIdentity] // published by the reader (connections.go)
+	topoAck  atomic.Uint64
 
 	// Writer-only state (pushID), and state of the wlock holder (scratch).
 	pushID  uint64 // broker-initiated request ids: one counter from 0 (WIRE §2.2)
@@ -93,7 +93,7 @@ type outFrame struct {
 	slot        bool         // return a reply slot once written
 	opensWindow bool         // RECONCILE_RESULT: the quiet window ends once it is written
 	closeAfter  bool         // close the connection once this frame is on the wire
-	relay       int          // bytes of a relayed frame (gateway backpressure, relayWritten)
+	relay       int          // bytes of a relayed frame (relay backpressure, forward.Relay.Written)
 	finish      bool         // no frame: close once everything queued so far (pushes too) is written
 }
 
@@ -124,7 +124,6 @@ func newConn(srv *Server, nc net.Conn, id uint64) *Conn {
 		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
 		writerDone: make(chan struct{}),
-		relayRoom:  make(chan struct{}, 1),
 	}
 	if ap, err := netip.ParseAddrPort(c.remote); err == nil {
 		c.peer = ap.Addr().Unmap()
@@ -137,6 +136,7 @@ func newConn(srv *Server, nc net.Conn, id uint64) *Conn {
 	c.counted = &countingConn{Conn: nc, m: srv.opts.Metrics}
 	c.br = bufio.NewReaderSize(c.counted, readBufSize)
 	c.log = srv.opts.Logger.With("conn", id, "remote", c.remote)
+	c.relay = srv.gw.NewRelay((*relayPort)(c), c.done)
 	c.lastRecv.Store(srv.opts.Now().UnixNano())
 	return c
 }
@@ -260,7 +260,7 @@ func (c *Conn) finishGracefully() {
 // and detaches the connection from its session.
 func (c *Conn) terminate() {
 	c.close()
-	c.closeGateway()
+	c.relay.Close()
 	if c.forwarded != nil {
 		c.srv.opts.Metrics.ForwardedSessions.Dec()
 		c.srv.forwardedOpen.Add(-1)

@@ -86,16 +86,10 @@ func (s *Server) Connections() []ConnInfo {
 			}
 			sess.mu.Unlock()
 		}
-		c.gw.mu.Lock()
-		for key, fs := range c.gw.subs {
-			if fs.up != nil {
-				info.Subscriptions = append(info.Subscriptions, key.String()+" (forwarded)")
-			}
+		for _, s := range c.relay.Subscriptions() {
+			info.Subscriptions = append(info.Subscriptions, s+" (forwarded)")
 		}
-		for owner := range c.gw.ups {
-			info.Upstreams = append(info.Upstreams, string(owner))
-		}
-		c.gw.mu.Unlock()
+		info.Upstreams = append(info.Upstreams, c.relay.Owners()...)
 		slices.Sort(info.Subscriptions)
 		slices.Sort(info.Upstreams)
 		out = append(out, info)

@@ -354,3 +354,8 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// rawBody is a body sent as given (malformed ones included).
+type rawBody []byte
+
+func (r rawBody) AppendTo(b []byte) []byte { return append(b, r...) }

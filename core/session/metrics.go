@@ -2,6 +2,8 @@ package session
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fibrilgo/fibril/core/forward"
 )
 
 // Metrics are the session layer's Prometheus series. Every name is listed
@@ -27,19 +29,13 @@ type Metrics struct {
 	TopologyPushes    prometheus.Counter
 	ForwardedSessions prometheus.Gauge // connections with an accepted FORWARDED_SESSION
 
-	// The gateway (gateway.go).
-	ForwardRequests       *prometheus.CounterVec // op, outcome
-	ForwardBytesIn        prometheus.Counter
-	ForwardBytesOut       prometheus.Counter
-	ForwardInflightBytes  prometheus.Gauge
-	ForwardRejected       *prometheus.CounterVec // limit
-	ForwardConfirms       prometheus.Counter
-	ForwardConfirmLatency prometheus.Counter // microseconds, summed
+	// Forward are the relay's series (core/forward).
+	Forward *forward.Metrics
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not
-// registered, for tests). fibril_forward_upstream_sessions is registered
-// by RegisterUpstreamSessions, which knows whether it is split by owner.
+// registered, for tests), the relay's included (forward.NewMetrics;
+// fibril_forward_upstream_sessions is forward.RegisterUpstreamSessions').
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		ConnectionsTotal: prometheus.NewCounter(prometheus.CounterOpts{
@@ -83,20 +79,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		ForwardedSessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fibril_forwarded_sessions", Help: "Connections open here on which a gateway accepted FORWARDED_SESSION (upstream sessions of clients of other brokers)."}),
-		ForwardRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fibril_forward_requests_total", Help: "Client requests relayed to owners, by op and outcome."}, []string{"op", "outcome"}),
-		ForwardBytesIn: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fibril_forward_bytes_in_total", Help: "Frame bytes relayed from owners to clients (answers and pushes)."}),
-		ForwardBytesOut: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fibril_forward_bytes_out_total", Help: "Frame bytes relayed from clients to owners."}),
-		ForwardInflightBytes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fibril_forward_inflight_bytes", Help: "Bytes of relayed confirmed publishes waiting for the owner's answer (bounded by routing.max_inflight_forward_bytes)."}),
-		ForwardRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fibril_forward_rejected_total", Help: "Forwarded operations answered 503 by a limit, by limit."}, []string{"limit"}),
-		ForwardConfirms: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fibril_forward_confirms_total", Help: "Owners' PUBLISH_OKs relayed to clients."}),
-		ForwardConfirmLatency: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fibril_forward_confirm_latency_microseconds_total", Help: "Sum of the time from reading a forwarded confirmed publish to relaying the owner's PUBLISH_OK, in microseconds (divide by fibril_forward_confirms_total)."}),
 		TopologyPushes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fibril_topology_pushes_total", Help: "TOPOLOGY_UPDATE pushes queued to sessions (coordinated mode, S-119)."}),
 	}
@@ -104,38 +86,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.ConnectionsTotal, m.ConnectionsOpen, m.SessionsLive, m.SessionsDormant,
 			m.SubscriptionsOpen, m.BytesIn, m.BytesOut, m.ConnErrors, m.ResumeNew, m.ResumeAccepted,
 			m.ResumeRejected, m.GraceEntered, m.GraceExpired, m.ReconcileRequests, m.ReconcileOutcomes,
-			m.AuthFailures, m.Dropped, m.ConfirmLatency, m.TopologyPushes, m.ForwardedSessions,
-			m.ForwardRequests, m.ForwardBytesIn, m.ForwardBytesOut, m.ForwardInflightBytes,
-			m.ForwardRejected, m.ForwardConfirms, m.ForwardConfirmLatency)
+			m.AuthFailures, m.Dropped, m.ConfirmLatency, m.TopologyPushes, m.ForwardedSessions)
 	}
+	m.Forward = forward.NewMetrics(reg)
 	return m
-}
-
-// RegisterUpstreamSessions exports fibril_forward_upstream_sessions: the
-// total, or with perOwner (admin.metrics_per_channel) one series per owner
-// labelled owner, both read at scrape time from the limit accounting (the
-// one count of upstream sessions, those being dialled included). One name with two label sets
-// cannot share a registry, hence the choice.
-func RegisterUpstreamSessions(reg prometheus.Registerer, s *Server, perOwner bool) {
-	if !perOwner {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fibril_forward_upstream_sessions",
-			Help: "Upstream sessions this broker has open to owners, as a gateway."},
-			func() float64 { return float64(s.gwLimits.open()) }))
-		return
-	}
-	reg.MustRegister(upstreamsByOwner{s: s, desc: prometheus.NewDesc("fibril_forward_upstream_sessions",
-		"Upstream sessions this broker has open to each owner, as a gateway.", []string{"owner"}, nil)})
-}
-
-type upstreamsByOwner struct {
-	s    *Server
-	desc *prometheus.Desc
-}
-
-func (u upstreamsByOwner) Describe(ch chan<- *prometheus.Desc) { ch <- u.desc }
-
-func (u upstreamsByOwner) Collect(ch chan<- prometheus.Metric) {
-	for owner, n := range u.s.gwLimits.byOwner() {
-		ch <- prometheus.MustNewConstMetric(u.desc, prometheus.GaugeValue, float64(n), string(owner))
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -41,13 +42,8 @@ type Settings struct {
 	ReconnectGrace time.Duration // connection.reconnect_grace_ms (0 disables)
 	RestartTTL     time.Duration // connection.resume_session_restart_ttl_ms (0 disables)
 
-	// Forwarding limits (routing.*, seed §5): 0 means no limit.
-	MaxUpstreams            int           // routing.max_upstream_sessions
-	MaxUpstreamsPerOwner    int           // routing.max_upstream_sessions_per_owner
-	ForwardTimeout          time.Duration // routing.forward_timeout_ms
-	UpstreamConnectTimeout  time.Duration // routing.upstream_connect_timeout_ms
-	UpstreamIdleClose       time.Duration // routing.upstream_idle_close_ms
-	MaxInflightForwardBytes int64         // routing.max_inflight_forward_bytes
+	// Forwarding are the relay's limits (routing.*; core/forward).
+	Forwarding forward.Limits
 }
 
 // Options configure a Server.
@@ -68,7 +64,7 @@ type Options struct {
 	NodeID string
 	// Upstreams opens upstream sessions when the router says Forward (nil:
 	// this broker answers such operations with the route's error).
-	Upstreams       UpstreamDialer
+	Upstreams       forward.Dialer
 	OwnerID         wire.UUID                // this broker instance (persisted: S-100)
 	SkeletonDir     string                   // durable session skeletons (S-106); "" disables them
 	Settings        func() Settings          // nil = 5 s grace, 60 s restart TTL

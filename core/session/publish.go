@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -47,7 +48,8 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 	if rt := c.route(req.topic, req.group, req.partition, true, req.version); !rt.Serve {
 		switch {
 		case rt.Forward != "" && c.srv.opts.Upstreams != nil:
-			c.forwardPublish(h, body, req, rt.Forward)
+			c.relay.Publish(h, body, forward.PublishRef{Confirm: req.confirm, Topic: req.topic, Group: req.group,
+				Partition: req.partition, Version: req.version}, rt.Forward)
 		case rt.Redirect == nil:
 			fail(core.Code(rt.Err), "not_served", rt.Err.Error())
 		case req.confirm:

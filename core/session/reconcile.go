@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -21,10 +22,13 @@ func (c *Conn) handleReconcile(id uint64, body []byte) {
 		return
 	}
 	c.srv.opts.Metrics.ReconcileRequests.Inc()
-	fwd, local := c.reconcileForwarded(req.Subscriptions)
+	fwd := verdictLog{m: c.srv.opts.Metrics}
+	local := c.relay.Reconcile(req.Subscriptions, func(cv, sv wire.Option[wire.ReconcileSub], v forward.Verdict) {
+		fwd.add(cv, sv, relayVerdicts[v])
+	})
 	res, restored := c.sess.reconcile(req.Policy, local)
-	if len(fwd) > 0 {
-		res.Entries = append(res.Entries, fwd...)
+	if len(fwd.entries) > 0 {
+		res.Entries = append(res.Entries, fwd.entries...)
 		slices.SortStableFunc(res.Entries, compareEntries)
 	}
 	c.slotPending = false
@@ -53,9 +57,19 @@ var (
 	vClientMissing = verdict{wire.ActionCloseServerSide, wire.ReasonClientMissing, "server_dropped"}
 )
 
+// relayVerdicts are the relay's reconcile verdicts (forward.Relay.Reconcile)
+// as RECONCILE_RESULT entries.
+var relayVerdicts = map[forward.Verdict]verdict{
+	forward.Matched:       vMatched,
+	forward.IDChanged:     vIDChanged,
+	forward.Missing:       vMissing,
+	forward.Recreate:      vRecreate,
+	forward.ClientMissing: vClientMissing,
+}
+
 // verdictLog collects RECONCILE_RESULT entries and counts each verdict's
-// outcome; the local reconcile and the gateway's (reconcileForwarded) both
-// record through it.
+// outcome; the local reconcile and the relay's (forward.Relay.Reconcile)
+// both record through it.
 type verdictLog struct {
 	m       *Metrics
 	entries []wire.ReconcileEntry

@@ -44,7 +44,7 @@ type Route struct {
 	Redirect *wire.Redirect
 	Err      error
 	// Forward names the owner to relay the operation to over an upstream
-	// session (gateway.go); Err is then the answer when that cannot be
+	// session (core/forward); Err is then the answer when that cannot be
 	// done (no Options.Upstreams).
 	Forward core.NodeID
 }

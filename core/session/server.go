@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -25,9 +26,8 @@ type Server struct {
 	connWG   sync.WaitGroup
 	nextConn atomic.Uint64
 
-	gwLimits      gatewayLimits // upstream sessions of every connection (gateway_limits.go)
-	gwInflight    atomic.Int64  // bytes of forwarded confirmed publishes awaiting answers
-	forwardedOpen atomic.Int64  // connections with an accepted FORWARDED_SESSION
+	gw            *forward.Gateway // the relay's server-wide side: upstream sessions of every connection
+	forwardedOpen atomic.Int64     // connections with an accepted FORWARDED_SESSION
 }
 
 // New creates a server. Skeletons older than the restart TTL are removed
@@ -38,6 +38,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: opts, conns: make(map[*Conn]struct{})}
+	s.gw = forward.NewGateway(opts.Upstreams, func() forward.Limits { return opts.Settings().Forwarding }, opts.Metrics.Forward)
 	s.sessions.byID = make(map[wire.UUID]*Session)
 	s.skeletons, err = openSkeletons(opts.SkeletonDir, opts.OwnerID, opts.Now, opts.Settings().RestartTTL)
 	if err != nil {
@@ -227,4 +228,15 @@ func (s *Server) GoingAway(grace time.Duration, message string) int {
 		}
 	}
 	return n
+}
+
+// Gateway is the server-wide side of the relay (core/forward): its limit
+// accounting and metrics.
+func (s *Server) Gateway() *forward.Gateway { return s.gw }
+
+// ForwardingCounts is what the node publishes in its labels (seed §8):
+// upstream sessions open as a gateway, forwarded sessions served as an
+// owner.
+func (s *Server) ForwardingCounts() (upstreams, forwarded int) {
+	return s.gw.Open(), int(s.forwardedOpen.Load())
 }

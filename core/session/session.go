@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -12,7 +13,7 @@ import (
 // maxSubID bounds the ids of subscriptions served here: ids at and above
 // 2^48 belong to forwarded subscriptions, so one connection can mix both
 // without collisions (seed §11).
-const maxSubID = 1 << 48
+const maxSubID = forward.FirstSubID
 
 // Session is a logical client: it outlives its sockets for the reconnect
 // grace (S-102) and follows the newest one (S-104).

@@ -15,7 +15,7 @@ func (c *Conn) handleSettle(op wire.Op, body []byte) {
 			c.drop(op, "malformed")
 			return
 		}
-		if c.forwardedSettle(op, keyOf(a.Topic, a.Group, a.Partition), body) {
+		if c.relay.Settle(op, a.Topic, a.Group, a.Partition, body) {
 			return
 		}
 		if sub := c.sess.findSub(keyOf(a.Topic, a.Group, a.Partition)); sub != nil {
@@ -37,7 +37,7 @@ func (c *Conn) handleSettle(op wire.Op, body []byte) {
 		c.drop(op, "not_before_without_requeue") // S-59: nothing is applied
 		return
 	}
-	if c.forwardedSettle(op, keyOf(n.Topic, n.Group, n.Partition), body) {
+	if c.relay.Settle(op, n.Topic, n.Group, n.Partition, body) {
 		return
 	}
 	if sub := c.sess.findSub(keyOf(n.Topic, n.Group, n.Partition)); sub != nil {

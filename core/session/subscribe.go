@@ -247,7 +247,7 @@ func (c *Conn) handleSubscribe(id uint64, body []byte) {
 	}
 	if rt := c.route(req.Topic, req.Group, req.Partition, false, 0); !rt.Serve {
 		if rt.Forward != "" && c.srv.opts.Upstreams != nil {
-			c.forwardSubscribe(id, body, req, rt.Forward)
+			c.relay.Subscribe(id, body, req, rt.Forward)
 			return
 		}
 		if rt.Redirect != nil {

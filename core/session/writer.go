@@ -126,7 +126,7 @@ func (c *Conn) writeAnswer(f *outFrame) bool {
 		c.releaseSlot()
 	}
 	if f.relay > 0 {
-		c.relayWritten(f.relay)
+		c.relay.Written(f.relay)
 	}
 	return true
 }

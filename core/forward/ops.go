@@ -1,4 +1,4 @@
-package session
+package forward
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// The operations a gateway relays over upstream sessions (gateway.go):
+// The operations a gateway relays over upstream sessions (relay.go):
 // publishes, subscriptions and their deliveries and settles, the answers it
 // gives for them, and the reconcile of forwarded subscriptions.
 
@@ -24,64 +24,65 @@ func (u *upstream) onPush(f upclient.Frame) {
 	case wire.OpGoingAway:
 		// Not relayed: the owner is draining; the SUBSCRIPTION_CLOSED
 		// frames that follow are, and new operations re-route.
-		u.c.log.Info("upstream owner is going away", "owner", string(u.owner))
+		u.r.c.Logger().Info("upstream owner is going away", "owner", string(u.owner))
 	}
 }
 
 // relaySub relays a DELIVER or SUBSCRIPTION_CLOSED with the sub id (the
 // first field after the magic) rewritten to the client-facing one.
 func (u *upstream) relaySub(f upclient.Frame) {
-	c := u.c
+	r := u.r
 	if len(f.Body) < 12 {
 		return
 	}
 	ownerID := binary.BigEndian.Uint64(f.Body[4:12])
-	c.gw.mu.Lock()
+	r.mu.Lock()
 	fs := u.subs[ownerID]
 	if fs != nil && f.Op == wire.OpSubscriptionClosed {
 		delete(u.subs, ownerID)
-		if c.gw.subs[fs.key] == fs {
-			delete(c.gw.subs, fs.key)
+		if r.subs[fs.key] == fs {
+			delete(r.subs, fs.key)
 		}
 	}
-	c.gw.mu.Unlock()
+	r.mu.Unlock()
 	if fs == nil {
 		return // a subscription the client no longer has
 	}
 	body := f.Body // a push owns its body (client.ConnConfig.OnPush): rewrite it in place
 	binary.BigEndian.PutUint64(body[4:12], fs.clientID)
-	c.srv.opts.Metrics.ForwardBytesIn.Add(float64(wire.HeaderSize + len(body)))
-	if c.relayQueued.Load() > relayHighBytes {
-		c.waitRelayRoom(u)
+	r.gw.m.BytesIn.Add(float64(wire.HeaderSize + len(body)))
+	if r.queued.Load() > relayHighBytes {
+		r.waitRelayRoom(u)
 	}
-	c.relayQueued.Add(int64(len(body)))
-	c.enqueue(outFrame{op: f.Op, reqID: f.RequestID, body: rawBody(body), relay: len(body)})
+	r.queued.Add(int64(len(body)))
+	r.c.Push(f.Op, f.RequestID, rawBody(body), len(body))
 }
 
 // waitRelayRoom parks the upstream reader until the client's writer has
 // written enough relayed frames (or either side ends). The upstream's
 // heartbeat monitor does not count the wait, and its PINGs keep the owner
 // from declaring the upstream dead.
-func (c *Conn) waitRelayRoom(u *upstream) {
+func (r *Relay) waitRelayRoom(u *upstream) {
 	unpark := u.up.Conn.ParkReader()
 	defer unpark()
-	for c.relayQueued.Load() > relayHighBytes {
+	for r.queued.Load() > relayHighBytes {
 		select {
-		case <-c.done:
+		case <-r.done:
 			return
 		case <-u.up.Conn.Done():
 			return
-		case <-c.relayRoom:
+		case <-r.room:
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-// relayWritten is called by the writer after it wrote relayed bytes.
-func (c *Conn) relayWritten(n int) {
-	if c.relayQueued.Add(-int64(n)) <= relayHighBytes/2 {
+// Written is called by the client's writer after it wrote n relayed
+// bytes (a frame pushed with Conn.Push and relayed = n).
+func (r *Relay) Written(n int) {
+	if r.queued.Add(-int64(n)) <= relayHighBytes/2 {
 		select {
-		case c.relayRoom <- struct{}{}:
+		case r.room <- struct{}{}:
 		default:
 		}
 	}
@@ -90,22 +91,22 @@ func (c *Conn) relayWritten(n int) {
 // answerForwarded turns the owner's answer to a forwarded request into the
 // client's (any goroutine). reply is the frame to relay; err says why
 // there is none (NotWritten: 503; otherwise the outcome is unknown).
-func (c *Conn) answerForwarded(op wire.Op, reqID uint64, owner core.NodeID, ref func() Route, f upclient.Frame, err error) {
-	m := c.srv.opts.Metrics
+func (r *Relay) answerForwarded(op wire.Op, reqID uint64, owner core.NodeID, ref func() Target, f upclient.Frame, err error) {
+	m := r.gw.m
 	outcome, code := "ok", uint16(0)
 	defer func() {
-		m.ForwardRequests.WithLabelValues(op.String(), outcome).Inc()
+		m.Requests.WithLabelValues(op.String(), outcome).Inc()
 		if code != 0 {
-			c.logForwardFailure(op, reqID, owner, outcome, code, err)
+			r.logForwardFailure(op, reqID, owner, outcome, code, err)
 		}
 	}()
 	if err == nil {
-		m.ForwardBytesIn.Add(float64(wire.HeaderSize + len(f.Body)))
+		m.BytesIn.Add(float64(wire.HeaderSize + len(f.Body)))
 	}
 	switch {
 	case err != nil && upclient.NotWritten(err):
 		outcome, code = "not_sent", wire.CodeUnavailable
-		c.answerError(reqID, code, notSent(err))
+		r.answerError(reqID, code, notSent(err))
 	case err != nil:
 		var msg string
 		code, msg = wire.CodeOutcomeUnknown, "the upstream session to the partition's owner was lost after the request was sent; its outcome is unknown: "+err.Error()
@@ -115,25 +116,25 @@ func (c *Conn) answerForwarded(op wire.Op, reqID uint64, owner core.NodeID, ref 
 			code, msg = wire.CodeUnavailable, "the upstream session to the partition's owner was lost: "+err.Error()+"; retry"
 			outcome = "lost"
 		}
-		c.answerError(reqID, code, msg)
+		r.answerError(reqID, code, msg)
 	case f.Op == wire.OpRedirect:
 		outcome = "moved"
 		// Never relayed raw (seed §3): the owner's view moved on; answer
 		// from this broker's own view, which follows the cluster.
 		if rt := ref(); rt.Redirect != nil {
-			c.enqueue(outFrame{op: wire.OpRedirect, reqID: reqID, slot: true, body: rt.Redirect})
+			r.c.Answer(wire.OpRedirect, reqID, rt.Redirect)
 			return
 		}
 		code = wire.CodeUnavailable
-		c.answerError(reqID, code, "the partition's ownership is moving; retry")
+		r.answerError(reqID, code, "the partition's ownership is moving; retry")
 	case f.Op == wire.OpPublishOK:
 		var ok wire.PublishOK
 		if derr := ok.Decode(f.Body); derr != nil {
 			outcome, code = "error", wire.CodeOutcomeUnknown
-			c.answerError(reqID, code, "the owner's PUBLISH_OK is malformed: "+derr.Error())
+			r.answerError(reqID, code, "the owner's PUBLISH_OK is malformed: "+derr.Error())
 			return
 		}
-		c.enqueue(outFrame{op: wire.OpPublishOK, reqID: reqID, offset: ok.Offset, slot: true}) // the owner's offset, inline
+		r.c.Confirm(reqID, ok.Offset) // the owner's offset
 	default:
 		if f.Op == wire.OpError {
 			outcome = "error"
@@ -142,7 +143,7 @@ func (c *Conn) answerForwarded(op wire.Op, reqID uint64, owner core.NodeID, ref 
 				code = eb.Code
 			}
 		}
-		c.enqueue(outFrame{op: f.Op, reqID: reqID, slot: true, body: rawBody(append([]byte(nil), f.Body...))})
+		r.c.Answer(f.Op, reqID, rawBody(append([]byte(nil), f.Body...)))
 	}
 }
 
@@ -150,93 +151,92 @@ func (c *Conn) answerForwarded(op wire.Op, reqID uint64, owner core.NodeID, ref 
 // client got; at most one line a second per connection, counting the ones
 // it left out (an owner that dies with a full window fails hundreds at
 // once).
-func (c *Conn) logForwardFailure(op wire.Op, reqID uint64, owner core.NodeID, outcome string, code uint16, err error) {
-	g := &c.gw
+func (r *Relay) logForwardFailure(op wire.Op, reqID uint64, owner core.NodeID, outcome string, code uint16, err error) {
 	now := time.Now()
-	g.mu.Lock()
-	if now.Sub(g.failLogged) < time.Second {
-		g.failSkipped++
-		g.mu.Unlock()
+	r.mu.Lock()
+	if now.Sub(r.failLogged) < time.Second {
+		r.failSkipped++
+		r.mu.Unlock()
 		return
 	}
-	skipped := g.failSkipped
-	g.failLogged, g.failSkipped = now, 0
-	g.mu.Unlock()
+	skipped := r.failSkipped
+	r.failLogged, r.failSkipped = now, 0
+	r.mu.Unlock()
 	args := []any{"op", op.String(), "request_id", reqID, "owner", string(owner), "outcome", outcome, "code", code, "not_logged_before", skipped}
 	if err != nil {
 		args = append(args, "err", err)
 	}
-	c.log.Info("forwarded request failed", args...)
+	r.c.Logger().Info("forwarded request failed", args...)
 }
 
-// forwardPublish relays a PUBLISH / PUBLISH_DELAYED to owner (reader
+// Publish relays a PUBLISH / PUBLISH_DELAYED to owner (reader
 // goroutine). The client's PUBLISH_OK is the owner's, with the owner's
 // offset, or an error: 503 when the request never reached the owner, 504
 // when it did and the answer was lost.
-func (c *Conn) forwardPublish(h wire.FrameHeader, body []byte, req *publishReq, owner core.NodeID) {
-	if req.confirm {
-		c.deferReply()
+func (r *Relay) Publish(h wire.FrameHeader, body []byte, req PublishRef, owner core.NodeID) {
+	if req.Confirm {
+		r.c.DeferReply()
 	}
-	c.withUpstream(owner, body, func(u *upstream, body []byte, err error) { c.relayPublish(h, body, req, owner, u, err) })
+	r.withUpstream(owner, body, func(u *upstream, body []byte, err error) { r.relayPublish(h, body, req, owner, u, err) })
 }
 
-// relayPublish is forwardPublish once the upstream session is open (u) or
-// could not be (err).
-func (c *Conn) relayPublish(h wire.FrameHeader, body []byte, req *publishReq, owner core.NodeID, u *upstream, err error) {
+// relayPublish is Publish once the upstream session is open (u) or could
+// not be (err).
+func (r *Relay) relayPublish(h wire.FrameHeader, body []byte, req PublishRef, owner core.NodeID, u *upstream, err error) {
 	if err != nil {
-		if req.confirm {
-			c.answerError(h.RequestID, core.Code(err), err.Error())
+		if req.Confirm {
+			r.answerError(h.RequestID, core.Code(err), err.Error())
 		} else {
-			c.drop(h.Op, "no_upstream")
+			r.c.Drop(h.Op, "no_upstream")
 		}
 		return
 	}
-	m := c.srv.opts.Metrics
-	m.ForwardBytesOut.Add(float64(wire.HeaderSize + len(body)))
-	if !req.confirm {
+	m := r.gw.m
+	m.BytesOut.Add(float64(wire.HeaderSize + len(body)))
+	if !req.Confirm {
 		u.lastUse.Store(time.Now().UnixNano())
 		if err := u.up.Conn.Send(h.Op, 0, rawBody(body)); err != nil {
-			c.drop(h.Op, "upstream_lost")
-			m.ForwardRequests.WithLabelValues(h.Op.String(), "dropped").Inc()
+			r.c.Drop(h.Op, "upstream_lost")
+			m.Requests.WithLabelValues(h.Op.String(), "dropped").Inc()
 			return
 		}
-		m.ForwardRequests.WithLabelValues(h.Op.String(), "sent").Inc()
+		m.Requests.WithLabelValues(h.Op.String(), "sent").Inc()
 		return
 	}
 	reqID, op := h.RequestID, h.Op
 	n := int64(len(body))
-	if !c.srv.acquireInflight(n, c.srv.opts.Settings()) {
-		m.ForwardRejected.WithLabelValues("max_inflight_forward_bytes").Inc()
-		c.answerError(reqID, wire.CodeUnavailable, "routing.max_inflight_forward_bytes is reached on this broker; retry")
+	if !r.gw.acquireInflight(n, r.gw.limits()) {
+		m.Rejected.WithLabelValues("max_inflight_forward_bytes").Inc()
+		r.answerError(reqID, wire.CodeUnavailable, "routing.max_inflight_forward_bytes is reached on this broker; retry")
 		return
 	}
-	topic, group, partition, version := req.topic, req.group, req.partition, req.version
-	reroute := func() Route { return c.route(topic, group, partition, true, version) }
+	topic, group, partition, version := req.Topic, req.Group, req.Partition, req.Version
+	reroute := func() Target { return r.c.Route(topic, group, partition, true, version) }
 	kept := keepBody(body) // for the one re-send after an ownership move
 	start := time.Now()
 	err = u.call(start, op, rawBody(body), func(f upclient.Frame, err error) {
-		c.srv.releaseInflight(n)
+		r.gw.releaseInflight(n)
 		if err == nil && f.Op == wire.OpRedirect {
 			// The owner no longer owns it (seed §3): a new private owner
 			// in this broker's view gets one more attempt.
-			if rt := reroute(); rt.Forward != "" && rt.Forward != owner {
-				m.ForwardRequests.WithLabelValues(op.String(), "moved").Inc()
+			if rt := reroute(); rt.Owner != "" && rt.Owner != owner {
+				m.Requests.WithLabelValues(op.String(), "moved").Inc()
 				go func() {
-					c.resendPublish(op, reqID, *kept, rt.Forward, reroute, start)
+					r.resendPublish(op, reqID, *kept, rt.Owner, reroute, start)
 					releaseBody(kept)
 				}()
 				return
 			}
 		}
 		releaseBody(kept)
-		c.confirmed(f, err, start)
-		c.answerForwarded(op, reqID, u.owner, reroute, f, err)
+		r.confirmed(f, err, start)
+		r.answerForwarded(op, reqID, u.owner, reroute, f, err)
 	})
 	if err != nil {
 		releaseBody(kept)
-		c.srv.releaseInflight(n)
-		m.ForwardRequests.WithLabelValues(op.String(), "not_sent").Inc()
-		c.answerError(reqID, wire.CodeUnavailable, notSent(err))
+		r.gw.releaseInflight(n)
+		m.Requests.WithLabelValues(op.String(), "not_sent").Inc()
+		r.answerError(reqID, wire.CodeUnavailable, notSent(err))
 	}
 }
 
@@ -267,10 +267,10 @@ func releaseBody(b *[]byte) {
 }
 
 // confirmed counts a relayed PUBLISH_OK.
-func (c *Conn) confirmed(f upclient.Frame, err error, start time.Time) {
+func (r *Relay) confirmed(f upclient.Frame, err error, start time.Time) {
 	if err == nil && f.Op == wire.OpPublishOK {
-		c.srv.opts.Metrics.ForwardConfirms.Inc()
-		c.srv.opts.Metrics.ForwardConfirmLatency.Add(float64(time.Since(start).Microseconds()))
+		r.gw.m.Confirms.Inc()
+		r.gw.m.ConfirmLatency.Add(float64(time.Since(start).Microseconds()))
 	}
 }
 
@@ -278,63 +278,62 @@ func (c *Conn) confirmed(f upclient.Frame, err error, start time.Time) {
 // answered REDIRECT while this broker's view names another private owner
 // (seed §3). Its answer is final: a second move answers 503, and the
 // client retries.
-func (c *Conn) resendPublish(op wire.Op, reqID uint64, body []byte, owner core.NodeID, reroute func() Route, start time.Time) {
-	u, err := c.upstreamFor(owner)
+func (r *Relay) resendPublish(op wire.Op, reqID uint64, body []byte, owner core.NodeID, reroute func() Target, start time.Time) {
+	u, err := r.upstreamFor(owner)
 	if err != nil {
-		c.answerError(reqID, core.Code(err), err.Error())
+		r.answerError(reqID, core.Code(err), err.Error())
 		return
 	}
 	err = u.call(time.Now(), op, rawBody(body), func(f upclient.Frame, err error) {
-		c.confirmed(f, err, start)
-		c.answerForwarded(op, reqID, u.owner, reroute, f, err)
+		r.confirmed(f, err, start)
+		r.answerForwarded(op, reqID, u.owner, reroute, f, err)
 	})
 	if err != nil {
-		c.answerError(reqID, wire.CodeUnavailable, notSent(err))
+		r.answerError(reqID, wire.CodeUnavailable, notSent(err))
 	}
 }
 
-// forwardSubscribe relays a queue SUBSCRIBE to owner (reader goroutine):
-// the client's prefetch goes up as asked, and the SUBSCRIBE_OK comes back
-// with a client-facing sub id from 2^48 up.
-func (c *Conn) forwardSubscribe(id uint64, body []byte, req wire.Subscribe, owner core.NodeID) {
+// Subscribe relays a queue SUBSCRIBE to owner (reader goroutine): the
+// client's prefetch goes up as asked, and the SUBSCRIBE_OK comes back with
+// a client-facing sub id from FirstSubID up.
+func (r *Relay) Subscribe(id uint64, body []byte, req wire.Subscribe, owner core.NodeID) {
 	if req.ConsumerGroup.Present {
-		c.replyError(id, wire.CodeBadRequest, "exclusive consumer groups are not supported by this broker yet")
+		r.replyError(id, wire.CodeBadRequest, "exclusive consumer groups are not supported by this broker yet")
 		return
 	}
 	key := keyOf(req.Topic, req.Group, req.Partition)
-	g := &c.gw
-	g.mu.Lock()
-	_, dup := g.subs[key]
-	if !dup && c.sess.findSub(key) != nil {
+	r.mu.Lock()
+	_, dup := r.subs[key]
+	if !dup && r.c.HasSubscription(req.Topic, req.Group, req.Partition) {
 		dup = true
 	}
 	if dup {
-		g.mu.Unlock()
-		c.replyError(id, wire.CodeConflict, fmt.Sprintf("already subscribed to %s partition %d on this connection", req.Topic, req.Partition))
+		r.mu.Unlock()
+		r.replyError(id, wire.CodeConflict, fmt.Sprintf("already subscribed to %s partition %d on this connection", req.Topic, req.Partition))
 		return
 	}
 	fs := &fwdSub{key: key, req: req}
-	if g.subs == nil {
-		g.subs = make(map[subKey]*fwdSub)
+	if r.subs == nil {
+		r.subs = make(map[subKey]*fwdSub)
 	}
-	g.subs[key] = fs // reserved while SUBSCRIBE is in flight
-	g.mu.Unlock()
+	r.subs[key] = fs // reserved while SUBSCRIBE is in flight
+	r.mu.Unlock()
 	unreserve := func() {
-		g.mu.Lock()
-		if g.subs[key] == fs {
-			delete(g.subs, key)
+		r.mu.Lock()
+		if r.subs[key] == fs {
+			delete(r.subs, key)
 		}
-		g.mu.Unlock()
+		r.mu.Unlock()
 	}
-	c.deferReply()
+	r.c.DeferReply()
 	call := &subscribeCall{id: id, req: req, key: key, fs: fs, unreserve: unreserve}
-	c.withUpstream(owner, body, func(u *upstream, body []byte, err error) {
+	r.withUpstream(owner, body, func(u *upstream, body []byte, err error) {
 		if err != nil {
 			unreserve()
-			c.answerError(id, core.Code(err), err.Error())
+			r.answerError(id, core.Code(err), err.Error())
 			return
 		}
-		c.relaySubscribe(call, body, u)
+		r.relaySubscribe(call, body, u)
 	})
 }
 
@@ -349,56 +348,55 @@ type subscribeCall struct {
 	resent    bool
 }
 
-// relaySubscribe is forwardSubscribe once the upstream session is open.
+// relaySubscribe is Subscribe once the upstream session is open.
 // An owner that answers REDIRECT while this broker's view names another
 // private owner gets the SUBSCRIBE once more, there (seed §3, as a
 // publish does); that answer is final.
-func (c *Conn) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
-	g := &c.gw
+func (r *Relay) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 	id, fs, unreserve := call.id, call.fs, call.unreserve
-	reroute := func() Route { return c.route(call.req.Topic, call.req.Group, call.req.Partition, false, 0) }
+	reroute := func() Target { return r.c.Route(call.req.Topic, call.req.Group, call.req.Partition, false, 0) }
 	var kept []byte
 	if !call.resent {
 		kept = bytes.Clone(body) // for the one re-send after a move
 	}
-	c.srv.opts.Metrics.ForwardBytesOut.Add(float64(wire.HeaderSize + len(body)))
+	r.gw.m.BytesOut.Add(float64(wire.HeaderSize + len(body)))
 	err := u.call(time.Now(), wire.OpSubscribe, rawBody(body), func(f upclient.Frame, err error) {
 		if err == nil && f.Op == wire.OpSubscribeOK {
 			var ok wire.SubscribeOK
 			if derr := ok.Decode(f.Body); derr != nil {
 				unreserve()
-				c.answerError(id, wire.CodeUnavailable, "the owner's SUBSCRIBE_OK is malformed: "+derr.Error())
+				r.answerError(id, wire.CodeUnavailable, "the owner's SUBSCRIBE_OK is malformed: "+derr.Error())
 				return
 			}
-			g.mu.Lock()
-			if g.closed || g.subs[call.key] != fs {
-				g.mu.Unlock()
+			r.mu.Lock()
+			if r.closed || r.subs[call.key] != fs {
+				r.mu.Unlock()
 				return // the connection ended; the upstream's close releases it
 			}
 			fs.up, fs.ownerID = u, ok.SubID
-			fs.clientID = firstForwardedSubID + g.nextSub
-			g.nextSub++
+			fs.clientID = FirstSubID + r.nextSub
+			r.nextSub++
 			u.subs[ok.SubID] = fs
-			g.mu.Unlock()
+			r.mu.Unlock()
 			ok.SubID = fs.clientID
 			// Queued here, on the upstream reader, before any DELIVER of
 			// the subscription is read: SUBSCRIBE_OK goes out first.
-			c.srv.opts.Metrics.ForwardRequests.WithLabelValues(wire.OpSubscribe.String(), "ok").Inc()
-			c.enqueue(outFrame{op: wire.OpSubscribeOK, reqID: id, slot: true, body: &ok})
+			r.gw.m.Requests.WithLabelValues(wire.OpSubscribe.String(), "ok").Inc()
+			r.c.Answer(wire.OpSubscribeOK, id, &ok)
 			return
 		}
 		if err == nil && f.Op == wire.OpRedirect && !call.resent {
-			if rt := reroute(); rt.Forward != "" && rt.Forward != u.owner {
-				c.srv.opts.Metrics.ForwardRequests.WithLabelValues(wire.OpSubscribe.String(), "moved").Inc()
+			if rt := reroute(); rt.Owner != "" && rt.Owner != u.owner {
+				r.gw.m.Requests.WithLabelValues(wire.OpSubscribe.String(), "moved").Inc()
 				call.resent = true
 				go func() {
-					u2, err := c.upstreamFor(rt.Forward)
+					u2, err := r.upstreamFor(rt.Owner)
 					if err != nil {
 						unreserve()
-						c.answerError(id, core.Code(err), err.Error())
+						r.answerError(id, core.Code(err), err.Error())
 						return
 					}
-					c.relaySubscribe(call, kept, u2)
+					r.relaySubscribe(call, kept, u2)
 				}()
 				return
 			}
@@ -407,25 +405,25 @@ func (c *Conn) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 		if err == nil && f.Op == wire.OpSubscribeErr {
 			f.Op = wire.OpError // WIRE §7.3: subscribe failures use ERROR
 		}
-		c.answerForwarded(wire.OpSubscribe, id, u.owner, reroute, f, err)
+		r.answerForwarded(wire.OpSubscribe, id, u.owner, reroute, f, err)
 	})
 	if err != nil {
 		unreserve()
-		c.answerError(id, wire.CodeUnavailable, notSent(err))
+		r.answerError(id, wire.CodeUnavailable, notSent(err))
 	}
 }
 
-// forwardedSettle relays an ACK or NACK for a forwarded subscription to
-// the upstream that holds it; it reports false when the partition has no
+// Settle relays an ACK or NACK for a forwarded subscription to the
+// upstream that holds it; it reports false when the partition has no
 // forwarded subscription on this connection (reader goroutine).
-func (c *Conn) forwardedSettle(op wire.Op, key subKey, body []byte) bool {
-	c.gw.mu.Lock()
-	fs := c.gw.subs[key]
+func (r *Relay) Settle(op wire.Op, topic string, group wire.Option[string], partition uint32, body []byte) bool {
+	r.mu.Lock()
+	fs := r.subs[keyOf(topic, group, partition)]
 	var u *upstream
 	if fs != nil {
 		u = fs.up
 	}
-	c.gw.mu.Unlock()
+	r.mu.Unlock()
 	if fs == nil {
 		return false
 	}
@@ -433,9 +431,9 @@ func (c *Conn) forwardedSettle(op wire.Op, key subKey, body []byte) bool {
 		return true // SUBSCRIBE still in flight: nothing was delivered to settle
 	}
 	u.lastUse.Store(time.Now().UnixNano())
-	c.srv.opts.Metrics.ForwardBytesOut.Add(float64(wire.HeaderSize + len(body)))
+	r.gw.m.BytesOut.Add(float64(wire.HeaderSize + len(body)))
 	if err := u.up.Conn.Send(op, 0, rawBody(body)); err != nil {
-		c.drop(op, "upstream_lost")
+		r.c.Drop(op, "upstream_lost")
 	}
 	return true
 }
@@ -446,7 +444,28 @@ func (fs *fwdSub) view() wire.ReconcileSub {
 		AutoAck: fs.req.AutoAck, Prefetch: fs.req.Prefetch}
 }
 
-// reconcileForwarded answers the part of a RECONCILE_CLIENT that concerns
+// Verdict is what the relay's part of a reconcile decided for one
+// subscription; the session layer turns it into a RECONCILE_RESULT entry
+// and counts it with its own verdicts.
+type Verdict int
+
+const (
+	// Matched: a forwarded subscription the client listed is kept, with
+	// its id.
+	Matched Verdict = iota
+	// IDChanged: kept, under the relay's client-facing id.
+	IDChanged
+	// Missing: an auto-ack subscription to a forwarded partition without
+	// an upstream subscription here; the client closes its side.
+	Missing
+	// Recreate: the same, manual-ack; the client subscribes again.
+	Recreate
+	// ClientMissing: a forwarded subscription the client no longer lists;
+	// it is closed on its owner.
+	ClientMissing
+)
+
+// Reconcile answers the part of a RECONCILE_CLIENT that concerns
 // forwarded subscriptions (issue 6 §6b; seed §11), until upstream resume
 // exists: a listed subscription this connection forwards is kept; a listed
 // one whose partition this broker forwards but that has no upstream
@@ -454,46 +473,44 @@ func (fs *fwdSub) view() wire.ReconcileSub {
 // recreate_client_side when manual-ack and close_client_side when
 // auto-ack, under either policy; a forwarded subscription the client no
 // longer lists is closed on the owner (an upstream RECONCILE_CLIENT that
-// lists only the ones kept). The other listed entries are returned for the
-// local reconcile.
-func (c *Conn) reconcileForwarded(listed []wire.ReconcileSub) (entries []wire.ReconcileEntry, rest []wire.ReconcileSub) {
-	log := verdictLog{m: c.srv.opts.Metrics}
-	add := log.add
+// lists only the ones kept). add records each verdict; the other listed
+// entries are returned for the local reconcile.
+func (r *Relay) Reconcile(listed []wire.ReconcileSub, add func(client, server wire.Option[wire.ReconcileSub], v Verdict)) (rest []wire.ReconcileSub) {
 	keep := map[subKey]bool{}
 	for _, cs := range listed {
 		key := keyOf(cs.Topic, cs.Group, cs.Partition)
-		c.gw.mu.Lock()
-		fs := c.gw.subs[key]
-		c.gw.mu.Unlock()
+		r.mu.Lock()
+		fs := r.subs[key]
+		r.mu.Unlock()
 		switch {
 		case fs != nil && fs.up != nil:
 			keep[key] = true
-			v := vMatched
+			v := Matched
 			if fs.clientID != cs.SubID {
-				v = vIDChanged
+				v = IDChanged
 			}
 			add(wire.Some(cs), wire.Some(fs.view()), v)
-		case fs == nil && c.srv.opts.Upstreams != nil && c.route(cs.Topic, cs.Group, cs.Partition, false, 0).Forward != "":
+		case fs == nil && r.gw.dial != nil && r.c.Route(cs.Topic, cs.Group, cs.Partition, false, 0).Owner != "":
 			if cs.AutoAck {
-				add(wire.Some(cs), wire.Option[wire.ReconcileSub]{}, vMissing)
+				add(wire.Some(cs), wire.Option[wire.ReconcileSub]{}, Missing)
 			} else {
-				add(wire.Some(cs), wire.Option[wire.ReconcileSub]{}, vRecreate)
+				add(wire.Some(cs), wire.Option[wire.ReconcileSub]{}, Recreate)
 			}
 		default:
 			rest = append(rest, cs)
 		}
 	}
 	// Forwarded subscriptions the client dropped: closed on their owners.
-	c.gw.mu.Lock()
+	r.mu.Lock()
 	dropped := map[*upstream]bool{}
-	for key, fs := range c.gw.subs {
+	for key, fs := range r.subs {
 		if fs.up == nil || keep[key] {
 			continue
 		}
 		dropped[fs.up] = true
-		delete(c.gw.subs, key)
+		delete(r.subs, key)
 		delete(fs.up.subs, fs.ownerID)
-		add(wire.Option[wire.ReconcileSub]{}, wire.Some(fs.view()), vClientMissing)
+		add(wire.Option[wire.ReconcileSub]{}, wire.Some(fs.view()), ClientMissing)
 	}
 	upstreamLists := map[*upstream][]wire.ReconcileSub{}
 	for u := range dropped {
@@ -505,10 +522,17 @@ func (c *Conn) reconcileForwarded(listed []wire.ReconcileSub) (entries []wire.Re
 		}
 		upstreamLists[u] = kept
 	}
-	c.gw.mu.Unlock()
+	r.mu.Unlock()
 	for u, kept := range upstreamLists {
 		_ = u.call(time.Now(), wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileConservative, Subscriptions: kept},
 			func(upclient.Frame, error) {})
 	}
-	return log.entries, rest
+	return rest
+}
+
+// replyError answers the request being handled with ERROR at once (reader
+// goroutine): its slot goes to the answer.
+func (r *Relay) replyError(reqID uint64, code uint16, msg string) {
+	r.c.DeferReply()
+	r.answerError(reqID, code, msg)
 }

@@ -1,4 +1,4 @@
-package session
+package forward
 
 import (
 	"sync"
@@ -10,6 +10,17 @@ import (
 // The limits of forwarding on a gateway (seed §5): upstream sessions in
 // all and per owner, the fail-fast window after a refused connect, and the
 // bytes of confirmed publishes in flight.
+
+// Limits are the runtime settings of forwarding (routing.*, seed §5), read
+// on every use so a change applies to later events: 0 means no limit.
+type Limits struct {
+	MaxUpstreams            int           // routing.max_upstream_sessions
+	MaxUpstreamsPerOwner    int           // routing.max_upstream_sessions_per_owner
+	ForwardTimeout          time.Duration // routing.forward_timeout_ms
+	UpstreamConnectTimeout  time.Duration // routing.upstream_connect_timeout_ms
+	UpstreamIdleClose       time.Duration // routing.upstream_idle_close_ms
+	MaxInflightForwardBytes int64         // routing.max_inflight_forward_bytes
+}
 
 // refusedFailFast is how long an owner that refused a connection gets 503
 // at once, without a new dial (seed §6).
@@ -27,7 +38,7 @@ type gatewayLimits struct {
 
 // take reserves an upstream session to owner; on refusal it returns the
 // limit's label (fibril_forward_rejected_total) and the 503 to answer.
-func (l *gatewayLimits) take(owner core.NodeID, set Settings, now time.Time) (string, error) {
+func (l *gatewayLimits) take(owner core.NodeID, set Limits, now time.Time) (string, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if until, ok := l.refused[owner]; ok && now.Before(until) {
@@ -108,15 +119,15 @@ const inflightWaitMax = 5 * time.Second
 // waiting (the client's reader, so the client feels the backpressure) at
 // most the forward timeout capped at inflightWaitMax. A single publish
 // larger than the limit passes when nothing else is in flight.
-func (s *Server) acquireInflight(n int64, set Settings) bool {
+func (g *Gateway) acquireInflight(n int64, set Limits) bool {
 	limit := set.MaxInflightForwardBytes
 	wait := min(set.ForwardTimeout, inflightWaitMax)
 	deadline := time.Now().Add(wait)
 	for {
-		cur := s.gwInflight.Load()
+		cur := g.inflight.Load()
 		if limit <= 0 || cur == 0 || cur+n <= limit {
-			if s.gwInflight.CompareAndSwap(cur, cur+n) {
-				s.opts.Metrics.ForwardInflightBytes.Add(float64(n))
+			if g.inflight.CompareAndSwap(cur, cur+n) {
+				g.m.InflightBytes.Add(float64(n))
 				return true
 			}
 			continue
@@ -128,14 +139,7 @@ func (s *Server) acquireInflight(n int64, set Settings) bool {
 	}
 }
 
-func (s *Server) releaseInflight(n int64) {
-	s.gwInflight.Add(-n)
-	s.opts.Metrics.ForwardInflightBytes.Sub(float64(n))
-}
-
-// ForwardingCounts is what the node publishes in its labels (seed §8):
-// upstream sessions open as a gateway, forwarded sessions served as an
-// owner.
-func (s *Server) ForwardingCounts() (upstreams, forwarded int) {
-	return s.gwLimits.open(), int(s.forwardedOpen.Load())
+func (g *Gateway) releaseInflight(n int64) {
+	g.inflight.Add(-n)
+	g.m.InflightBytes.Sub(float64(n))
 }

@@ -1,9 +1,10 @@
-package session
+package forward
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +33,7 @@ import (
 // requeues what they held, then a clean end of stream, with FFS2's
 // release_on_close). Upstream resume is a later capability.
 
-// Upstream is an open upstream session, as the gateway uses it.
+// Upstream is an open upstream session, as the relay holds it.
 type Upstream struct {
 	// Conn speaks the wire protocol to the owner: HELLO, AUTH as @node and
 	// FORWARDED_SESSION are done.
@@ -42,18 +43,19 @@ type Upstream struct {
 	Abort func()
 }
 
-// UpstreamDialer opens an upstream session to owner on behalf of the
+// Dialer opens an upstream session to owner on behalf of the
 // client described by fs (OriginNodeID is the dialer's to fill), within
 // ctx. onPush receives every server-initiated frame (DELIVER,
 // SUBSCRIPTION_CLOSED, GOING_AWAY, …) on the upstream's reader goroutine;
 // its body is only valid during the call. An error wraps
 // core.ErrPeerRefused when the owner could not be reached, or
 // core.ErrUnavailable when it is not forwarding-capable.
-type UpstreamDialer func(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, onPush func(upclient.Frame)) (Upstream, error)
+type Dialer func(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, onPush func(upclient.Frame)) (Upstream, error)
 
-// firstForwardedSubID is the first client-facing id of a forwarded
-// subscription (issue 6 §5): local ids stay below it (maxSubID).
-const firstForwardedSubID = maxSubID
+// FirstSubID is the first client-facing id of a forwarded subscription
+// (core/forward/README.md#sub-ids): the ids of local subscriptions stay
+// below it.
+const FirstSubID = 1 << 48
 
 // relayHighBytes bounds the relayed frames a client connection has queued
 // and not yet written: past it the upstream reader waits for the client's
@@ -61,8 +63,18 @@ const firstForwardedSubID = maxSubID
 // and backpressure to the owner for auto-ack subscriptions).
 const relayHighBytes = 8 << 20
 
-// gateway is a connection's forwarding state.
-type gateway struct {
+// Relay is one client connection's forwarding state: its upstream
+// sessions, one per owner, and its forwarded subscriptions.
+type Relay struct {
+	gw   *Gateway
+	c    Conn
+	done <-chan struct{} // closed when the client connection is ending
+
+	// queued is the relayed bytes the client's writer has not written
+	// yet; room wakes an upstream reader that waits for them (relaySub).
+	queued atomic.Int64
+	room   chan struct{}
+
 	mu      sync.Mutex
 	ups     map[core.NodeID]*upstream
 	subs    map[subKey]*fwdSub
@@ -101,10 +113,10 @@ const maxOpeningQueue = 1 << 20
 
 // upstream is one upstream session of a client connection.
 type upstream struct {
-	c     *Conn
+	r     *Relay
 	owner core.NodeID
 	up    Upstream
-	subs  map[uint64]*fwdSub // by the owner's sub id; guarded by gateway.mu
+	subs  map[uint64]*fwdSub // by the owner's sub id; guarded by Relay.mu
 
 	outstanding  atomic.Int64 // requests sent, not yet answered
 	lastProgress atomic.Int64 // unix nanos: last answer, or first request after idle
@@ -141,59 +153,58 @@ func (r rawBody) AppendTo(b []byte) []byte { return append(b, r...) }
 // answer (up to routing.upstream_connect_timeout_ms) never holds up the
 // client's operations on other partitions. run answers through enqueue
 // with a reply slot (the caller has deferred its reply).
-func (c *Conn) withUpstream(owner core.NodeID, body []byte, run func(u *upstream, body []byte, err error)) {
-	g := &c.gw
-	g.mu.Lock()
+func (r *Relay) withUpstream(owner core.NodeID, body []byte, run func(u *upstream, body []byte, err error)) {
+	r.mu.Lock()
 	for {
-		o := g.opening[owner]
+		o := r.opening[owner]
 		if o == nil {
 			break
 		}
 		if o.bytes < maxOpeningQueue {
 			o.ops = append(o.ops, queuedOp{body: bytes.Clone(body), run: run})
 			o.bytes += len(body)
-			g.mu.Unlock()
+			r.mu.Unlock()
 			return
 		}
-		g.mu.Unlock()
+		r.mu.Unlock()
 		<-o.done
-		g.mu.Lock()
+		r.mu.Lock()
 	}
-	if g.closed {
-		g.mu.Unlock()
+	if r.closed {
+		r.mu.Unlock()
 		run(nil, body, errConnClosing)
 		return
 	}
-	if u := g.ups[owner]; u != nil {
-		g.mu.Unlock()
+	if u := r.ups[owner]; u != nil {
+		r.mu.Unlock()
 		run(u, body, nil)
 		return
 	}
-	g.mu.Unlock()
-	if err := c.reserveUpstream(owner); err != nil {
+	r.mu.Unlock()
+	if err := r.reserveUpstream(owner); err != nil {
 		run(nil, body, err)
 		return
 	}
 	o := &opening{ops: []queuedOp{{body: bytes.Clone(body), run: run}}, bytes: len(body), done: make(chan struct{})}
-	g.mu.Lock()
-	if g.opening == nil {
-		g.opening = make(map[core.NodeID]*opening)
+	r.mu.Lock()
+	if r.opening == nil {
+		r.opening = make(map[core.NodeID]*opening)
 	}
-	g.opening[owner] = o
-	g.mu.Unlock()
+	r.opening[owner] = o
+	r.mu.Unlock()
 	go func() {
-		u, err := c.openUpstream(owner)
+		u, err := r.openUpstream(owner)
 		for {
-			g.mu.Lock()
+			r.mu.Lock()
 			q := o.ops
 			if len(q) == 0 {
-				delete(g.opening, owner)
+				delete(r.opening, owner)
 				close(o.done)
-				g.mu.Unlock()
+				r.mu.Unlock()
 				return
 			}
 			o.ops, o.bytes = nil, 0
-			g.mu.Unlock()
+			r.mu.Unlock()
 			for _, op := range q {
 				op.run(u, op.body, err)
 			}
@@ -203,8 +214,8 @@ func (c *Conn) withUpstream(owner core.NodeID, body []byte, run func(u *upstream
 
 // answerError answers a request whose reply was deferred with ERROR
 // (any goroutine).
-func (c *Conn) answerError(reqID uint64, code uint16, msg string) {
-	c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true, body: &wire.ErrorBody{Code: code, Message: msg}})
+func (r *Relay) answerError(reqID uint64, code uint16, msg string) {
+	r.c.Answer(wire.OpError, reqID, &wire.ErrorBody{Code: code, Message: msg})
 }
 
 // errConnClosing answers an operation that needs an upstream session
@@ -215,32 +226,31 @@ var errConnClosing = core.Errorf(core.ErrUnavailable, "connection closing")
 // it on first use (the dial is bounded by routing.upstream_connect_timeout_ms).
 // The reader calls it, and so does a publish re-sent after an ownership
 // move; two dials racing for one owner keep the first registered.
-func (c *Conn) upstreamFor(owner core.NodeID) (*upstream, error) {
-	g := &c.gw
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
+func (r *Relay) upstreamFor(owner core.NodeID) (*upstream, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
 		return nil, errConnClosing
 	}
-	if u := g.ups[owner]; u != nil {
-		g.mu.Unlock()
+	if u := r.ups[owner]; u != nil {
+		r.mu.Unlock()
 		return u, nil
 	}
-	g.mu.Unlock()
-	if err := c.reserveUpstream(owner); err != nil {
+	r.mu.Unlock()
+	if err := r.reserveUpstream(owner); err != nil {
 		return nil, err
 	}
-	return c.openUpstream(owner)
+	return r.openUpstream(owner)
 }
 
 // reserveUpstream takes owner's place under the upstream session limits
 // (openUpstream gives it back when the session does not open).
-func (c *Conn) reserveUpstream(owner core.NodeID) error {
-	if c.srv.opts.Upstreams == nil {
+func (r *Relay) reserveUpstream(owner core.NodeID) error {
+	if r.gw.dial == nil {
 		return core.Errorf(core.ErrUnavailable, "this broker cannot forward to %s", owner)
 	}
-	if limit, err := c.srv.gwLimits.take(owner, c.srv.opts.Settings(), time.Now()); err != nil {
-		c.srv.opts.Metrics.ForwardRejected.WithLabelValues(limit).Inc()
+	if limit, err := r.gw.counts.take(owner, r.gw.limits(), time.Now()); err != nil {
+		r.gw.m.Rejected.WithLabelValues(limit).Inc()
 		return err
 	}
 	return nil
@@ -248,17 +258,14 @@ func (c *Conn) reserveUpstream(owner core.NodeID) error {
 
 // openUpstream dials the upstream session to owner that reserveUpstream
 // made room for, and installs it (any goroutine).
-func (c *Conn) openUpstream(owner core.NodeID) (*upstream, error) {
-	g := &c.gw
-	dial := c.srv.opts.Upstreams
-	set := c.srv.opts.Settings()
+func (r *Relay) openUpstream(owner core.NodeID) (*upstream, error) {
+	dial := r.gw.dial
+	set := r.gw.limits()
 	now := time.Now()
+	cl := r.c.Client()
 	fs := wire.ForwardedSession{V2: true, HopCount: wire.ForwardedHopCount, Flags: wire.FlagReleaseOnClose,
-		ConnectionID: c.id, ClientRemoteAddr: c.remote}
-	if id := c.identity.Load(); id != nil { // any goroutine: the reader's published view
-		fs.ActingUsername, fs.ClientID = id.user, id.clientID
-	}
-	u := &upstream{c: c, owner: owner, subs: make(map[uint64]*fwdSub), gone: make(chan struct{})}
+		ConnectionID: cl.ConnID, ClientRemoteAddr: cl.Remote, ActingUsername: cl.User, ClientID: cl.ClientID}
+	u := &upstream{r: r, owner: owner, subs: make(map[uint64]*fwdSub), gone: make(chan struct{})}
 	timeout := set.UpstreamConnectTimeout
 	if timeout <= 0 {
 		timeout = core.DefaultConnectTimeout
@@ -267,35 +274,35 @@ func (c *Conn) openUpstream(owner core.NodeID) (*upstream, error) {
 	up, err := dial(ctx, owner, fs, u.onPush)
 	cancel()
 	if err != nil {
-		c.srv.gwLimits.release(owner)
+		r.gw.counts.release(owner)
 		if errors.Is(err, core.ErrPeerRefused) {
-			c.srv.gwLimits.refuse(owner, time.Now().Add(refusedFailFast))
+			r.gw.counts.refuse(owner, time.Now().Add(refusedFailFast))
 		}
-		if c.srv.gwLimits.warnDue(owner, time.Now()) {
-			c.log.Warn("upstream session not opened (this warning repeats at most every 10 s per owner)", "owner", string(owner), "err", err)
+		if r.gw.counts.warnDue(owner, time.Now()) {
+			r.c.Logger().Warn("upstream session not opened (this warning repeats at most every 10 s per owner)", "owner", string(owner), "err", err)
 		}
 		return nil, core.Errorf(core.ErrUnavailable, "cannot reach the owner %s: %v; retry", owner, err)
 	}
 	u.up = up
 	u.lastUse.Store(now.UnixNano())
-	g.mu.Lock()
-	if g.closed || g.ups[owner] != nil {
+	r.mu.Lock()
+	if r.closed || r.ups[owner] != nil {
 		// The connection ended meanwhile (or, impossible on the one reader,
 		// another upstream won): do not keep this one.
-		g.mu.Unlock()
-		c.srv.gwLimits.release(owner)
+		r.mu.Unlock()
+		r.gw.counts.release(owner)
 		go closeUpstream(up)
-		if other := g.ups[owner]; other != nil && !g.closed {
+		if other := r.ups[owner]; other != nil && !r.closed {
 			return other, nil
 		}
 		return nil, errConnClosing
 	}
-	if g.ups == nil {
-		g.ups = make(map[core.NodeID]*upstream)
+	if r.ups == nil {
+		r.ups = make(map[core.NodeID]*upstream)
 	}
-	g.ups[owner] = u
-	g.mu.Unlock()
-	c.log.Info("upstream session opened", "owner", string(owner))
+	r.ups[owner] = u
+	r.mu.Unlock()
+	r.c.Logger().Info("upstream session opened", "owner", string(owner))
 	go u.watch()
 	return u, nil
 }
@@ -345,7 +352,7 @@ func notSent(err error) string {
 // aborted: seed §6), or after routing.upstream_idle_close_ms with no
 // subscription and no request in flight.
 func (u *upstream) watch() {
-	c := u.c
+	r := u.r
 	defer u.cleanup()
 	tick := time.NewTicker(watchEvery)
 	defer tick.Stop()
@@ -355,23 +362,23 @@ func (u *upstream) watch() {
 			return
 		case <-tick.C:
 		}
-		set := c.srv.opts.Settings()
+		set := r.gw.limits()
 		now := time.Now()
 		if u.outstanding.Load() > 0 && set.ForwardTimeout > 0 &&
 			now.Sub(time.Unix(0, u.lastProgress.Load())) > set.ForwardTimeout {
-			c.log.Warn("upstream session aborted: no answer within routing.forward_timeout_ms", "owner", string(u.owner),
+			r.c.Logger().Warn("upstream session aborted: no answer within routing.forward_timeout_ms", "owner", string(u.owner),
 				"timeout", set.ForwardTimeout, "outstanding", u.outstanding.Load())
 			u.closing("forward_timeout")
 			u.up.Abort()
 			return
 		}
-		c.gw.mu.Lock()
+		r.mu.Lock()
 		idle := len(u.subs) == 0 && u.outstanding.Load() == 0 && set.UpstreamIdleClose > 0 &&
 			now.Sub(time.Unix(0, u.lastUse.Load())) > set.UpstreamIdleClose
 		if idle {
-			delete(c.gw.ups, u.owner) // no new request can pick it up now
+			delete(r.ups, u.owner) // no new request can pick it up now
 		}
-		c.gw.mu.Unlock()
+		r.mu.Unlock()
 		if idle {
 			u.closing("idle")
 			closeUpstream(u.up)
@@ -386,26 +393,26 @@ func (u *upstream) watch() {
 // released. Requests in flight were answered by the connection's death
 // (503 when never written, 504 for a written confirmed publish).
 func (u *upstream) cleanup() {
-	c := u.c
-	c.gw.mu.Lock()
-	if c.gw.ups[u.owner] == u {
-		delete(c.gw.ups, u.owner)
+	r := u.r
+	r.mu.Lock()
+	if r.ups[u.owner] == u {
+		delete(r.ups, u.owner)
 	}
 	subs := make([]*fwdSub, 0, len(u.subs))
 	for id, fs := range u.subs {
 		subs = append(subs, fs)
 		delete(u.subs, id)
-		if c.gw.subs[fs.key] == fs {
-			delete(c.gw.subs, fs.key)
+		if r.subs[fs.key] == fs {
+			delete(r.subs, fs.key)
 		}
 	}
-	closing := c.gw.closed
-	c.gw.mu.Unlock()
-	c.srv.gwLimits.release(u.owner)
+	closing := r.closed
+	r.mu.Unlock()
+	r.gw.counts.release(u.owner)
 	close(u.gone)
 	reason, err := "lost", u.up.Conn.Err()
-	if r := u.reason.Load(); r != nil {
-		reason = *r
+	if why := u.reason.Load(); why != nil {
+		reason = *why
 	} else if err == nil || errors.Is(err, upclient.ErrClosed) {
 		reason = "closed"
 	}
@@ -413,13 +420,13 @@ func (u *upstream) cleanup() {
 	if reason == "lost" {
 		args = append(args, "err", err)
 	}
-	c.log.Info("upstream session closed", args...)
+	r.c.Logger().Info("upstream session closed", args...)
 	if closing {
 		return
 	}
 	for _, fs := range subs {
-		c.enqueue(outFrame{op: wire.OpSubscriptionClosed, body: &wire.SubscriptionClosed{SubID: fs.clientID,
-			Code: wire.ReasonOwnerMoved, Message: "the upstream session to the partition's owner ended; subscribe again"}})
+		r.c.Push(wire.OpSubscriptionClosed, 0, &wire.SubscriptionClosed{SubID: fs.clientID,
+			Code: wire.ReasonOwnerMoved, Message: "the upstream session to the partition's owner ended; subscribe again"}, 0)
 	}
 }
 
@@ -437,20 +444,70 @@ func closeUpstream(up Upstream) {
 	_ = up.Conn.Close()
 }
 
-// closeGateway closes every upstream session of a connection that ended
-// (in order, in the background: the owners requeue what was held).
-func (c *Conn) closeGateway() {
-	g := &c.gw
-	g.mu.Lock()
-	g.closed = true
-	ups := make([]*upstream, 0, len(g.ups))
-	for _, u := range g.ups {
+// Close closes every upstream session of a connection that ended (in
+// order, in the background: the owners requeue what was held).
+func (r *Relay) Close() {
+	r.mu.Lock()
+	r.closed = true
+	ups := make([]*upstream, 0, len(r.ups))
+	for _, u := range r.ups {
 		ups = append(ups, u)
 	}
-	g.ups = nil
-	g.mu.Unlock()
+	r.ups = nil
+	r.mu.Unlock()
 	for _, u := range ups {
 		u.closing("client_closed")
 		go closeUpstream(u.up)
 	}
+}
+
+// NewRelay returns the forwarding state of the client connection c; done
+// is closed when that connection is ending.
+func (g *Gateway) NewRelay(c Conn, done <-chan struct{}) *Relay {
+	return &Relay{gw: g, c: c, done: done, room: make(chan struct{}, 1)}
+}
+
+// Subscriptions lists the connection's forwarded subscriptions as
+// "topic[/group]#partition", for the admin view.
+func (r *Relay) Subscriptions() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for key, fs := range r.subs {
+		if fs.up != nil {
+			out = append(out, key.String())
+		}
+	}
+	return out
+}
+
+// Owners lists the owners the connection has an upstream session to.
+func (r *Relay) Owners() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for owner := range r.ups {
+		out = append(out, string(owner))
+	}
+	return out
+}
+
+// subKey is a forwarded subscription's partition: at most one per
+// partition and connection, local or forwarded.
+type subKey struct {
+	topic     string
+	group     wire.Option[string]
+	partition uint32
+}
+
+func keyOf(topic string, group wire.Option[string], partition uint32) subKey {
+	return subKey{topic: topic, group: group, partition: partition}
+}
+
+func (k subKey) String() string {
+	s := k.topic
+	if g, ok := k.group.Get(); ok {
+		s += "/" + g
+	}
+	return s + "#" + strconv.FormatUint(uint64(k.partition), 10)
 }

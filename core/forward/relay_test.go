@@ -1,4 +1,4 @@
-package session
+package forward_test
 
 import (
 	"bufio"
@@ -13,7 +13,9 @@ import (
 
 	"github.com/fibrilgo/fibril/core"
 	upclient "github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/session"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -28,18 +30,18 @@ type gwRouter struct {
 	target   atomic.Pointer[core.NodeID] // forward target; nil: "owner"
 }
 
-func (r *gwRouter) Route(ref core.PartitionRef, _ bool, _ uint64, forwarded bool) Route {
+func (r *gwRouter) Route(ref core.PartitionRef, _ bool, _ uint64, forwarded bool) session.Route {
 	if ref.Topic != "fwd" {
-		return Route{Serve: true}
+		return session.Route{Serve: true}
 	}
 	if rd := r.redirect.Load(); rd != nil {
-		return Route{Redirect: rd}
+		return session.Route{Redirect: rd}
 	}
 	owner := core.NodeID("owner")
 	if t := r.target.Load(); t != nil {
 		owner = *t
 	}
-	return Route{Forward: owner, Err: core.Errorf(core.ErrUnavailable, "cannot forward")}
+	return session.Route{Forward: owner, Err: core.Errorf(core.ErrUnavailable, "cannot forward")}
 }
 func (r *gwRouter) DeclareQueue(context.Context, queue.QueueSpec) (queue.QueueInfo, error) {
 	return queue.QueueInfo{}, core.Errorf(core.ErrBadRequest, "not in this test")
@@ -112,32 +114,32 @@ func (o *fakeOwner) handshake(c *ownerConn) {
 	o.conns <- c
 }
 
-// dialer is the gateway's UpstreamDialer, to this fake owner.
-func (o *fakeOwner) dialer() UpstreamDialer {
-	return func(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, onPush func(upclient.Frame)) (Upstream, error) {
+// dialer is the gateway's forward.Dialer, to this fake owner.
+func (o *fakeOwner) dialer() forward.Dialer {
+	return func(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, onPush func(upclient.Frame)) (forward.Upstream, error) {
 		o.dials.Add(1)
 		if o.gate != nil {
 			select {
 			case <-o.gate:
 			case <-ctx.Done():
-				return Upstream{}, core.Errorf(core.ErrPeerRefused, "connect timed out (test)")
+				return forward.Upstream{}, core.Errorf(core.ErrPeerRefused, "connect timed out (test)")
 			}
 		}
 		if o.refuse.Load() {
-			return Upstream{}, core.Errorf(core.ErrPeerRefused, "connection refused (test)")
+			return forward.Upstream{}, core.Errorf(core.ErrPeerRefused, "connection refused (test)")
 		}
 		conn, err := upclient.DialConn(ctx, o.ln.Addr().String(), upclient.ConnConfig{Username: "@node", Password: "s3cret",
 			OnPush: func(_ *upclient.Conn, f upclient.Frame) { onPush(f) }})
 		if err != nil {
-			return Upstream{}, core.Errorf(core.ErrPeerRefused, "%v", err)
+			return forward.Upstream{}, core.Errorf(core.ErrPeerRefused, "%v", err)
 		}
 		fs.OriginNodeID = "gw"
 		f, err := conn.Do(ctx, wire.OpForwardedSession, &fs)
 		if err != nil || f.Op != wire.OpForwardedSessionOK {
 			conn.Close()
-			return Upstream{}, core.Errorf(core.ErrUnavailable, "FFS refused: %v", err)
+			return forward.Upstream{}, core.Errorf(core.ErrUnavailable, "FFS refused: %v", err)
 		}
-		return Upstream{Conn: conn, Abort: func() { conn.Abort(errors.New("aborted")) }}, nil
+		return forward.Upstream{Conn: conn, Abort: func() { conn.Abort(errors.New("aborted")) }}, nil
 	}
 }
 
@@ -184,12 +186,12 @@ func (c *ownerConn) send(op wire.Op, id uint64, body wire.Encoder) {
 func newGatewayEnv(t *testing.T) (*env, *fakeOwner, *gwRouter) {
 	o := newFakeOwner(t)
 	r := &gwRouter{}
-	e := newEnv(t, func(opts *Options) {
+	e := newEnv(t, func(opts *session.Options) {
 		opts.Router = r
 		opts.Upstreams = o.dialer()
-		opts.Settings = func() Settings {
-			return Settings{ReconnectGrace: 5 * time.Second, RestartTTL: time.Minute, ForwardTimeout: 2 * time.Second,
-				UpstreamConnectTimeout: 2 * time.Second, UpstreamIdleClose: time.Minute}
+		opts.Settings = func() session.Settings {
+			return session.Settings{ReconnectGrace: 5 * time.Second, RestartTTL: time.Minute, Forwarding: forward.Limits{
+				ForwardTimeout: 2 * time.Second, UpstreamConnectTimeout: 2 * time.Second, UpstreamIdleClose: time.Minute}}
 		}
 	})
 	return e, o, r
@@ -341,13 +343,13 @@ func TestGatewayRebuildsUpstreamRedirect(t *testing.T) {
 func TestGatewayLimitAccounting(t *testing.T) {
 	o := newFakeOwner(t)
 	r := &gwRouter{}
-	e := newEnv(t, func(opts *Options) {
+	e := newEnv(t, func(opts *session.Options) {
 		opts.Router = r
 		opts.Upstreams = o.dialer()
-		opts.Settings = func() Settings {
-			return Settings{ReconnectGrace: 5 * time.Second, RestartTTL: time.Minute, ForwardTimeout: 2 * time.Second,
-				UpstreamConnectTimeout: 2 * time.Second, UpstreamIdleClose: time.Minute,
-				MaxUpstreamsPerOwner: 1, MaxInflightForwardBytes: 1 << 20}
+		opts.Settings = func() session.Settings {
+			return session.Settings{ReconnectGrace: 5 * time.Second, RestartTTL: time.Minute, Forwarding: forward.Limits{
+				ForwardTimeout: 2 * time.Second, UpstreamConnectTimeout: 2 * time.Second, UpstreamIdleClose: time.Minute,
+				MaxUpstreamsPerOwner: 1, MaxInflightForwardBytes: 1 << 20}}
 		}
 	})
 	a := e.dial()
@@ -374,7 +376,7 @@ func TestGatewayLimitAccounting(t *testing.T) {
 	h, _ = up.read()
 	up.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd"})
 	a.expectError(wire.OpError, 4, wire.CodeUnavailable)
-	if n := e.srv.gwInflight.Load(); n != 0 {
+	if n := e.srv.Gateway().InflightBytes(); n != 0 {
 		t.Fatalf("%d in-flight bytes still counted", n)
 	}
 	// The first connection ends: its upstream closes in order (seed §6: an
@@ -389,7 +391,7 @@ func TestGatewayLimitAccounting(t *testing.T) {
 	if _, _, err := up.tryRead(5 * time.Second); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the reconcile the upstream must end in order (EOF), got %v", err)
 	}
-	eventually(t, 5*time.Second, "the upstream released", func() bool { return e.srv.gwLimits.open() == 0 })
+	eventually(t, 5*time.Second, "the upstream released", func() bool { return e.srv.Gateway().Open() == 0 })
 	b.sendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b2")})
 	up2 := o.next()
 	h, _ = up2.read()
