@@ -261,11 +261,7 @@ func (c *Conn) finishGracefully() {
 func (c *Conn) terminate() {
 	c.close()
 	c.relay.Close()
-	if c.forwarded != nil {
-		c.srv.opts.Metrics.ForwardedSessions.Dec()
-		c.srv.forwardedOpen.Add(-1)
-		c.log.Info("forwarded session closed", "orderly", c.orderly.Load())
-	}
+	c.endForwarded()
 	if c.sess != nil {
 		select {
 		case <-c.writerDone:

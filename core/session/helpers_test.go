@@ -359,3 +359,9 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 type rawBody []byte
 
 func (r rawBody) AppendTo(b []byte) []byte { return append(b, r...) }
+
+// ffs is a FORWARDED_SESSION body from gateway origin for alice's client.
+func ffs(origin string, hop uint8, v2 bool, flags uint8) *wire.ForwardedSession {
+	return &wire.ForwardedSession{V2: v2, OriginNodeID: origin, HopCount: hop, ActingUsername: "alice",
+		ClientID: "0190c0de-0000-7000-8000-000000000001", ConnectionID: 42, ClientRemoteAddr: "127.0.0.1:5123", Flags: flags}
+}

@@ -6,6 +6,15 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
+// The owner side of forwarding: a gateway's upstream session arrives as a
+// connection authenticated as @node that sends FORWARDED_SESSION. From
+// then on it is served like the client it acts for, with two differences:
+// it never forwards again (one hop: Conn.route tells the router the
+// session is forwarded), and with FFS2's release_on_close an orderly end
+// of the stream ends the session at once instead of waiting out its
+// reconnect grace (Session.detach). The gateway side, the relay, is
+// core/forward.
+
 // ForwardingVersion is the highest forwarding protocol version this broker
 // implements as an owner (WIRE §22.4): 2 = FFS1 and FFS2 (release_on_close).
 const ForwardingVersion = 2
@@ -54,4 +63,14 @@ func (c *Conn) handleForwardedSession(reqID uint64, body []byte) {
 		"client_id", f.ClientID, "client_conn", f.ConnectionID, "client_remote", f.ClientRemoteAddr)
 	c.log.Info("forwarded session opened", "release_on_close", f.ReleaseOnClose())
 	c.reply(wire.OpForwardedSessionOK, reqID, &wire.ForwardedSessionOK{ForwardingVersion: ForwardingVersion})
+}
+
+// endForwarded counts the end of an accepted forwarded session (terminate).
+func (c *Conn) endForwarded() {
+	if c.forwarded == nil {
+		return
+	}
+	c.srv.opts.Metrics.ForwardedSessions.Dec()
+	c.srv.forwardedOpen.Add(-1)
+	c.log.Info("forwarded session closed", "orderly", c.orderly.Load())
 }

@@ -9,11 +9,6 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-func ffs(origin string, hop uint8, v2 bool, flags uint8) *wire.ForwardedSession {
-	return &wire.ForwardedSession{V2: v2, OriginNodeID: origin, HopCount: hop, ActingUsername: "alice",
-		ClientID: "0190c0de-0000-7000-8000-000000000001", ConnectionID: 42, ClientRemoteAddr: "127.0.0.1:5123", Flags: flags}
-}
-
 // WIRE §22.3, in order: 403 without @node (connection stays open), 400 on
 // a malformed body, 400 on a hop count other than 1, FFO1 with forwarding
 // version 2 on acceptance, 400 on a second one; with a verified peer
