@@ -3,10 +3,6 @@ package broker
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,44 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fibrilgo/fibril/core/client"
-	"github.com/fibrilgo/fibril/core/config"
 )
-
-// loopbackOnly is the test-wide dialer guard: any dial outside 127.0.0.0/8
-// and ::1 fails the test (DESIGN §8 "Addresses in tests").
-func loopbackOnly(t *testing.T) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			t.Errorf("dial %q: %v", addr, err)
-			return nil, err
-		}
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			t.Errorf("test tried to dial non-loopback address %s", addr)
-			return nil, fmt.Errorf("refused: %s is not loopback", addr)
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
-	}
-}
-
-func startBroker(t *testing.T, flags ...string) *Broker {
-	t.Helper()
-	cfg, _, err := config.Load(append([]string{
-		"--server.data_dir=" + t.TempDir(),
-		"--broker.listener.bind=127.0.0.1:0",
-		"--admin.listener.bind=127.0.0.1:0",
-	}, flags...), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Start(cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Shutdown() })
-	return b
-}
 
 // The first thing a user does: start a broker, publish with confirms and
 // consume with the Go SDK (built-in fibril/fibril login from loopback,
@@ -117,20 +76,6 @@ func TestPublishConsumeEndToEnd(t *testing.T) {
 			t.Errorf("metrics lack %q", w)
 		}
 	}
-}
-
-func scrape(t *testing.T, b *Broker) string {
-	t.Helper()
-	resp, err := http.Get("http://" + b.AdminAddr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(body)
 }
 
 // S-164: with admin.metrics_per_channel (the default) every loaded queue

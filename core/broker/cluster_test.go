@@ -5,94 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/client"
-	"github.com/fibrilgo/fibril/core/config"
-	"github.com/fibrilgo/fibril/core/memcoord"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
-	"github.com/fibrilgo/fibril/plugins"
 )
-
-// memStores are the in-memory coordination clusters of this test
-// process, by name: brokers started with coordination.backend = memtest
-// and coordination.raft.peers = [name=127.0.0.1:1] share one.
-var memStores = struct {
-	sync.Mutex
-	m     map[string]*memcoord.Store
-	names map[*testing.T]string // the store of each test's cluster
-	seq   int
-}{m: map[string]*memcoord.Store{}, names: map[*testing.T]string{}}
-
-func init() {
-	plugins.RegisterCoordination("memtest", func(ctx context.Context, env plugins.CoordinationEnv) (core.Coordinator, error) {
-		name := env.Config["coordination.raft.peers"]
-		memStores.Lock()
-		defer memStores.Unlock()
-		st := memStores.m[name]
-		if st == nil {
-			st = memcoord.NewStore(memcoord.Options{MinTTL: 50 * time.Millisecond, ElectionTTL: 300 * time.Millisecond})
-			memStores.m[name] = st
-		}
-		return st.Member(string(env.NodeID)), nil
-	})
-}
-
-// startMemCluster starts n brokers sharing one in-memory coordinator.
-func startMemCluster(t *testing.T, n int) []*Broker {
-	t.Helper()
-	return startMemClusterWith(t, n, nil)
-}
-
-// startMemClusterWith is startMemCluster with extra flags for node i.
-func startMemClusterWith(t *testing.T, n int, extra func(i int) []string) []*Broker {
-	t.Helper()
-	memStores.Lock()
-	memStores.seq++ // a new store per run, also under -count
-	name := fmt.Sprintf("%s-%d=127.0.0.1:1", memName(t), memStores.seq)
-	memStores.names[t] = name
-	memStores.Unlock()
-	var out []*Broker
-	for i := range n {
-		args := []string{
-			"--server.data_dir=" + t.TempDir(),
-			"--broker.listener.bind=127.0.0.1:0",
-			"--admin.listener.bind=127.0.0.1:0",
-			"--coordination.backend=memtest",
-			"--coordination.raft.peers=" + name,
-			fmt.Sprintf("--coordination.node_id=n%d", i),
-			"--coordination.heartbeat_interval_ms=50",
-			"--coordination.liveness_ttl_ms=300",
-		}
-		if extra != nil {
-			args = append(args, extra(i)...)
-		}
-		cfg, _, err := config.Load(args, []string{"FIBRIL_CLUSTER_SECRET=test-secret"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		log := slog.New(slog.DiscardHandler)
-		if os.Getenv("FIBRIL_TEST_LOG") != "" { // debugging aid: the brokers' logs in the test output
-			log = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})).With("broker", i)
-		}
-		b, err := Start(cfg, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Shutdown() })
-		out = append(out, b)
-	}
-	return out
-}
 
 // Three brokers, one client that knows only the first: it declares there,
 // publishes to every partition and consumes everything, following the
@@ -176,21 +97,6 @@ func TestClusterDoesNotAutoCreate(t *testing.T) {
 	if !errors.As(err, &be) || be.Code != 404 {
 		t.Fatalf("publish to an undeclared queue: %v, want 404", err)
 	}
-}
-
-func adminDo(t *testing.T, b *Broker, method, path, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, "http://"+b.AdminAddr().String()+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(out)
 }
 
 // Issue #4 §4: the user store is replicated (S-144); a user added at one
@@ -297,17 +203,6 @@ func TestClusterDrain(t *testing.T) {
 		}
 		return placed == 4
 	})
-}
-
-// memMember is a handle on the in-memory coordinator of a memtest cluster.
-func memMember(t *testing.T) core.Coordinator {
-	memStores.Lock()
-	defer memStores.Unlock()
-	st := memStores.m[memStores.names[t]]
-	if st == nil {
-		t.Fatal("no memtest store for this test")
-	}
-	return st.Member("test-writer")
 }
 
 // WIRE §14.3, S-118, with a synthetic version bump (repartition is a later
@@ -530,55 +425,4 @@ func TestClusterReconcileDoesNotRestoreElsewhere(t *testing.T) {
 			t.Errorf("partition %d owned by the other broker: %v (server %v), want missing", p, e.Code, e.Server.Present)
 		}
 	}
-}
-
-// dialClient connects the Go client to b as the built-in loopback user;
-// the client is closed at cleanup.
-func dialClient(ctx context.Context, t *testing.T, b *Broker) *client.Client {
-	t.Helper()
-	c, err := client.Dial(ctx, client.Options{Addrs: []string{b.BrokerAddr().String()},
-		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// waitFor retries cond until it holds, failing t after 5 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
-}
-
-// memName is the test's name as a node id (subtest names hold '/', ' ', ',').
-func memName(t *testing.T) string {
-	return strings.Map(func(r rune) rune {
-		if r == '/' || r == ' ' || r == ',' || r == '=' {
-			return '-'
-		}
-		return r
-	}, t.Name())
-}
-
-// consumeDistinct takes deliveries from sub, acknowledging each, until it
-// has seen n distinct payloads, which it returns; an error fails the test.
-func consumeDistinct(ctx context.Context, t *testing.T, sub *client.Subscription, n int) map[string]bool {
-	t.Helper()
-	got := map[string]bool{}
-	for len(got) < n {
-		d, err := sub.Next(ctx)
-		if err != nil {
-			t.Fatalf("after %d distinct deliveries of %d: %v", len(got), n, err)
-		}
-		got[string(d.Payload)] = true
-		if err := d.Ack(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return got
 }

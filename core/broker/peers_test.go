@@ -79,10 +79,6 @@ var peerSetups = []peerSetup{
 	}},
 }
 
-func tlsFlags(ca string) []string {
-	return []string{"--tls.enabled", "--tls.auto_self_signed", "--tls.peer_ca_path=" + ca, "--tls.admin_enabled=false"}
-}
-
 type probeAnswer struct {
 	Node      string `json:"node"`
 	Transport string `json:"transport"`

@@ -2,20 +2,17 @@ package broker
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/client"
-	"github.com/fibrilgo/fibril/core/metricstest"
 	"github.com/fibrilgo/fibril/core/session"
 )
 
@@ -117,58 +114,6 @@ func TestPrivateOwnersAnswerTheGateway(t *testing.T) {
 			t.Fatalf("private partition answers %v with no gateway", p.Endpoints)
 		}
 	}
-}
-
-// transportFlags are the flags that run a test cluster over transport tr:
-// none for tcp (the default, plaintext), TLS with a shared peer CA for quic.
-func transportFlags(t *testing.T, tr string) []string {
-	if tr != "quic" {
-		return nil
-	}
-	return append(tlsFlags(filepath.Join(t.TempDir(), "cluster-ca.pem")), "--transport.backend=quic")
-}
-
-// clientTLS is the client TLS configuration for b: nil when b serves
-// plaintext.
-func clientTLS(b *Broker) *tls.Config {
-	if b.tls == nil {
-		return nil
-	}
-	return &tls.Config{InsecureSkipVerify: true} //nolint:gosec // each test broker has its own self-signed CA
-}
-
-// startPrivateCluster starts one public broker (n0) and n-1 private ones,
-// and returns them with a client of the public broker whose dialer fails
-// the test on any attempt to reach a private broker's client address.
-func startPrivateCluster(t *testing.T, n int, extra ...string) ([]*Broker, *client.Client) {
-	t.Helper()
-	bs := startMemClusterWith(t, n, func(i int) []string {
-		if i > 0 {
-			return append([]string{"--broker.visibility=private"}, extra...)
-		}
-		return extra
-	})
-	private := map[string]bool{}
-	for _, b := range bs[1:] {
-		private[b.BrokerAddr().String()] = true
-	}
-	guard := loopbackOnly(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()},
-		Username: "fibril", Password: "fibril", TLS: clientTLS(bs[0]),
-		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if private[addr] {
-				t.Errorf("the client dialled the private broker at %s", addr)
-				return nil, errors.New("private broker")
-			}
-			return guard(ctx, network, addr)
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return bs, c
 }
 
 // Issue 6 §5 (seed §3): a client that only ever talks to the public broker
@@ -293,14 +238,6 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 			})
 		})
 	}
-}
-
-// counterValue sums a metric family's samples in b's registry (0 when it
-// has none).
-func counterValue(t *testing.T, b *Broker, name string) float64 {
-	t.Helper()
-	v, _ := metricstest.Lookup(t, b.registry, name, nil)
-	return v
 }
 
 // Issue 6 §3, §9: two public brokers behind one load-balancer address (both
