@@ -258,6 +258,9 @@ func (b *Broker) openQueues() error {
 	if err != nil {
 		return err
 	}
+	if b.cluster != nil {
+		b.cluster.router.Queues = b.queues // the engine opens after the cluster is joined
+	}
 	for _, q := range b.queues.Quarantined() {
 		b.log.Error("partition quarantined; it answers errors until repaired", "queue", q.Key.String(), "partition", q.Partition, "err", q.Err)
 	}
@@ -341,7 +344,7 @@ func (b *Broker) startSessions() error {
 	}
 	var router session.Router
 	if b.cluster != nil {
-		router = b.cluster
+		router = b.cluster.router
 	}
 	var nodeIdentity func(net.Conn) (string, error)
 	if b.peer != nil {

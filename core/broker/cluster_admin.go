@@ -1,0 +1,112 @@
+package broker
+
+// The admin API's view of the cluster and its drain action.
+
+import (
+	"context"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/cluster"
+	"github.com/fibrilgo/fibril/core/routing"
+)
+
+// topologyView is GET /admin/api/topology: nodes with labels, liveness and
+// visibility; partitions with owner, epoch and the written mark. nil in
+// standalone mode.
+func (b *Broker) topologyView() any {
+	c := b.adminCluster.Load()
+	if c == nil {
+		return nil
+	}
+	snap := c.cl.Snapshot()
+	type nodeView struct {
+		ID         core.NodeID `json:"id"`
+		Live       bool        `json:"live"`
+		Visibility string      `json:"visibility"`
+		Draining   bool        `json:"draining"`
+		PeerAddr   string      `json:"peer_addr"`
+		AdminAddr  string      `json:"admin_addr"`
+		Labels     core.Labels `json:"labels"`
+		Controller bool        `json:"controller,omitempty"`
+	}
+	type partView struct {
+		Topic     string      `json:"topic"`
+		Group     string      `json:"group,omitempty"`
+		Kind      string      `json:"kind"`
+		Partition uint32      `json:"partition"`
+		Owner     core.NodeID `json:"owner,omitempty"`
+		Epoch     uint64      `json:"epoch"`
+		Written   bool        `json:"written"`
+		OwnerLive bool        `json:"owner_live"`
+		Endpoints []string    `json:"client_endpoints"`
+	}
+	out := struct {
+		Self       core.NodeID `json:"self"`
+		Index      uint64      `json:"index"`
+		Generation uint64      `json:"generation"`
+		// AdoptionFloor is the lowest adoption level live nodes published
+		// (S-120); absent when none has.
+		AdoptionFloor *uint64 `json:"adoption_floor,omitempty"`
+		// Coordination flags what an operator must fix: with no live,
+		// non-draining public broker, privately owned partitions have no
+		// client endpoints (seed §1).
+		Coordination struct {
+			NoLivePublicBroker bool `json:"no_live_public_broker"`
+		} `json:"coordination"`
+		Nodes      []nodeView `json:"nodes"`
+		Partitions []partView `json:"partitions"`
+	}{Self: c.self.ID, Index: snap.Index, Generation: snap.Generation, Nodes: []nodeView{}, Partitions: []partView{}}
+	if f, ok := snap.AdoptionFloor(); ok {
+		out.AdoptionFloor = &f
+	}
+	out.Coordination.NoLivePublicBroker = len(snap.Gateways) == 0
+	for _, id := range snap.MemberIDs {
+		m := snap.Members[id]
+		out.Nodes = append(out.Nodes, nodeView{ID: id, Live: m.Live, Visibility: string(m.Info.Visibility()),
+			Draining: m.Info.Draining(), PeerAddr: m.Info.PeerAddr, AdminAddr: m.Info.AdminAddr, Labels: m.Info.Labels,
+			Controller: id == c.self.ID && c.cl.IsController()})
+	}
+	add := func(kind string, p cluster.Partition) {
+		v := partView{Topic: p.Ref.Topic, Group: p.Ref.Group, Kind: kind, Partition: p.Ref.Partition,
+			Owner: p.Node, Epoch: p.Epoch, Written: p.Written, OwnerLive: p.Placed() && snap.Live(p.Node), Endpoints: []string{}}
+		for _, e := range routing.ClientEndpoints(snap, p) {
+			v.Endpoints = append(v.Endpoints, e.String())
+		}
+		out.Partitions = append(out.Partitions, v)
+	}
+	for _, q := range snap.Queues {
+		for _, p := range q.Parts {
+			add("queue", p)
+		}
+	}
+	for _, st := range snap.Streams {
+		for _, p := range st.Parts {
+			add("stream", p)
+		}
+	}
+	return out
+}
+
+// drain is S-127 and, in coordinated mode, S-128: every connected session
+// gets GOING_AWAY, the node is marked draining (no new placements) and
+// /readyz turns false. Partitions with data stay: without replication they
+// can only move to a caught-up follower, which does not exist yet.
+func (b *Broker) drain(ctx context.Context, grace time.Duration, message string) (any, error) {
+	b.draining.Store(true)
+	b.admin.SetNotReady("draining")
+	notified := b.sessions.GoingAway(grace, message)
+	remaining := 0
+	if c := b.adminCluster.Load(); c != nil {
+		if err := c.cl.SetLabel(ctx, core.LabelDraining, "true"); err != nil {
+			return nil, core.Errorf(core.ErrUnavailable, "could not mark this node draining: %v", err)
+		}
+		c.cl.Snapshot().AllPartitions(func(p cluster.Partition) {
+			if p.Node == c.self.ID {
+				remaining++
+			}
+		})
+	}
+	return map[string]any{"connections_notified": notified, "owned_partitions_remaining": remaining,
+		"handoff_complete": remaining == 0}, nil
+}

@@ -1,0 +1,69 @@
+package broker
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fibrilgo/fibril/core/cluster"
+)
+
+// registerClusterMetrics exports the cluster view (docs/metrics.md,
+// "Cluster"). Values are read at scrape time.
+func (c *coordinated) registerMetrics(reg prometheus.Registerer) {
+	snap := func() *cluster.Snapshot { return c.cl.Snapshot() }
+	boolf := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	gauges := []struct {
+		name, help string
+		f          func() float64
+	}{
+		{"fibril_cluster_live_nodes", "Members with a live lease.", func() float64 { return float64(len(snap().LiveNodes())) }},
+		{"fibril_cluster_members", "Members that ever joined.", func() float64 { return float64(len(snap().MemberIDs)) }},
+		{"fibril_cluster_is_controller", "1 while this node runs placement.", func() float64 { return boolf(c.cl.IsController()) }},
+		{"fibril_cluster_lease_valid", "1 while this node's lease is surely valid.", func() float64 { return boolf(c.cl.LeaseValid()) }},
+		{"fibril_cluster_owned_partitions", "Partitions assigned to this node.", func() float64 {
+			n := 0
+			snap().AllPartitions(func(p cluster.Partition) {
+				if p.Node == c.self.ID {
+					n++
+				}
+			})
+			return float64(n)
+		}},
+		{"fibril_cluster_snapshot_index", "Coordination index of the snapshot in force.", func() float64 { return float64(snap().Index) }},
+		{"fibril_topology_generation", "Topology generation in force.", func() float64 { return float64(snap().Generation) }},
+		{"fibril_cluster_adoption_floor", "Lowest adoption level published by live nodes (S-120).", func() float64 {
+			f, _ := snap().AdoptionFloor()
+			return float64(f)
+		}},
+		{"fibril_topology_adoption_generation", "Lowest generation acknowledged by connections that acknowledged (S-120).", func() float64 {
+			if c.b.sessions == nil {
+				return 0
+			}
+			g, _ := c.b.sessions.AdoptionLevel()
+			return float64(g)
+		}},
+	}
+	for _, g := range gauges {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, g.f))
+	}
+	st := c.cl.Stats()
+	counters := []struct {
+		name, help string
+		v          *atomic.Uint64
+	}{
+		{"fibril_cluster_snapshot_rebuilds_total", "Snapshots published.", &st.SnapshotRebuilds},
+		{"fibril_cluster_heartbeat_errors_total", "Lease renewals that failed.", &st.HeartbeatErrors},
+		{"fibril_cluster_lease_losses_total", "Times this node's lease ended.", &st.LeaseLosses},
+		{"fibril_cluster_placements_total", "Assignments written by this node's controller.", &st.Placements},
+	}
+	for _, ct := range counters {
+		v := ct.v
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: ct.name, Help: ct.help}, func() float64 { return float64(v.Load()) }))
+	}
+}

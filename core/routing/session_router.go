@@ -1,0 +1,151 @@
+package routing
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/cluster"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/session"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// SessionRouter is the coordinated mode's session.Router: it applies the
+// fence and Decide to the cluster view of every operation, makes sure a
+// partition this broker serves may be written here (lease, local channel,
+// first-write mark), and records declarations cluster-wide.
+type SessionRouter struct {
+	Cluster *cluster.Cluster
+	Self    Self
+	// Queues is the local engine: a channel the cluster declared is
+	// installed in it before an operation on it is served.
+	Queues *queue.Manager
+	// DefaultPartitions is partitioning.default_partition_count, read at
+	// each declaration.
+	DefaultPartitions func() uint32
+}
+
+var _ session.Router = (*SessionRouter)(nil)
+
+// Route implements session.Router (issue #4 §5; WIRE §7.3).
+func (r *SessionRouter) Route(ref core.PartitionRef, publish bool, version uint64, forwarded bool) session.Route {
+	snap := r.Cluster.Snapshot()
+	if publish {
+		if d, fenced := Fence(snap, ref, version); fenced {
+			return session.Route{Redirect: RedirectBody(d)}
+		}
+	}
+	d := Decide(snap, r.Self, ref, forwarded)
+	if d.Action == Refuse && (errors.Is(d.Err, core.ErrNotFound) || !d.Partition.Placed()) && r.catchUp(ref) {
+		snap = r.Cluster.Snapshot()
+		d = Decide(snap, r.Self, ref, forwarded)
+	}
+	switch d.Action {
+	case Redirect:
+		return session.Route{Redirect: RedirectBody(d)}
+	case Refuse:
+		return session.Route{Err: d.Err}
+	case Forward:
+		return session.Route{Forward: d.Partition.Node, Err: d.Err}
+	}
+	if !r.Cluster.LeaseValid() {
+		return session.Route{Err: core.Errorf(core.ErrUnavailable,
+			"this broker owns partition %s but cannot be sure of its cluster lease right now; retry", ref)}
+	}
+	if err := r.EnsureLocal(snap, ref); err != nil {
+		return session.Route{Err: err}
+	}
+	if publish {
+		if err := r.MarkWritten(d.Partition); err != nil {
+			return session.Route{Err: err}
+		}
+	}
+	return session.Route{Serve: true}
+}
+
+// catchUp gives a view that may trail a fresh declaration or placement
+// the chance to hold it before an operation on the partition is refused
+// as undeclared or unplaced (Cluster.CatchUp).
+func (r *SessionRouter) catchUp(ref core.PartitionRef) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
+	defer cancel()
+	return r.Cluster.CatchUp(ctx, ref)
+}
+
+// catchUpTimeout bounds that: one linearizable catalog read and the wait
+// for this node's view.
+const catchUpTimeout = 2 * time.Second
+
+// MarkWritten records the first-write mark of an owned partition before
+// its first append (DESIGN.md §8). Once marked it costs a map lookup: no
+// context, no I/O.
+func (r *SessionRouter) MarkWritten(p cluster.Partition) error {
+	if r.Cluster.IsWritten(p) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+	defer cancel()
+	return r.Cluster.MarkWritten(ctx, p.Ref)
+}
+
+// markTimeout bounds the first-write mark of a partition (one
+// coordination write, once per partition and epoch).
+const markTimeout = 5 * time.Second
+
+// EnsureLocal installs ref's channel in the local engine when the catalog
+// follower has not yet (a lock-free check first: this runs per operation).
+func (r *SessionRouter) EnsureLocal(snap *cluster.Snapshot, ref core.PartitionRef) error {
+	if q := snap.Queue(ref.Topic, ref.Group); q != nil {
+		if r.Queues.HasQueue(q.Info.Key) {
+			return nil
+		}
+		if _, err := r.Queues.ApplyQueue(q.Info); err != nil {
+			return err
+		}
+		return nil
+	}
+	if st := snap.Stream(ref.Topic); st != nil {
+		if k, ok := r.Queues.Kind(ref.Topic); ok && k == queue.KindStream {
+			return nil
+		}
+		_, err := r.Queues.ApplyStream(st.Info)
+		return err
+	}
+	return nil
+}
+
+// DeclareQueue implements session.Router: the cluster decides, and the
+// local engine installs the decision at once.
+func (r *SessionRouter) DeclareQueue(ctx context.Context, spec queue.QueueSpec) (queue.QueueInfo, error) {
+	info, err := r.Cluster.DeclareQueue(ctx, spec, r.DefaultPartitions())
+	if err != nil {
+		return info, err
+	}
+	if _, err := r.Queues.ApplyQueue(info); err != nil {
+		return info, err
+	}
+	return info, nil
+}
+
+// DeclareStream implements session.Router.
+func (r *SessionRouter) DeclareStream(ctx context.Context, spec queue.StreamSpec) (queue.StreamInfo, error) {
+	info, err := r.Cluster.DeclareStream(ctx, spec, r.DefaultPartitions())
+	if err != nil {
+		return info, err
+	}
+	_, err = r.Queues.ApplyStream(info)
+	return info, err
+}
+
+// Topology implements session.Router.
+func (r *SessionRouter) Topology(req wire.TopologyRequest) wire.Topology {
+	return Topology(r.Cluster.Snapshot(), req)
+}
+
+// Generation implements session.Router.
+func (r *SessionRouter) Generation() uint64 { return r.Cluster.Snapshot().Generation }
+
+// Changed implements session.Router.
+func (r *SessionRouter) Changed() <-chan struct{} { return r.Cluster.Changed() }
