@@ -23,6 +23,7 @@ import (
 	"github.com/fibrilgo/fibril/core/auth"
 	"github.com/fibrilgo/fibril/core/cluster"
 	"github.com/fibrilgo/fibril/core/config"
+	"github.com/fibrilgo/fibril/core/lograte"
 	"github.com/fibrilgo/fibril/core/routing"
 	"github.com/fibrilgo/fibril/core/wire"
 	"github.com/fibrilgo/fibril/plugins"
@@ -48,9 +49,9 @@ type coordinated struct {
 	dlqRR   atomic.Uint64
 	// router is the session.Router that routes by the cluster view.
 	router *routing.SessionRouter
-	// noGatewayWarned is when the no-public-broker warning last went out
-	// (run goroutine only).
-	noGatewayWarned time.Time
+	// noGatewayWarned rate-limits the no-public-broker warnings
+	// (warnNoGateway).
+	noGatewayWarned lograte.Limiter[struct{}]
 }
 
 // startCluster opens the coordination backend and joins the cluster
@@ -115,7 +116,7 @@ func (b *Broker) startCluster() error {
 		return err
 	}
 	c := &coordinated{b: b, coord: coord, cl: cl, self: routing.Self{ID: id, Advertise: toEndpoints(adv), Private: cfg.Broker.Visibility == string(core.Private)},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), noGatewayWarned: lograte.Limiter[struct{}]{Every: noGatewayWarnEvery}}
 	c.router = &routing.SessionRouter{Cluster: cl, Self: c.self, DefaultPartitions: c.defaultPartitions} // Queues: openQueues
 	b.cluster = c
 	b.cluster.registerMetrics(b.registry)

@@ -338,26 +338,33 @@ const noGatewayWarnEvery = time.Minute
 
 // warnNoGateway logs, at most once a minute, that no live public broker is
 // left: clients then get no endpoints for privately owned partitions
-// (seed §1). Run goroutine only.
+// (seed §1); and, in the same budget, that another live node shares this
+// node's peer address. Run goroutine only.
 func (c *coordinated) warnNoGateway(snap *cluster.Snapshot) {
-	if time.Since(c.noGatewayWarned) < noGatewayWarnEvery {
-		return
-	}
-	if len(snap.Gateways) == 0 {
-		c.noGatewayWarned = time.Now()
-		c.b.log.Warn("no live public broker: clients get no endpoints for privately owned partitions until a public broker is up (and not draining)",
-			"live_nodes", len(snap.LiveNodes()))
-	}
+	noGateway := len(snap.Gateways) == 0
 	// Peers reach nodes by peer address: two live nodes sharing one (the
 	// default behind a load balancer is the balancer's address) would send
 	// one node's upstream sessions to the other.
 	self := snap.Members[c.self.ID]
+	var sharing []*cluster.Member
 	for _, m := range snap.LiveNodes() {
 		if self != nil && m.Info.ID != c.self.ID && m.Info.PeerAddr == self.Info.PeerAddr {
-			c.noGatewayWarned = time.Now()
-			c.b.log.Warn("another live node has this node's peer address; set broker.peer_advertise to an address of this node's own (behind a load balancer the default, the first broker.listener.advertise entry, is the balancer's)",
-				"peer_addr", self.Info.PeerAddr, "other_node", string(m.Info.ID))
+			sharing = append(sharing, m)
 		}
+	}
+	if !noGateway && len(sharing) == 0 {
+		return
+	}
+	if ok, _ := c.noGatewayWarned.Allow(struct{}{}, time.Now()); !ok {
+		return
+	}
+	if noGateway {
+		c.b.log.Warn("no live public broker: clients get no endpoints for privately owned partitions until a public broker is up (and not draining)",
+			"live_nodes", len(snap.LiveNodes()))
+	}
+	for _, m := range sharing {
+		c.b.log.Warn("another live node has this node's peer address; set broker.peer_advertise to an address of this node's own (behind a load balancer the default, the first broker.listener.advertise entry, is the balancer's)",
+			"peer_addr", self.Info.PeerAddr, "other_node", string(m.Info.ID))
 	}
 }
 

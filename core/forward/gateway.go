@@ -2,8 +2,10 @@ package forward
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/lograte"
 )
 
 // Gateway is the server-wide side of the relay: the dialer that opens
@@ -17,7 +19,13 @@ type Gateway struct {
 
 	counts   gatewayLimits // upstream sessions of every connection (limits.go)
 	inflight atomic.Int64  // bytes of forwarded confirmed publishes awaiting answers
+	// warned rate-limits the warning about an owner whose upstream
+	// session did not open.
+	warned lograte.Limiter[core.NodeID]
 }
+
+// warnEvery rate-limits the warnings about one owner.
+const warnEvery = 10 * time.Second
 
 // NewGateway returns the gateway side of forwarding. dial nil: this broker
 // cannot forward (CanForward is false, and a relayed operation answers
@@ -29,7 +37,7 @@ func NewGateway(dial Dialer, limits func() Limits, m *Metrics) *Gateway {
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &Gateway{dial: dial, limits: limits, m: m}
+	return &Gateway{dial: dial, limits: limits, m: m, warned: lograte.Limiter[core.NodeID]{Every: warnEvery}}
 }
 
 // CanForward reports whether this broker can open upstream sessions.

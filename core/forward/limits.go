@@ -33,7 +33,6 @@ type gatewayLimits struct {
 	total    int
 	perOwner map[core.NodeID]int
 	refused  map[core.NodeID]time.Time
-	warned   map[core.NodeID]time.Time
 }
 
 // take reserves an upstream session to owner; on refusal it returns the
@@ -74,23 +73,6 @@ func (l *gatewayLimits) refuse(owner core.NodeID, until time.Time) {
 		l.refused = make(map[core.NodeID]time.Time)
 	}
 	l.refused[owner] = until
-}
-
-// warnEvery rate-limits the warnings about one owner.
-const warnEvery = 10 * time.Second
-
-// warnDue reports whether a warning about owner may be logged now.
-func (l *gatewayLimits) warnDue(owner core.NodeID, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.warned == nil {
-		l.warned = make(map[core.NodeID]time.Time)
-	}
-	if now.Sub(l.warned[owner]) < warnEvery {
-		return false
-	}
-	l.warned[owner] = now
-	return true
 }
 
 // byOwner returns the upstream sessions open (or being opened) per owner.

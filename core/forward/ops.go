@@ -152,16 +152,10 @@ func (r *Relay) answerForwarded(op wire.Op, reqID uint64, owner core.NodeID, ref
 // it left out (an owner that dies with a full window fails hundreds at
 // once).
 func (r *Relay) logForwardFailure(op wire.Op, reqID uint64, owner core.NodeID, outcome string, code uint16, err error) {
-	now := time.Now()
-	r.mu.Lock()
-	if now.Sub(r.failLogged) < time.Second {
-		r.failSkipped++
-		r.mu.Unlock()
+	ok, skipped := r.failLog.Allow(struct{}{}, time.Now())
+	if !ok {
 		return
 	}
-	skipped := r.failSkipped
-	r.failLogged, r.failSkipped = now, 0
-	r.mu.Unlock()
 	args := []any{"op", op.String(), "request_id", reqID, "owner", string(owner), "outcome", outcome, "code", code, "not_logged_before", skipped}
 	if err != nil {
 		args = append(args, "err", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fibrilgo/fibril/core"
 	upclient "github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/lograte"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -80,9 +81,8 @@ type Relay struct {
 	subs    map[subKey]*fwdSub
 	nextSub uint64
 	closed  bool
-	// failLogged and failSkipped rate-limit logForwardFailure.
-	failLogged  time.Time
-	failSkipped int
+	// failLog rate-limits logForwardFailure: one line a second.
+	failLog lograte.Limiter[struct{}]
 	// opening holds, per owner whose upstream session is being opened, the
 	// operations that wait for it, in the order the client sent them. The
 	// entry stays until they have all run, so a later operation for that
@@ -278,7 +278,7 @@ func (r *Relay) openUpstream(owner core.NodeID) (*upstream, error) {
 		if errors.Is(err, core.ErrPeerRefused) {
 			r.gw.counts.refuse(owner, time.Now().Add(refusedFailFast))
 		}
-		if r.gw.counts.warnDue(owner, time.Now()) {
+		if ok, _ := r.gw.warned.Allow(owner, time.Now()); ok {
 			r.c.Logger().Warn("upstream session not opened (this warning repeats at most every 10 s per owner)", "owner", string(owner), "err", err)
 		}
 		return nil, core.Errorf(core.ErrUnavailable, "cannot reach the owner %s: %v; retry", owner, err)
@@ -464,7 +464,7 @@ func (r *Relay) Close() {
 // NewRelay returns the forwarding state of the client connection c; done
 // is closed when that connection is ending.
 func (g *Gateway) NewRelay(c Conn, done <-chan struct{}) *Relay {
-	return &Relay{gw: g, c: c, done: done, room: make(chan struct{}, 1)}
+	return &Relay{gw: g, c: c, done: done, room: make(chan struct{}, 1), failLog: lograte.Limiter[struct{}]{Every: time.Second}}
 }
 
 // Subscriptions lists the connection's forwarded subscriptions as
