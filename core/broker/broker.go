@@ -1,8 +1,3 @@
-// Package broker assembles one broker process from its parts — storage and
-// the queue engine, users and TLS material, the session server, the admin
-// listener — and runs it until its context ends, then shuts it down
-// gracefully. cmd/fibril is a thin main around it; integration tests use
-// the binary, unit tests can use Start directly.
 package broker
 
 import (

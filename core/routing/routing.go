@@ -1,9 +1,3 @@
-// Package routing decides, for one partition operation on one broker,
-// whether to serve it, redirect the client, or refuse it for now (seed
-// §2; WIRE_V1.md §7.3 holds the answers), and builds every client-facing
-// endpoint list from the cluster snapshot — topology answers, pushes,
-// redirects and the partitioning-version fence all go through
-// ClientEndpoints, so no other path can leak an address.
 package routing
 
 import (

@@ -2,9 +2,17 @@
 // (HELLO, AUTH, resume, the quiet window), the logical sessions that outlive
 // sockets (reconnect grace, dormant sessions, durable skeletons), reconcile,
 // heartbeats, and the dispatch of every client operation to the queue
-// engine. WIRE_V1.md §8 and §16 and BROKER_SEMANTICS S-1…S-14 and
-// S-100…S-113 are the rules it keeps; WIRE_V1.md §7.3 is the one table of
-// answers it cites.
+// engine. The rules it keeps are docs/protocol.md#handshake,
+// docs/protocol.md#reconcile and the rules S-1…S-14 and S-100…S-113 of
+// docs/semantics.md; docs/protocol.md#answers is the one table of answers
+// it cites.
+//
+// Data flows in on a connection's reader (frames decoded and handled one
+// at a time, in order) and out through its writer (answers and pushes); to
+// the queue engine (core/queue) for what is served here, to the Router
+// (coordinated mode: core/routing's SessionRouter) for where an operation
+// goes, and to the relay (core/forward) for what is forwarded. It imports
+// core/forward, never core/routing or core/broker.
 //
 // # Connections and sessions
 //
@@ -34,4 +42,20 @@
 // reply queue). The engine calls Consumer.Deliver with its locks held, and
 // Deliver takes Session.mu; so no code may call into the engine while
 // holding Session.mu or Conn.mu.
+//
+// # Forwarding
+//
+// When the Router answers Forward, the operation is not served here: the
+// connection hands it to its forward.Relay (core/forward), the gateway side
+// of forwarding, which relays it to the partition's owner over an upstream
+// session and answers the client through relayPort (relay.go), the small
+// view of a Conn that forward.Conn describes. Everything about upstream
+// sessions, relayed answers, limits and the 503/504 decisions lives there
+// (core/forward/README.md).
+//
+// The owner side is here, in forwarded_owner.go: a gateway's upstream
+// session arrives as a connection authenticated as @node that sends
+// FORWARDED_SESSION; it is then served like the client it acts for, never
+// forwards again (one hop), and with release_on_close ends its session as
+// soon as the gateway closes it in order.
 package session
