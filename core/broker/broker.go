@@ -237,7 +237,7 @@ func (b *Broker) openQueues() error {
 			Logger:          b.log,
 		},
 		Settings:   b.queueSettings,
-		AutoCreate: cfg.Coordination.Standalone(), // DESIGN §8 "Modes", S-21
+		AutoCreate: cfg.Coordination.Standalone(), // standalone: created on first use (S-21); a cluster serves only what was declared
 		// In a cluster only owned partitions are loaded (S-138): the
 		// catalog follower opens them, the rest stay closed on disk.
 		LazyPartitions: !cfg.Coordination.Standalone(),
@@ -399,7 +399,7 @@ func (b *Broker) advertised() ([]wire.AdvertisedAddress, error) {
 			return nil, fmt.Errorf("broker.listener.advertise %q: bad port", a)
 		}
 		if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
-			host = "[" + host + "]" // WIRE §4.5: bracketed IPv6 literal
+			host = "[" + host + "]" // docs/protocol.md#endpoints: bracketed IPv6 literal
 		}
 		out = append(out, wire.AdvertisedAddress{Host: host, Port: uint16(p)})
 	}

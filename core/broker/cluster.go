@@ -55,13 +55,13 @@ type coordinated struct {
 }
 
 // startCluster opens the coordination backend and joins the cluster
-// (coordinated mode, DESIGN.md §8 "Modes"). The queue engine is open but
+// (coordinated mode). The queue engine is open but
 // no client is served yet.
 func (b *Broker) startCluster() error {
 	cfg := b.cfg
 	secret, origin := b.secret, b.secretOrigin
 	if len(secret) == 0 {
-		return fmt.Errorf("coordination.backend = %q needs a cluster secret (S-149): set FIBRIL_CLUSTER_SECRET, or coordination.secret_path, or put it in %s",
+		return fmt.Errorf("coordination.backend = %q needs a cluster secret (brokers authenticate each other with it): set FIBRIL_CLUSTER_SECRET, or coordination.secret_path, or put it in %s",
 			cfg.Coordination.Backend, filepath.Join(cfg.Server.DataDir, auth.ClusterSecretFile))
 	}
 	id, err := loadNodeID(cfg)

@@ -50,7 +50,7 @@ func (b *Broker) topologyView() any {
 		AdoptionFloor *uint64 `json:"adoption_floor,omitempty"`
 		// Coordination flags what an operator must fix: with no live,
 		// non-draining public broker, privately owned partitions have no
-		// client endpoints (seed §1).
+		// client endpoints (core/routing/README.md#gateway-set).
 		Coordination struct {
 			NoLivePublicBroker bool `json:"no_live_public_broker"`
 		} `json:"coordination"`

@@ -37,11 +37,11 @@ func (c *coordinated) registerMetrics(reg prometheus.Registerer) {
 		}},
 		{"fibril_cluster_snapshot_index", "Coordination index of the snapshot in force.", func() float64 { return float64(snap().Index) }},
 		{"fibril_topology_generation", "Topology generation in force.", func() float64 { return float64(snap().Generation) }},
-		{"fibril_cluster_adoption_floor", "Lowest adoption level published by live nodes (S-120).", func() float64 {
+		{"fibril_cluster_adoption_floor", "Lowest adoption level published by live nodes: the oldest topology generation their clients have acknowledged.", func() float64 {
 			f, _ := snap().AdoptionFloor()
 			return float64(f)
 		}},
-		{"fibril_topology_adoption_generation", "Lowest generation acknowledged by connections that acknowledged (S-120).", func() float64 {
+		{"fibril_topology_adoption_generation", "This node's adoption level: the lowest topology generation acknowledged by its connections that acknowledged one.", func() float64 {
 			if c.b.sessions == nil {
 				return 0
 			}

@@ -17,7 +17,7 @@ import (
 
 // Three brokers, one client that knows only the first: it declares there,
 // publishes to every partition and consumes everything, following the
-// topology and REDIRECTs to the owners (issue #4 §8, S-114, S-116).
+// topology and REDIRECTs to the owners (S-114, S-116).
 func TestClusterRoutesClientsToOwners(t *testing.T) {
 	bs := startMemCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -85,8 +85,8 @@ func TestClusterRoutesClientsToOwners(t *testing.T) {
 	}
 }
 
-// Issue #4 §4: nothing is auto-created in coordinated mode; an undeclared
-// queue answers 404 (WIRE §7.3).
+// Nothing is auto-created in coordinated mode; an undeclared
+// queue answers 404 (docs/protocol.md#answers).
 func TestClusterDoesNotAutoCreate(t *testing.T) {
 	bs := startMemCluster(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -99,7 +99,7 @@ func TestClusterDoesNotAutoCreate(t *testing.T) {
 	}
 }
 
-// Issue #4 §4: the user store is replicated (S-144); a user added at one
+// The user store is replicated (S-144); a user added at one
 // broker authenticates at another.
 func TestClusterUsersAreShared(t *testing.T) {
 	bs := startMemCluster(t, 2)
@@ -205,7 +205,7 @@ func TestClusterDrain(t *testing.T) {
 	})
 }
 
-// WIRE §14.3, S-118, with a synthetic version bump (repartition is a later
+// docs/protocol.md#topology, S-118, with a synthetic version bump (repartition is a later
 // capability): a PUBLISH carrying an older partitioning version gets a
 // REDIRECT with the newer version — even to this broker's own address —
 // and nothing is stored; the current version passes. A connection that

@@ -29,7 +29,7 @@ import (
 )
 
 // loopbackOnly is the test-wide dialer guard: any dial outside 127.0.0.0/8
-// and ::1 fails the test (DESIGN §8 "Addresses in tests").
+// and ::1 fails the test (tests only ever dial loopback).
 func loopbackOnly(t *testing.T) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, _, err := net.SplitHostPort(addr)

@@ -26,11 +26,11 @@ import (
 )
 
 // sniffTimeout is how long an accepted socket has to show its first frame
-// header (WIRE §1, S-14).
+// header (docs/protocol.md#transport, S-14).
 const sniffTimeout = 10 * time.Second
 
 // acceptLoop accepts client sockets and classifies each by its first
-// bytes (WIRE §1, S-151) in its own goroutine, so a slow client never
+// bytes (docs/protocol.md#transport, S-151) in its own goroutine, so a slow client never
 // holds up the next accept.
 func (b *Broker) acceptLoop() {
 	defer close(b.served)
@@ -127,8 +127,8 @@ func (u userAdmin) List() []admin.UserInfo {
 	return out
 }
 
-// loadOwnerID returns this broker instance's persisted owner id (WIRE
-// §8.4), minting it on first boot. Persisting it is what lets a broker
+// loadOwnerID returns this broker instance's persisted owner id
+// (docs/protocol.md#resume), minting it on first boot. Persisting it is what lets a broker
 // restarted in place answer `resumed_after_restart`.
 func loadOwnerID(path string) (wire.UUID, error) {
 	b, err := os.ReadFile(path)

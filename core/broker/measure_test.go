@@ -13,7 +13,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// Issue 6 performance: the memory one idle forwarded client session costs
+// The memory one idle forwarded client session costs
 // through a QUIC gateway. N raw client connections subscribe to a partition
 // the public broker owns (no upstream), then N others to one a private
 // broker owns (one upstream session each, all on one QUIC connection per

@@ -17,7 +17,8 @@ import (
 const nodeIDFile = "node_id"
 
 // loadNodeID returns coordination.node_id, else the id kept in the data
-// directory, generating it on first start (DESIGN.md §8 "Identity").
+// directory, generating it on first start, so a restarted broker is the same
+// member of the cluster.
 func loadNodeID(cfg *config.Config) (core.NodeID, error) {
 	if id := cfg.Coordination.NodeID; id != "" {
 		return core.NodeID(id), nil

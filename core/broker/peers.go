@@ -24,8 +24,7 @@ import (
 
 // The peer side of a broker in a cluster: where peers reach it, the
 // inter-broker transport that listens there and dials them, and the rule
-// that an @node login over it carries a verified peer certificate
-// (issue 5 §4).
+// that an @node login over it carries a verified peer certificate.
 
 // peerPlan is where the transport listens and what peers are told.
 type peerPlan struct {
@@ -37,7 +36,7 @@ type peerPlan struct {
 	shared bool
 }
 
-// planPeers derives the peer listener (issue 5 §4): broker.peer_listener.bind
+// planPeers derives the peer listener: broker.peer_listener.bind
 // when set; otherwise, with tcp, the client listener itself (one port for
 // clients and peers); with quic a UDP socket on the client listener's
 // address and port number (it does not collide with the TCP one); an
@@ -63,7 +62,7 @@ func (b *Broker) planPeers() (peerPlan, error) {
 
 // peerAdvertise is where peers reach this broker: broker.peer_advertise;
 // else, when peers share the client port, the first client advertise
-// entry, then the client listener's address (seed §11); else that host
+// entry, then the client listener's address (core/routing/README.md#gateway-set); else that host
 // with the peer listener's port.
 func (b *Broker) peerAdvertise() string {
 	cfg := b.cfg
@@ -90,7 +89,7 @@ func (b *Broker) peerAdvertise() string {
 
 // checkPeerAddr refuses a peer address other brokers could not dial: an
 // unspecified host, or a loopback host while the coordination peers are
-// not on loopback (issue 5 §4).
+// not on loopback.
 func checkPeerAddr(addr string, cfg *config.Config) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -338,7 +337,7 @@ const noGatewayWarnEvery = time.Minute
 
 // warnNoGateway logs, at most once a minute, that no live public broker is
 // left: clients then get no endpoints for privately owned partitions
-// (seed §1); and, in the same budget, that another live node shares this
+// (core/routing/README.md#gateway-set); and, in the same budget, that another live node shares this
 // node's peer address. Run goroutine only.
 func (c *coordinated) warnNoGateway(snap *cluster.Snapshot) {
 	noGateway := len(snap.Gateways) == 0
@@ -388,7 +387,7 @@ func (b *Broker) dialer() forward.Dialer {
 
 // heartbeatLabels are the labels this node publishes as they change: its
 // topology adoption level (S-120) and, while non-zero, its forwarding
-// session counts (seed §8).
+// session counts (core/forward/README.md#observability).
 func (b *Broker) heartbeatLabels() core.Labels {
 	l := core.Labels{core.LabelUpstreamSessions: "", core.LabelForwardedSessions: ""}
 	if gen, ok := b.sessions.AdoptionLevel(); ok {

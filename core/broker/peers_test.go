@@ -19,7 +19,7 @@ import (
 	_ "github.com/fibrilgo/fibril/transport/tcp"
 )
 
-// Issue 5 §4: in coordinated mode the effective peer address must be one
+// In coordinated mode the effective peer address must be one
 // other brokers can dial: never unspecified, and loopback only while the
 // coordination peers are on loopback too.
 func TestCheckPeerAddr(t *testing.T) {
@@ -91,7 +91,7 @@ type probeAnswer struct {
 	} `json:"peers"`
 }
 
-// Issue 5 §4: on every transport setup, each broker reaches the other as a
+// On every transport setup, each broker reaches the other as a
 // peer — a stream over transport.backend, AUTH as @node, one round trip —
 // and with inter-broker TLS the certificate names the dialled node.
 func TestPeersProbeEveryTransport(t *testing.T) {
@@ -128,7 +128,7 @@ func TestPeersProbeEveryTransport(t *testing.T) {
 	}
 }
 
-// Issue 5 §4: with inter-broker TLS on a shared port, the cluster secret
+// With inter-broker TLS on a shared port, the cluster secret
 // alone does not make a peer (AUTH_ERR 401), a peer certificate presented
 // without the peer ALPN still does (verified against the peer CA), and a
 // certificate from another CA never completes the peer handshake.
@@ -178,7 +178,7 @@ func TestNodeLoginNeedsPeerCertificate(t *testing.T) {
 	}
 }
 
-// Issue 5 §4: configurations peers could not use fail at start, naming
+// Configurations peers could not use fail at start, naming
 // the keys to change.
 func TestStartRefusesUnusablePeerConfig(t *testing.T) {
 	ca := filepath.Join(t.TempDir(), "cluster-ca.pem")

@@ -16,7 +16,7 @@ import (
 	"github.com/fibrilgo/fibril/core/session"
 )
 
-// Seed §1–§2 (issue 6 §2): with one public and two private brokers, every
+// core/routing/README.md#gateway-set: with one public and two private brokers, every
 // partition gets client endpoints, and a privately owned partition's are
 // the public gateway's — the private brokers' client addresses appear in
 // no topology answer, on any broker. When the only public broker drains,
@@ -116,7 +116,7 @@ func TestPrivateOwnersAnswerTheGateway(t *testing.T) {
 	}
 }
 
-// Issue 6 §5 (seed §3): a client that only ever talks to the public broker
+// core/forward/README.md#upstream-sessions: a client that only ever talks to the public broker
 // publishes (confirmed and not) to and consumes from partitions owned by
 // private brokers; every confirm is the owner's (the message is stored on
 // the owner, never on the gateway), deliveries carry client-facing
@@ -173,7 +173,7 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 				t.Fatal(err)
 			}
 			consumeDistinct(ctx, t, sub, total+6)
-			// Seed §8: the gateway and the owners publish their session
+			// core/forward/README.md#observability: the gateway and the owners publish their session
 			// counts; the gateway counted the owners' confirms.
 			waitFor(t, "the session count labels", func() bool {
 				snap := bs[0].cluster.cl.Snapshot()
@@ -195,7 +195,7 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 					forwarded++
 				}
 			}
-			// Seed §8: the owner marks a forwarded session "via node P for
+			// core/forward/README.md#observability: the owner marks a forwarded session "via node P for
 			// user U"; the gateway lists its upstreams.
 			type connsView struct {
 				Connections []session.ConnInfo `json:"connections"`
@@ -240,7 +240,7 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 	}
 }
 
-// Issue 6 §3, §9: two public brokers behind one load-balancer address (both
+// Two public brokers behind one load-balancer address (both
 // advertise it; the balancer here sends every connection to n0) and a
 // private one. Every partition answers the balancer's address, n0 forwards
 // what n1 and n2 own — no redirect ping-pong — and every confirmed

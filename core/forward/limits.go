@@ -7,11 +7,11 @@ import (
 	"github.com/fibrilgo/fibril/core"
 )
 
-// The limits of forwarding on a gateway (seed §5): upstream sessions in
+// The limits of forwarding on a gateway (core/forward/README.md#bounds): upstream sessions in
 // all and per owner, the fail-fast window after a refused connect, and the
 // bytes of confirmed publishes in flight.
 
-// Limits are the runtime settings of forwarding (routing.*, seed §5), read
+// Limits are the runtime settings of forwarding (routing.*, core/forward/README.md#bounds), read
 // on every use so a change applies to later events: 0 means no limit.
 type Limits struct {
 	MaxUpstreams            int           // routing.max_upstream_sessions
@@ -23,7 +23,7 @@ type Limits struct {
 }
 
 // refusedFailFast is how long an owner that refused a connection gets 503
-// at once, without a new dial (seed §6).
+// at once, without a new dial (core/forward/README.md#failures).
 const refusedFailFast = time.Second
 
 // gatewayLimits are the server-wide counters behind routing.max_upstream_*
@@ -94,7 +94,8 @@ func (l *gatewayLimits) open() int {
 }
 
 // inflightWaitMax caps how long a publish waits for forwarding byte room:
-// the forward timeout, at most the 5 s heartbeat interval (issue 6 §6).
+// the forward timeout, at most the 5 s heartbeat interval: a client
+// waiting longer would be declared dead by its own heartbeat.
 const inflightWaitMax = 5 * time.Second
 
 // acquireInflight reserves n bytes of routing.max_inflight_forward_bytes,

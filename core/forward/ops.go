@@ -119,7 +119,7 @@ func (r *Relay) answerForwarded(op wire.Op, reqID uint64, owner core.NodeID, ref
 		r.answerError(reqID, code, msg)
 	case f.Op == wire.OpRedirect:
 		outcome = "moved"
-		// Never relayed raw (seed §3): the owner's view moved on; answer
+		// Never relayed raw (core/forward/README.md#upstream-sessions): the owner's view moved on; answer
 		// from this broker's own view, which follows the cluster.
 		if rt := ref(); rt.Redirect != nil {
 			r.c.Answer(wire.OpRedirect, reqID, rt.Redirect)
@@ -211,7 +211,7 @@ func (r *Relay) relayPublish(h wire.FrameHeader, body []byte, req PublishRef, ow
 	err = u.call(start, op, rawBody(body), func(f upclient.Frame, err error) {
 		r.gw.releaseInflight(n)
 		if err == nil && f.Op == wire.OpRedirect {
-			// The owner no longer owns it (seed §3): a new private owner
+			// The owner no longer owns it (core/forward/README.md#upstream-sessions): a new private owner
 			// in this broker's view gets one more attempt.
 			if rt := reroute(); rt.Owner != "" && rt.Owner != owner {
 				m.Requests.WithLabelValues(op.String(), "moved").Inc()
@@ -270,7 +270,7 @@ func (r *Relay) confirmed(f upclient.Frame, err error, start time.Time) {
 
 // resendPublish is the one more attempt of a confirmed publish whose owner
 // answered REDIRECT while this broker's view names another private owner
-// (seed §3). Its answer is final: a second move answers 503, and the
+// (core/forward/README.md#upstream-sessions). Its answer is final: a second move answers 503, and the
 // client retries.
 func (r *Relay) resendPublish(op wire.Op, reqID uint64, body []byte, owner core.NodeID, reroute func() Target, start time.Time) {
 	u, err := r.upstreamFor(owner)
@@ -344,7 +344,7 @@ type subscribeCall struct {
 
 // relaySubscribe is Subscribe once the upstream session is open.
 // An owner that answers REDIRECT while this broker's view names another
-// private owner gets the SUBSCRIBE once more, there (seed §3, as a
+// private owner gets the SUBSCRIBE once more, there (core/forward/README.md#upstream-sessions, as a
 // publish does); that answer is final.
 func (r *Relay) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 	id, fs, unreserve := call.id, call.fs, call.unreserve
@@ -397,7 +397,7 @@ func (r *Relay) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 		}
 		unreserve()
 		if err == nil && f.Op == wire.OpSubscribeErr {
-			f.Op = wire.OpError // WIRE §7.3: subscribe failures use ERROR
+			f.Op = wire.OpError // docs/protocol.md#answers: subscribe failures use ERROR
 		}
 		r.answerForwarded(wire.OpSubscribe, id, u.owner, reroute, f, err)
 	})
@@ -460,7 +460,7 @@ const (
 )
 
 // Reconcile answers the part of a RECONCILE_CLIENT that concerns
-// forwarded subscriptions (issue 6 §6b; seed §11), until upstream resume
+// forwarded subscriptions (core/forward/README.md#upstream-sessions; docs/protocol.md#reconcile), until upstream resume
 // exists: a listed subscription this connection forwards is kept; a listed
 // one whose partition this broker forwards but that has no upstream
 // subscription here (a new connection after a reconnect) is

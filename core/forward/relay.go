@@ -15,7 +15,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// The gateway side of forwarding (seed §3 shape b, WIRE §22): a public
+// The gateway side of forwarding (core/forward/README.md#upstream-sessions, docs/protocol.md#extensions): a public
 // broker serves a partition owned by a private broker (or by a broker
 // behind its own shared address) by relaying the client's operations over
 // an upstream session — one per (client connection, owner node) — opened
@@ -349,7 +349,7 @@ func notSent(err error) string {
 
 // watch closes the upstream when it dies, when a request waited past
 // routing.forward_timeout_ms without any answer (the whole session is
-// aborted: seed §6), or after routing.upstream_idle_close_ms with no
+// aborted: core/forward/README.md#failures), or after routing.upstream_idle_close_ms with no
 // subscription and no request in flight.
 func (u *upstream) watch() {
 	r := u.r
@@ -430,7 +430,7 @@ func (u *upstream) cleanup() {
 	}
 }
 
-// closeUpstream ends an upstream session in order (seed §6): an empty
+// closeUpstream ends an upstream session in order (core/forward/README.md#upstream-sessions): an empty
 // RECONCILE_CLIENT makes the owner close every forwarded subscription and
 // requeue what it held, then the stream ends cleanly, which with
 // release_on_close ends the owner's session at once.

@@ -19,7 +19,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// Handler tests of the gateway against a scripted fake owner (issue 6 §9):
+// Handler tests of the gateway against a scripted fake owner:
 // the router says Forward for topic "fwd", and the owner is a raw wire
 // peer the test drives frame by frame.
 
@@ -197,7 +197,7 @@ func newGatewayEnv(t *testing.T) (*env, *fakeOwner, *gwRouter) {
 	return e, o, r
 }
 
-// Seed §3: the client's PUBLISH goes up with the same body; its PUBLISH_OK
+// core/forward/README.md#upstream-sessions: the client's PUBLISH goes up with the same body; its PUBLISH_OK
 // comes only from the owner's, with the owner's offset and the client's
 // request id; the FORWARDED_SESSION names the client and release_on_close.
 func TestGatewayConfirmIsTheOwners(t *testing.T) {
@@ -227,7 +227,7 @@ func TestGatewayConfirmIsTheOwners(t *testing.T) {
 	}
 }
 
-// WIRE §7.3: upstream lost after a confirmed PUBLISH reached the socket →
+// docs/protocol.md#answers: upstream lost after a confirmed PUBLISH reached the socket →
 // ERROR 504 (never replayed); the next publish opens a new upstream.
 func TestGatewayUpstreamLostIs504(t *testing.T) {
 	e, o, _ := newGatewayEnv(t)
@@ -246,7 +246,7 @@ func TestGatewayUpstreamLostIs504(t *testing.T) {
 	c.expect(wire.OpPublishOK, 6)
 }
 
-// WIRE §7.3: an owner that refused the connection → 503 (nothing was
+// docs/protocol.md#answers: an owner that refused the connection → 503 (nothing was
 // sent), and for one second its operations fail fast without a new dial.
 func TestGatewayRefusedIs503AndFailsFast(t *testing.T) {
 	e, o, _ := newGatewayEnv(t)
@@ -262,7 +262,7 @@ func TestGatewayRefusedIs503AndFailsFast(t *testing.T) {
 	}
 }
 
-// Seed §3: SUBSCRIBE goes up with the client's prefetch; SUBSCRIBE_OK and
+// core/forward/README.md#upstream-sessions: SUBSCRIBE goes up with the client's prefetch; SUBSCRIBE_OK and
 // DELIVER come back with the sub id rewritten to ≥ 2^48 and the rest
 // byte for byte; ACK goes to the upstream that holds the partition's
 // subscription; when the upstream is lost the client gets
@@ -311,7 +311,7 @@ func TestGatewaySubscribeDeliverSettle(t *testing.T) {
 	}
 }
 
-// Seed §3: an upstream REDIRECT is never relayed raw: with the gateway's
+// core/forward/README.md#upstream-sessions: an upstream REDIRECT is never relayed raw: with the gateway's
 // view unchanged the client gets 503; once the view moved, the gateway's
 // own REDIRECT.
 func TestGatewayRebuildsUpstreamRedirect(t *testing.T) {
@@ -337,7 +337,7 @@ func TestGatewayRebuildsUpstreamRedirect(t *testing.T) {
 	}
 }
 
-// Seed §5 (issue 6 §9): the per-owner cap answers 503 and is released when
+// core/forward/README.md#bounds: the per-owner cap answers 503 and is released when
 // an upstream session ends; the in-flight byte accounting returns to zero
 // after a success, an owner's error and an owner's REDIRECT.
 func TestGatewayLimitAccounting(t *testing.T) {
@@ -379,7 +379,7 @@ func TestGatewayLimitAccounting(t *testing.T) {
 	if n := e.srv.Gateway().InflightBytes(); n != 0 {
 		t.Fatalf("%d in-flight bytes still counted", n)
 	}
-	// The first connection ends: its upstream closes in order (seed §6: an
+	// The first connection ends: its upstream closes in order (core/forward/README.md#upstream-sessions: an
 	// empty RECONCILE_CLIENT, then a clean end of stream) and the cap frees.
 	a.nc.Close()
 	h, body := up.read()
@@ -399,7 +399,7 @@ func TestGatewayLimitAccounting(t *testing.T) {
 	b.expect(wire.OpPublishOK, 5)
 }
 
-// Seed §3 (issue 6 §9): when the owner answers REDIRECT and this broker's
+// core/forward/README.md#upstream-sessions: when the owner answers REDIRECT and this broker's
 // view names another private owner, the publish gets one more attempt
 // there, with the same body, and the client gets that owner's confirm; a
 // second move answers 503 (the client retries).
@@ -439,7 +439,7 @@ func TestGatewayRetriesOnceOnMove(t *testing.T) {
 	c.expectError(wire.OpError, 6, wire.CodeUnavailable)
 }
 
-// Seed §3, §5: opening the upstream session does not hold up the client's
+// core/forward/README.md#upstream-sessions, core/forward/README.md#bounds: opening the upstream session does not hold up the client's
 // connection (a PING is answered while the owner is slow to accept), and
 // the operations that wait for the session reach the owner in the order
 // the client sent them, then are confirmed.
@@ -473,7 +473,7 @@ func TestGatewayDialDoesNotBlockTheReader(t *testing.T) {
 	}
 }
 
-// Seed §3: a SUBSCRIBE whose owner answers REDIRECT while this broker's
+// core/forward/README.md#upstream-sessions: a SUBSCRIBE whose owner answers REDIRECT while this broker's
 // view names another private owner is sent once more, there, and the
 // client's subscription is the new owner's.
 func TestGatewaySubscribeRetriesOnceOnMove(t *testing.T) {

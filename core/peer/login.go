@@ -27,7 +27,7 @@ type Login struct {
 }
 
 // Dial opens a stream to peer over link and runs the upstream handshake
-// on it (HELLO, AUTH as @node; WIRE §8.1). The returned connection is
+// on it (HELLO, AUTH as @node; docs/protocol.md#handshake). The returned connection is
 // started; closing it closes the stream in order. An error before the
 // stream exists wraps core.ErrPeerRefused.
 func (u Login) Dial(ctx context.Context, link core.Link, heartbeat time.Duration, onPush func(client.Frame)) (*client.Conn, core.Stream, error) {
@@ -39,7 +39,7 @@ func (u Login) Dial(ctx context.Context, link core.Link, heartbeat time.Duration
 		Password:      u.Secret,
 		Heartbeat:     heartbeat,
 		// Small read buffers: a gateway may hold thousands of mostly idle
-		// upstream sessions (seed §5 memory bound); large bodies still get
+		// upstream sessions (core/forward/README.md#bounds); large bodies still get
 		// buffers of their own.
 		ReadBufferSize: upstreamReadBuffer,
 		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -114,9 +114,9 @@ func (u Login) Probe(ctx context.Context, links *Links, peer core.Peer) ProbeRes
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// Forwarded runs FORWARDED_SESSION on an upstream connection (WIRE §22):
+// Forwarded runs FORWARDED_SESSION on an upstream connection (docs/protocol.md#extensions):
 // FFS2 first; an owner that answers 400 (it knows only FFS1) gets FFS1 on
-// the same connection (seed §10). It returns the owner's forwarding
+// the same connection (docs/protocol.md#forwarded-session). It returns the owner's forwarding
 // version, or an error wrapping core.ErrUnavailable when the owner is not
 // forwarding-capable (it refused both).
 func Forwarded(ctx context.Context, conn *client.Conn, fs wire.ForwardedSession) (uint16, error) {

@@ -7,7 +7,7 @@ import (
 )
 
 // Score is the gateway rendezvous score of node for partition ref, exactly
-// as DESIGN.md §8 "Gateway rendezvous" pins it, so that every broker picks
+// as core/routing/README.md#gateway-set pins it, so that every broker picks
 // the same gateway: splitmix64(fnv1a64(topic ‖ 0x00 ‖ group ‖ 0x00 ‖
 // u32be(partition) ‖ 0x00 ‖ node_id)), an absent group being "".
 func Score(ref core.PartitionRef, node core.NodeID) uint64 {

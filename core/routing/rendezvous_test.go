@@ -6,8 +6,8 @@ import (
 	"github.com/fibrilgo/fibril/core"
 )
 
-// TestRendezvousVectors reproduces the table of DESIGN.md §8 "Gateway
-// rendezvous", so that every broker (and every implementation) agrees on
+// TestRendezvousVectors reproduces the table of
+// core/routing/README.md#gateway-set, so that every broker (and every implementation) agrees on
 // the gateway of a partition.
 func TestRendezvousVectors(t *testing.T) {
 	cases := []struct {

@@ -41,14 +41,14 @@ type Self struct {
 	// Advertise is this broker's own client endpoint list; an owner whose
 	// endpoints are all among these is not redirected to (it would loop).
 	Advertise []core.Endpoint
-	// Private brokers never forward (seed §2).
+	// Private brokers never forward (core/routing/README.md#handler-rule).
 	Private bool
 }
 
 // errCannotForward answers a Forward on a broker without upstream sessions.
 var errCannotForward = core.Errorf(core.ErrUnavailable, "the partition's owner is reached through forwarding, which this broker cannot do now; retry")
 
-// Decide applies the handler rule to one partition (seed §2; WIRE §7.3
+// Decide applies the handler rule to one partition (core/routing/README.md#handler-rule; docs/protocol.md#answers
 // holds the answers), for an operation that did not already fail the
 // fence. forwarded is true on a forwarded session (one hop: it never
 // forwards again).
@@ -60,7 +60,7 @@ var errCannotForward = core.Errorf(core.ErrUnavailable, "the partition's owner i
 //   - this broker owns it → Serve (the caller still answers 503 while
 //     recovering or while its lease is not surely valid);
 //   - the owner is dead → 503 (it holds the only copy, or it is about to
-//     be re-placed; DESIGN.md §8);
+//     be re-placed; S-138);
 //   - the owner's client endpoints are known and not all this broker's
 //     own → Redirect to them;
 //   - otherwise (a private owner, or an owner behind this broker's own
@@ -110,7 +110,7 @@ func Decide(s *cluster.Snapshot, self Self, ref core.PartitionRef, forwarded boo
 	return d
 }
 
-// Fence applies the partitioning-version fence (WIRE §14.3, S-118) to a
+// Fence applies the partitioning-version fence (docs/protocol.md#topology, S-118) to a
 // PUBLISH / PUBLISH_DELAYED carrying version: when the channel's version
 // is newer and the owner resolves, it returns a Redirect to the owner with
 // the newer version — even to this broker's own address. ok is false when
@@ -135,7 +135,7 @@ func Fence(s *cluster.Snapshot, ref core.PartitionRef, published uint64) (Decisi
 // endpoint list, for partition p: a live public owner's advertised list;
 // for a live private owner, the list of the partition's gateway — the
 // public broker Rendezvous picks among the snapshot's gateways, so every
-// broker names the same one (seed §2, DESIGN.md §8); else none (an empty
+// broker names the same one (core/routing/README.md#gateway-set); else none (an empty
 // list sends a client to its bootstrap broker, S-115). A private broker's
 // address is never returned.
 func ClientEndpoints(s *cluster.Snapshot, p cluster.Partition) []core.Endpoint {
@@ -218,7 +218,7 @@ func describe(ref core.PartitionRef) string {
 	return "queue or stream " + ref.Topic
 }
 
-// Topology builds the TOPOLOGY answer (S-112, S-114; WIRE §14.1): every
+// Topology builds the TOPOLOGY answer (S-112, S-114; docs/protocol.md#topology): every
 // declared queue and stream partition, narrowed by the request's filters,
 // with the partition's client endpoints (ClientEndpoints: the owner's, or
 // for a private owner its gateway's; empty while unplaced or while the

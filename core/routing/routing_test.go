@@ -83,7 +83,7 @@ func checkDecide(t *testing.T, who string, s *cluster.Snapshot, me Self, forward
 	}
 }
 
-// WIRE_V1.md §7.3 rows, one per situation of the handler rule (seed §2).
+// docs/protocol.md#answers rows, one per situation of the handler rule (core/routing/README.md#handler-rule).
 func TestDecide(t *testing.T) {
 	s := fixture()
 	// A public broker on a client session: it forwards.
@@ -129,7 +129,7 @@ func TestDecide(t *testing.T) {
 	})
 }
 
-// Seed §2, DESIGN.md §8: a privately owned partition's client endpoints
+// core/routing/README.md#gateway-set: a privately owned partition's client endpoints
 // are its gateway's — one live, non-draining public broker chosen by the
 // pinned rendezvous — stable while the gateway set stands, moving only the
 // partitions of a gateway that dies or drains; none without a gateway.

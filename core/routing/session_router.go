@@ -29,7 +29,7 @@ type SessionRouter struct {
 
 var _ session.Router = (*SessionRouter)(nil)
 
-// Route implements session.Router (issue #4 §5; WIRE §7.3).
+// Route implements session.Router (docs/protocol.md#answers).
 func (r *SessionRouter) Route(ref core.PartitionRef, publish bool, version uint64, forwarded bool) session.Route {
 	snap := r.Cluster.Snapshot()
 	if publish {
@@ -79,7 +79,7 @@ func (r *SessionRouter) catchUp(ref core.PartitionRef) bool {
 const catchUpTimeout = 2 * time.Second
 
 // MarkWritten records the first-write mark of an owned partition before
-// its first append (DESIGN.md §8). Once marked it costs a map lookup: no
+// its first append (S-138). Once marked it costs a map lookup: no
 // context, no I/O.
 func (r *SessionRouter) MarkWritten(p cluster.Partition) error {
 	if r.Cluster.IsWritten(p) {

@@ -38,7 +38,7 @@ type Conn struct {
 	principal *Principal // nil until authenticated
 	peerNode  string     // node named by the verified peer certificate of an @node login (NodeIdentity)
 	// forwarded is the accepted FORWARDED_SESSION of an upstream
-	// connection (WIRE §22): nil on a client's own connection.
+	// connection (docs/protocol.md#extensions): nil on a client's own connection.
 	forwarded   *wire.ForwardedSession
 	rbuf        []byte // frame buffer reused between frames while input is waiting; nil when idle
 	slotPending bool   // the request being handled holds an unused reply slot
@@ -64,11 +64,11 @@ type Conn struct {
 	writerDone chan struct{}
 
 	draining   atomic.Bool  // shutdown: stop reading, answer what is in flight, then close
-	windowOpen atomic.Bool  // quiet window over (WIRE §8.2)
+	windowOpen atomic.Bool  // quiet window over (docs/protocol.md#quiet-window)
 	lastRecv   atomic.Int64 // unix nanos of the last frame received
 	orderly    atomic.Bool  // the peer ended the stream at a frame boundary
 	// releaseOnClose: an accepted FFS2 asked for the session to end at
-	// once on an orderly close (WIRE §22.2) instead of waiting its grace.
+	// once on an orderly close (docs/protocol.md#forwarded-session) instead of waiting its grace.
 	releaseOnClose atomic.Bool
 
 	// relay is the connection's forwarding state (core/forward): upstream
@@ -79,7 +79,7 @@ type Conn struct {
 	topoAck  atomic.Uint64
 
 	// Writer-only state (pushID), and state of the wlock holder (scratch).
-	pushID  uint64 // broker-initiated request ids: one counter from 0 (WIRE §2.2)
+	pushID  uint64 // broker-initiated request ids: one counter from 0 (docs/protocol.md#request-ids)
 	scratch []byte
 }
 
@@ -200,7 +200,7 @@ func (c *Conn) readFailed(h wire.FrameHeader, err error) {
 	var tooBig *wire.FrameTooLargeError
 	switch {
 	case errors.As(err, &tooBig):
-		// WIRE §7.3: ERROR 400 with that frame's request id, then close;
+		// docs/protocol.md#answers: ERROR 400 with that frame's request id, then close;
 		// the stream cannot be resynchronised.
 		c.log.Warn("frame larger than broker.max_frame_bytes", "announced_body", tooBig.Header.BodyLen, "max_body", tooBig.Max)
 		c.srv.opts.Metrics.ConnErrors.WithLabelValues("frame_too_large").Inc()
@@ -306,7 +306,7 @@ func (c *Conn) reply(op wire.Op, reqID uint64, body wire.Encoder) {
 	c.enqueue(outFrame{op: op, reqID: reqID, body: body, slot: true})
 }
 
-// replyError answers with ERROR (op 255) and the given code (WIRE §7.3).
+// replyError answers with ERROR (op 255) and the given code (docs/protocol.md#answers).
 func (c *Conn) replyError(reqID uint64, code uint16, msg string) {
 	c.reply(wire.OpError, reqID, &wire.ErrorBody{Code: code, Message: msg})
 }
@@ -347,7 +347,7 @@ func (c *Conn) kick() {
 	}
 }
 
-// openWindow ends the quiet window (WIRE §8.2): pushes may flow.
+// openWindow ends the quiet window (docs/protocol.md#quiet-window): pushes may flow.
 func (c *Conn) openWindow() {
 	if !c.windowOpen.Swap(true) {
 		c.kick()

@@ -6,7 +6,7 @@ import (
 )
 
 // ConnInfo is one client connection as GET /admin/api/connections shows
-// it (seed §8): who it is, where from, what it subscribes to, and — on an
+// it (core/forward/README.md#observability): who it is, where from, what it subscribes to, and — on an
 // owner — on whose behalf a gateway forwards it.
 type ConnInfo struct {
 	Conn     uint64 `json:"conn"`

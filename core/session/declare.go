@@ -8,7 +8,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// handleDeclareQueue answers DECLARE_QUEUE (WIRE §13, S-18).
+// handleDeclareQueue answers DECLARE_QUEUE (docs/protocol.md#declare, S-18).
 func (c *Conn) handleDeclareQueue(id uint64, body []byte) {
 	var d wire.DeclareQueue
 	if err := d.Decode(body); err != nil {
@@ -38,7 +38,7 @@ func (c *Conn) handleDeclareQueue(id uint64, body []byte) {
 	c.reply(wire.OpDeclareQueueOK, id, &wire.DeclareQueueOK{Status: "stored", PartitionCount: info.PartitionCount})
 }
 
-// handleDeclarePlexus answers DECLARE_PLEXUS (WIRE §13, S-70): the stream
+// handleDeclarePlexus answers DECLARE_PLEXUS (docs/protocol.md#declare, S-70): the stream
 // is recorded (kind = stream) so the topic can never become a queue.
 func (c *Conn) handleDeclarePlexus(id uint64, body []byte) {
 	var d wire.DeclarePlexus

@@ -8,7 +8,7 @@ import (
 )
 
 // fireAndForget lists the requests that never get an answer once the
-// connection is authenticated, not even an error (WIRE §7.3, last row): an
+// connection is authenticated, not even an error (docs/protocol.md#answers, last row): an
 // uncorrelated ERROR would make every SDK drop its connection. They take no
 // reply slot. (PONG is never answered either.)
 func fireAndForget(op wire.Op) bool {
@@ -24,7 +24,7 @@ func fireAndForget(op wire.Op) bool {
 func (c *Conn) dispatch(h wire.FrameHeader, body []byte) {
 	op := h.Op
 	if op != wire.OpAuth && op != wire.OpReconcileClient {
-		c.openWindow() // WIRE §8.2: any other frame ends the quiet window
+		c.openWindow() // docs/protocol.md#quiet-window: any other frame ends the quiet window
 	}
 	if op == wire.OpPong {
 		return
@@ -51,7 +51,7 @@ func (c *Conn) handleFireAndForget(op wire.Op, body []byte) {
 		c.handleSettle(op, body)
 	case wire.OpTopologyUpdateAck:
 		var a wire.TopologyUpdateAck
-		if a.Decode(body) == nil { // WIRE §8.9: a malformed ack is dropped silently
+		if a.Decode(body) == nil { // docs/protocol.md#malformed: a malformed ack is dropped silently
 			for {
 				cur := c.topoAck.Load()
 				if a.Generation <= cur || c.topoAck.CompareAndSwap(cur, a.Generation) {
@@ -65,7 +65,7 @@ func (c *Conn) handleFireAndForget(op wire.Op, body []byte) {
 func (c *Conn) handleRequest(h wire.FrameHeader, body []byte) {
 	op, id := h.Op, h.RequestID
 	switch op {
-	case wire.OpPing: // answered in every state (WIRE §8.6)
+	case wire.OpPing: // answered in every state (docs/protocol.md#heartbeats)
 		c.reply(wire.OpPong, id, nil)
 		return
 	case wire.OpAuth:
@@ -73,7 +73,7 @@ func (c *Conn) handleRequest(h wire.FrameHeader, body []byte) {
 		return
 	}
 	if c.principal == nil {
-		// WIRE §7.3: any op other than AUTH/PING/PONG before
+		// docs/protocol.md#answers: any op other than AUTH/PING/PONG before
 		// authentication → ERROR 401, then close.
 		c.replyAndClose(wire.OpError, id, &wire.ErrorBody{Code: wire.CodeUnauthorized,
 			Message: "authentication required: send AUTH first"})
@@ -99,14 +99,14 @@ func (c *Conn) handleRequest(h wire.FrameHeader, body []byte) {
 			c.handleNodeOnly(op, id, body)
 			return
 		}
-		// WIRE §8.9: unknown opcodes, server→client ops and a second
+		// docs/protocol.md#malformed: unknown opcodes, server→client ops and a second
 		// HELLO → ERROR 400, connection stays open.
 		c.replyError(id, wire.CodeBadRequest, "unknown opcode "+strconv.Itoa(int(op)))
 	}
 }
 
 // handleNodeOnly answers replication and forwarding ops. They are only for
-// a connection authenticated as @node (WIRE §18, §22.3); this broker does
+// a connection authenticated as @node (docs/protocol.md#replication-ops, docs/protocol.md#owner-side); this broker does
 // not serve any of them yet.
 func (c *Conn) handleNodeOnly(op wire.Op, id uint64, body []byte) {
 	if !c.principal.Node {
@@ -120,7 +120,7 @@ func (c *Conn) handleNodeOnly(op wire.Op, id uint64, body []byte) {
 	c.replyError(id, wire.CodeBadRequest, op.String()+" is not supported by this broker yet")
 }
 
-// handleAuth answers AUTH (WIRE §8.5 with semantics D-1: on an
+// handleAuth answers AUTH (docs/protocol.md#authentication with semantics D-1: on an
 // authenticated connection AUTH is a re-check that succeeds for the same
 // principal).
 func (c *Conn) handleAuth(id uint64, body []byte) {
@@ -144,7 +144,7 @@ func (c *Conn) handleAuth(id uint64, body []byte) {
 	}
 	if p.Node && c.srv.opts.NodeIdentity != nil && c.peerNode == "" {
 		// With inter-broker TLS on, @node also needs the peer certificate
-		// (issue 5 §4): a leaked secret alone does not make a peer.
+		// a leaked secret alone does not make a peer.
 		node, err := c.srv.opts.NodeIdentity(c.nc)
 		if err != nil {
 			c.srv.opts.Metrics.AuthFailures.Inc()

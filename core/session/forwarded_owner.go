@@ -16,11 +16,11 @@ import (
 // core/forward.
 
 // ForwardingVersion is the highest forwarding protocol version this broker
-// implements as an owner (WIRE §22.4): 2 = FFS1 and FFS2 (release_on_close).
+// implements as an owner (docs/protocol.md#forwarded-session): 2 = FFS1 and FFS2 (release_on_close).
 const ForwardingVersion = 2
 
-// handleForwardedSession is the owner's side of FORWARDED_SESSION (WIRE
-// §22.3), on a connection already authenticated as @node: the body must
+// handleForwardedSession is the owner's side of FORWARDED_SESSION
+// (docs/protocol.md#owner-side), on a connection already authenticated as @node: the body must
 // decode (FFS1 or FFS2), name hop count 1, come once per connection, and —
 // when the login carried a verified peer certificate — name the node that
 // certificate names. Accepted, the connection acts for the gateway's

@@ -9,10 +9,10 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// WIRE §22.3, in order: 403 without @node (connection stays open), 400 on
+// docs/protocol.md#owner-side, in order: 403 without @node (connection stays open), 400 on
 // a malformed body, 400 on a hop count other than 1, FFO1 with forwarding
 // version 2 on acceptance, 400 on a second one; with a verified peer
-// certificate the origin must be that node (issue 5 §4).
+// certificate the origin must be that node.
 func TestForwardedSessionOwnerChecks(t *testing.T) {
 	e := newEnv(t)
 	u := e.dial()
@@ -67,7 +67,7 @@ func TestForwardedSessionOwnerChecks(t *testing.T) {
 	}
 }
 
-// WIRE §22.2, DESIGN.md §8 "Orderly close vs abort": with FFS2
+// docs/protocol.md#forwarded-session (an orderly close ends the session, an abort keeps its grace): with FFS2
 // release_on_close, an orderly close ends the forwarded session at once,
 // so what its subscription held is redelivered without waiting for the
 // reconnect grace; an FFS1 session (and any abort) keeps the grace.

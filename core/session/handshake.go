@@ -10,7 +10,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// handshake reads the first frame and answers it (WIRE §8.3). On success
+// handshake reads the first frame and answers it (docs/protocol.md#handshake). On success
 // the connection is attached to a session and HELLO_OK is queued as the
 // first frame the writer will send. Failures are written directly (the
 // writer is not running yet) and end the connection.
@@ -46,7 +46,7 @@ func (c *Conn) handshake() bool {
 
 	sess, outcome := c.srv.resolve(hello.Resume)
 	if outcome == wire.ResumeResumed {
-		c.principal = sess.authenticated() // the authenticated flag carries over (WIRE §8.4)
+		c.principal = sess.authenticated() // the authenticated flag carries over (docs/protocol.md#resume)
 	}
 	if p, ok := c.certPrincipal(); ok {
 		c.principal = &p
@@ -73,7 +73,7 @@ func (c *Conn) handshake() bool {
 }
 
 // resolve maps a HELLO's resume identity to a session and its outcome
-// (WIRE §8.4, S-101, S-107). Every outcome other than resumed and
+// (docs/protocol.md#resume, S-101, S-107). Every outcome other than resumed and
 // resumed_after_restart gets fresh ids.
 func (s *Server) resolve(resume wire.Option[wire.ResumeIdentity]) (*Session, wire.ResumeOutcome) {
 	m := s.opts.Metrics

@@ -12,7 +12,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// S-4, S-6, WIRE §8.3: HELLO → HELLO_OK with protocol 1, the exact
+// S-4, S-6, docs/protocol.md#handshake: HELLO → HELLO_OK with protocol 1, the exact
 // compliance marker, the broker's owner id and fresh session ids.
 func TestHelloOK(t *testing.T) {
 	e := newEnv(t)
@@ -26,7 +26,7 @@ func TestHelloOK(t *testing.T) {
 	}
 }
 
-// WIRE §7.3 rows 1–2: a first frame that is not HELLO, or a malformed
+// docs/protocol.md#answers rows 1–2: a first frame that is not HELLO, or a malformed
 // HELLO → ERROR 400 and close; protocol ≠ 1 → HELLO_ERR code 1 and close.
 func TestHandshakeFailures(t *testing.T) {
 	e := newEnv(t)
@@ -49,7 +49,7 @@ func TestHandshakeFailures(t *testing.T) {
 	c.expectClosed(time.Second)
 }
 
-// WIRE §7.3: a frame header announcing more than max_frame_bytes → ERROR
+// docs/protocol.md#answers: a frame header announcing more than max_frame_bytes → ERROR
 // 400 with that request id, then close — before and after the handshake.
 func TestFrameTooLarge(t *testing.T) {
 	e := newEnv(t)
@@ -71,7 +71,7 @@ func TestFrameTooLarge(t *testing.T) {
 	c.expectClosed(time.Second)
 }
 
-// S-7, WIRE §7.3: before authentication only AUTH, PING and PONG are
+// S-7, docs/protocol.md#answers: before authentication only AUTH, PING and PONG are
 // allowed; anything else → ERROR 401 and close. PING is answered in every
 // state (S-11).
 func TestAuthRequired(t *testing.T) {
@@ -85,7 +85,7 @@ func TestAuthRequired(t *testing.T) {
 	c.expectClosed(time.Second)
 }
 
-// S-8, WIRE §7.3: wrong credentials → AUTH_ERR 401 and close.
+// S-8, docs/protocol.md#answers: wrong credentials → AUTH_ERR 401 and close.
 func TestWrongPassword(t *testing.T) {
 	e := newEnv(t)
 	c := e.dial()
@@ -107,9 +107,9 @@ func TestAuthRecheck(t *testing.T) {
 	c.expectClosed(time.Second)
 }
 
-// S-12, WIRE §8.9: unknown opcodes, a second HELLO and server→client ops
-// → ERROR 400, connection open. Node-only ops from a user → 403 (WIRE §18,
-// §22.3), connection open.
+// S-12, docs/protocol.md#malformed: unknown opcodes, a second HELLO and server→client ops
+// → ERROR 400, connection open. Node-only ops from a user → 403 (docs/protocol.md#replication-ops,
+// docs/protocol.md#owner-side), connection open.
 func TestUnknownAndNodeOnlyOps(t *testing.T) {
 	e := newEnv(t)
 	c := e.dial()
@@ -128,7 +128,7 @@ func TestUnknownAndNodeOnlyOps(t *testing.T) {
 	c.expect(wire.OpPong, 15)
 }
 
-// Issue 5 §4 (S-146, WIRE §22.3): with inter-broker TLS on, @node needs
+// S-146, docs/protocol.md#owner-side: with inter-broker TLS on, @node needs
 // the peer certificate as well as the cluster secret. The secret alone is
 // refused with AUTH_ERR 401 and the connection closes; with an identity the
 // login succeeds and node-only ops pass the 403 check. Users are unaffected.
@@ -164,7 +164,7 @@ func TestNodeLoginNeedsPeerIdentity(t *testing.T) {
 	n.expectError(wire.OpError, 8, wire.CodeBadRequest) // past the 403: the op itself is not served yet
 }
 
-// S-11, WIRE §8.6: the broker PINGs about one interval after the handshake
+// S-11, docs/protocol.md#heartbeats: the broker PINGs about one interval after the handshake
 // and closes a connection that sent nothing for 3 intervals, silently.
 func TestHeartbeatAndIdleTimeout(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.Heartbeat = 100 * time.Millisecond })
@@ -192,7 +192,7 @@ func TestHeartbeatAndIdleTimeout(t *testing.T) {
 	}
 }
 
-// WIRE §8.2: broker PINGs wait for the quiet window to end; a client that
+// docs/protocol.md#quiet-window: broker PINGs wait for the quiet window to end; a client that
 // says nothing after AUTH is closed after 3 intervals without a single
 // PING written.
 func TestNoPingDuringQuietWindow(t *testing.T) {
@@ -247,7 +247,7 @@ func TestSlowReaderBackpressure(t *testing.T) {
 	}
 }
 
-// WIRE §2.1: version and flags are never checked on receipt.
+// docs/protocol.md#frames: version and flags are never checked on receipt.
 func TestHeaderVersionAndFlagsIgnored(t *testing.T) {
 	e := newEnv(t)
 	c := e.dial()

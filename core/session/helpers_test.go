@@ -168,7 +168,7 @@ type client struct {
 	nc     net.Conn
 	nextID uint64
 	ident  wire.ResumeIdentity
-	open   bool // the quiet window is over from this client's side (WIRE §8.2)
+	open   bool // the quiet window is over from this client's side (docs/protocol.md#quiet-window)
 }
 
 func (e *env) dial() *client {

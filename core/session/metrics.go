@@ -24,7 +24,7 @@ type Metrics struct {
 	ReconcileRequests prometheus.Counter
 	ReconcileOutcomes *prometheus.CounterVec // outcome
 	AuthFailures      prometheus.Counter
-	Dropped           *prometheus.CounterVec // reason: fire-and-forget requests that failed (WIRE §7.3 last row)
+	Dropped           *prometheus.CounterVec // reason: fire-and-forget requests that failed (docs/protocol.md#answers last row)
 	ConfirmLatency    prometheus.Histogram
 	TopologyPushes    prometheus.Counter
 	ForwardedSessions prometheus.Gauge // connections with an accepted FORWARDED_SESSION
@@ -71,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fibril_auth_failures_total", Help: "AUTH requests refused."}),
 		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fibril_requests_dropped_total", Help: "Fire-and-forget requests that failed; they are never answered (WIRE §7.3)."}, []string{"op", "reason"}),
+			Name: "fibril_requests_dropped_total", Help: "Fire-and-forget requests that failed; they are never answered (no client waits for an answer), so this counter is their only trace."}, []string{"op", "reason"}),
 		ConfirmLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fibril_publish_confirm_latency_seconds",
 			Help:    "From reading a confirmed PUBLISH to queueing its PUBLISH_OK (durability included).",
@@ -80,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ForwardedSessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fibril_forwarded_sessions", Help: "Connections open here on which a gateway accepted FORWARDED_SESSION (upstream sessions of clients of other brokers)."}),
 		TopologyPushes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fibril_topology_pushes_total", Help: "TOPOLOGY_UPDATE pushes queued to sessions (coordinated mode, S-119)."}),
+			Name: "fibril_topology_pushes_total", Help: "TOPOLOGY_UPDATE pushes queued to sessions (coordinated mode: one per session each time routing changes)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.ConnectionsTotal, m.ConnectionsOpen, m.SessionsLive, m.SessionsDormant,

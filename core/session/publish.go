@@ -21,11 +21,11 @@ type publishReq struct {
 	msg       queue.Message
 }
 
-// handlePublish answers PUBLISH / PUBLISH_DELAYED (WIRE §9.2). Confirmed
+// handlePublish answers PUBLISH / PUBLISH_DELAYED (docs/protocol.md#publish). Confirmed
 // publishes are answered once the storage durability policy holds, from
 // the log's commit callback; the reader moves on at once, so one
 // connection can keep many confirms in flight. Unconfirmed ones are never
-// answered, failures included (WIRE §7.3).
+// answered, failures included (docs/protocol.md#answers).
 func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 	received := c.srv.opts.Now()
 	req, err := c.decodePublish(h.Op, body)
@@ -71,7 +71,7 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 		return
 	}
 	if v := part.PartitioningVersion(); req.version < v {
-		// §14.3 fence: a publish routed under an older partitioning is not
+		// The partitioning fence (docs/protocol.md#topology): a publish routed under an older partitioning is not
 		// stored; the REDIRECT carries the current version, even to this
 		// broker's own address. Only a waiting client can use it.
 		if req.confirm {
@@ -124,7 +124,7 @@ func (c *Conn) unconfirmedDone(op wire.Op) func(uint64, error) {
 	}
 }
 
-// drop counts a fire-and-forget request that failed (WIRE §7.3 last row:
+// drop counts a fire-and-forget request that failed (docs/protocol.md#answers last row:
 // nothing is sent back).
 func (c *Conn) drop(op wire.Op, reason string) {
 	c.srv.opts.Metrics.Dropped.WithLabelValues(op.String(), reason).Inc()
@@ -153,7 +153,7 @@ func (c *Conn) decodePublish(op wire.Op, body []byte) (*publishReq, error) {
 }
 
 // peekConfirm reads require_confirm from a body that failed to decode, so
-// a malformed fire-and-forget publish is not answered (WIRE §7.3). It
+// a malformed fire-and-forget publish is not answered (docs/protocol.md#answers). It
 // reports ok=false when even that prefix is unreadable; the broker then
 // answers 400, since it cannot tell.
 func peekConfirm(b []byte) (confirm, ok bool) {

@@ -9,10 +9,10 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// handleReconcile answers RECONCILE_CLIENT (WIRE §16, S-108…S-110). It is
+// handleReconcile answers RECONCILE_CLIENT (docs/protocol.md#reconcile, S-108…S-110). It is
 // accepted on any session, resumed or not: every SDK sends it after any
 // reconnect that had subscriptions. Writing the answer ends the quiet
-// window (WIRE §8.2).
+// window (docs/protocol.md#quiet-window).
 func (c *Conn) handleReconcile(id uint64, body []byte) {
 	var req wire.ReconcileClient
 	if err := req.Decode(body); err != nil {
@@ -80,7 +80,7 @@ func (l *verdictLog) add(cv, sv wire.Option[wire.ReconcileSub], v verdict) {
 	l.m.ReconcileOutcomes.WithLabelValues(v.outcome).Inc()
 }
 
-// reconcile applies the §16.3 algorithm and returns the answer plus the
+// reconcile applies the reconcile algorithm (docs/protocol.md#reconcile) and returns the answer plus the
 // subscriptions it recreated (announced by the caller once the answer is
 // queued).
 func (s *Session) reconcile(policy wire.ReconcilePolicy, client []wire.ReconcileSub) (*wire.ReconcileResult, []*subscription) {
@@ -106,7 +106,7 @@ func (s *Session) reconcile(policy wire.ReconcilePolicy, client []wire.Reconcile
 		case sub != nil:
 			// The client closes its side; unlike upstream, the broker drops
 			// its own subscription too, so nothing keeps leasing messages
-			// no one will settle (WIRE §16.3 Recommendation).
+			// no one will settle (docs/protocol.md#reconcile Recommendation).
 			add(wire.Some(cs), wire.Some(sub.view()), vMismatch)
 			drop = append(drop, sub)
 		case s.routedElsewhere(cs):
@@ -169,7 +169,7 @@ func reconcileToSubscribe(cs wire.ReconcileSub) wire.Subscribe {
 
 // compareEntries orders entries by (group, topic, sub_id) of the client
 // view, or the server view for server-only entries; an absent group sorts
-// before any present one and strings compare bytewise (WIRE §16.3).
+// before any present one and strings compare bytewise (docs/protocol.md#reconcile).
 func compareEntries(a, b wire.ReconcileEntry) int {
 	va, vb := entryView(a), entryView(b)
 	if c := compareGroup(va.Group, vb.Group); c != 0 {

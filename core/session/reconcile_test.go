@@ -6,7 +6,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// S-108…S-110, WIRE §16.3: every verdict, the codes tail, the sort order
+// S-108…S-110, docs/protocol.md#reconcile: every verdict, the codes tail, the sort order
 // and the removal of server-only subscriptions.
 func TestReconcileVerdicts(t *testing.T) {
 	e := newEnv(t)

@@ -16,17 +16,17 @@ import (
 // core/cluster and core/routing to it.
 type Router interface {
 	// Route decides a PUBLISH / PUBLISH_DELAYED (publish, with the
-	// request's partitioning version, fenced per WIRE §14.3) or a
+	// request's partitioning version, fenced per docs/protocol.md#topology) or a
 	// SUBSCRIBE for ref. A Serve answer has made sure the partition may be
 	// written here: the node's lease is surely valid and the partition is
-	// declared locally (and, for a publish, marked written, DESIGN.md §8).
+	// declared locally (and, for a publish, marked written, S-138).
 	// Route is on the hot path of every publish: it must not allocate or
 	// block in the common case (it may wait for the one coordination write
 	// of a first-write mark, bounded by routeTimeout). forwarded is true
-	// on a forwarded session (WIRE §22): one hop, it never forwards again.
+	// on a forwarded session (docs/protocol.md#extensions): one hop, it never forwards again.
 	Route(ref core.PartitionRef, publish bool, version uint64, forwarded bool) Route
 	// DeclareQueue and DeclareStream record a declaration cluster-wide
-	// and return the cluster's decision (issue #4 §4).
+	// and return the cluster's decision.
 	DeclareQueue(ctx context.Context, spec queue.QueueSpec) (queue.QueueInfo, error)
 	DeclareStream(ctx context.Context, spec queue.StreamSpec) (queue.StreamInfo, error)
 	// Topology answers TOPOLOGY (S-112, S-114).
@@ -72,7 +72,7 @@ func partitionRef(topic string, group wire.Option[string], partition uint32) cor
 	return core.PartitionRef{Topic: topic, Group: g, Partition: partition}
 }
 
-// pushTopology is the live topology push (S-119, WIRE §14.2): whenever
+// pushTopology is the live topology push (S-119, docs/protocol.md#topology): whenever
 // the routing content changes — the router's generation moves only then —
 // every attached, authenticated session gets one TOPOLOGY_UPDATE with the
 // full topology. A session's "last pushed" starts at the generation of its

@@ -110,7 +110,7 @@ func (s *Server) isClosing() bool {
 }
 
 // Shutdown ends every connection gracefully: each live session gets
-// GOING_AWAY (WIRE §8.8), readers stop taking new requests, confirms
+// GOING_AWAY (docs/protocol.md#going-away), readers stop taking new requests, confirms
 // already in flight are answered, and sockets close once their writers
 // have flushed (or ctx ends). Sessions are not ended: their skeletons are
 // refreshed so clients can resume after the restart (S-107).
@@ -234,7 +234,7 @@ func (s *Server) GoingAway(grace time.Duration, message string) int {
 // accounting and metrics.
 func (s *Server) Gateway() *forward.Gateway { return s.gw }
 
-// ForwardingCounts is what the node publishes in its labels (seed §8):
+// ForwardingCounts is what the node publishes in its labels (core/forward/README.md#observability):
 // upstream sessions open as a gateway, forwarded sessions served as an
 // owner.
 func (s *Server) ForwardingCounts() (upstreams, forwarded int) {

@@ -12,7 +12,7 @@ import (
 
 // maxSubID bounds the ids of subscriptions served here: ids at and above
 // 2^48 belong to forwarded subscriptions, so one connection can mix both
-// without collisions (seed §11).
+// without collisions (core/forward/README.md#sub-ids).
 const maxSubID = forward.FirstSubID
 
 // Session is a logical client: it outlives its sockets for the reconnect
@@ -31,7 +31,7 @@ type Session struct {
 
 	mu        sync.Mutex
 	conn      *Conn      // the connection pushes go to; nil while dormant
-	principal *Principal // carried across resumes (WIRE §8.4 `resumed`)
+	principal *Principal // carried across resumes (docs/protocol.md#resume `resumed`)
 	subs      map[subKey]*subscription
 	nextSubID uint64
 	pushes    []push
@@ -180,7 +180,7 @@ func (s *Session) detach(c *Conn) {
 	m := s.srv.opts.Metrics
 	m.SessionsLive.Dec()
 	if c.orderly.Load() && c.releaseOnClose.Load() {
-		// WIRE §22.2: the gateway closed its upstream in order after an
+		// docs/protocol.md#forwarded-session: the gateway closed its upstream in order after an
 		// empty reconcile; nothing will resume this session.
 		s.mu.Unlock()
 		s.transition.Unlock()

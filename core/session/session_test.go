@@ -27,7 +27,7 @@ func TestPublishConfirm(t *testing.T) {
 	c.expectSilence(200 * time.Millisecond)
 }
 
-// WIRE §7.3: a malformed confirmed publish → ERROR 400 (open); a malformed
+// docs/protocol.md#answers: a malformed confirmed publish → ERROR 400 (open); a malformed
 // unconfirmed one, or any failure of a fire-and-forget request, gets
 // nothing. A payload above max_message_bytes → 413.
 func TestPublishErrors(t *testing.T) {
@@ -53,7 +53,7 @@ func TestPublishErrors(t *testing.T) {
 	c.expect(wire.OpPong, 60)
 }
 
-// S-43, WIRE §7.3 last sentence: SUBSCRIBE_OK is written before the first
+// S-43, docs/protocol.md#answers last sentence: SUBSCRIBE_OK is written before the first
 // DELIVER of that subscription, even when messages are waiting. S-48:
 // DELIVER carries the sub id, offset and payload. S-46: at most prefetch
 // unsettled deliveries.
@@ -149,7 +149,7 @@ func TestResumeKeepsLeases(t *testing.T) {
 		t.Fatalf("resume answer %+v", ok)
 	}
 	c2.auth("alice", "secret") // D-1: a re-check, answered AUTH_OK
-	// Quiet window: nothing until the reconcile answer (WIRE §8.2).
+	// Quiet window: nothing until the reconcile answer (docs/protocol.md#quiet-window).
 	c2.expectSilence(150 * time.Millisecond)
 	id := c2.send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileRestore,
 		Subscriptions: []wire.ReconcileSub{{SubID: sub.SubID, Topic: "jobs", Prefetch: 1}}})
@@ -290,7 +290,7 @@ func TestResumeAfterRestart(t *testing.T) {
 	}
 }
 
-// An auto-ack subscription has no prefetch credit (WIRE §10.2): when its
+// An auto-ack subscription has no prefetch credit (docs/protocol.md#subscriptions): when its
 // client does not read, the session's queue of deliveries stops at its
 // bound instead of holding the whole backlog, and every message still
 // arrives once the client reads.

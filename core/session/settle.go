@@ -4,9 +4,9 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// handleSettle applies ACK and NACK (WIRE §10.5, §10.6). Both are
+// handleSettle applies ACK and NACK (docs/protocol.md#subscriptions). Both are
 // fire-and-forget: nothing is ever sent back, not even for a malformed
-// body or an invalid combination (WIRE §7.3 wins over S-59's error).
+// body or an invalid combination (docs/protocol.md#answers wins over S-59's error).
 // Unknown subscriptions and tags are ignored (S-61).
 func (c *Conn) handleSettle(op wire.Op, body []byte) {
 	if op == wire.OpAck {

@@ -88,7 +88,7 @@ func (s *Session) unthrottle(c *Conn) {
 	}
 }
 
-// view is the subscription as RECONCILE_RESULT shows it (WIRE §4.7).
+// view is the subscription as RECONCILE_RESULT shows it (wire.ReconcileSub).
 func (sub *subscription) view() wire.ReconcileSub {
 	return wire.ReconcileSub{
 		SubID:          sub.id,
@@ -182,7 +182,7 @@ func (s *Session) announce(sub *subscription) {
 	}
 }
 
-// findSub returns the subscription for a settle's key (WIRE §10.5: ACK and
+// findSub returns the subscription for a settle's key (docs/protocol.md#subscriptions: ACK and
 // NACK find it by (topic, partition, group), not by sub_id).
 func (s *Session) findSub(key subKey) *subscription {
 	s.mu.Lock()
@@ -238,7 +238,7 @@ func (s *Session) saveSkeleton() {
 }
 
 // handleSubscribe answers SUBSCRIBE. Failures use ERROR (op 255), which all
-// five SDKs correlate to the pending subscribe (WIRE §7.3, §21 item 9).
+// five SDKs correlate to the pending subscribe (docs/protocol.md#answers, docs/protocol.md#deviations item 9).
 func (c *Conn) handleSubscribe(id uint64, body []byte) {
 	var req wire.Subscribe
 	if err := req.Decode(body); err != nil {
@@ -253,7 +253,7 @@ func (c *Conn) handleSubscribe(id uint64, body []byte) {
 		if rt.Redirect != nil {
 			c.reply(wire.OpRedirect, id, rt.Redirect)
 		} else {
-			c.replyError(id, core.Code(rt.Err), rt.Err.Error()) // WIRE §7.3: ERROR, not SUBSCRIBE_ERR
+			c.replyError(id, core.Code(rt.Err), rt.Err.Error()) // docs/protocol.md#answers: ERROR, not SUBSCRIBE_ERR
 		}
 		return
 	}
@@ -267,7 +267,7 @@ func (c *Conn) handleSubscribe(id uint64, body []byte) {
 		Topic:          req.Topic,
 		Partition:      req.Partition,
 		Group:          req.Group,
-		Prefetch:       req.Prefetch, // echoed unclamped (WIRE §6.9)
+		Prefetch:       req.Prefetch, // echoed unclamped (wire.SubscribeOK)
 		ConsumerGroup:  req.ConsumerGroup,
 		ConsumerTarget: req.ConsumerTarget,
 	})

@@ -25,7 +25,7 @@ func (c *Conn) writeLoop() {
 		case <-tick.C:
 			idle := time.Duration(c.srv.opts.Now().UnixNano() - c.lastRecv.Load())
 			if idle > 3*h {
-				// S-11 / WIRE §8.6: no frame of any kind for 3H → close
+				// S-11 / docs/protocol.md#heartbeats: no frame of any kind for 3H → close
 				// without sending anything.
 				c.log.Info("closing idle connection", "idle", idle.Round(time.Millisecond))
 				c.srv.opts.Metrics.ConnErrors.WithLabelValues("idle_timeout").Inc()
@@ -281,7 +281,7 @@ func (c *Conn) writePush(p push) bool {
 	case p.delivery != nil:
 		c.scratch = appendDeliver(c.scratch[:0], c.nextPushID(), p.sub.id, p.delivery)
 	case p.op == wire.OpGoingAway:
-		c.scratch = wire.AppendFrame(c.scratch[:0], p.op, 0, p.body) // WIRE §2.2: always id 0
+		c.scratch = wire.AppendFrame(c.scratch[:0], p.op, 0, p.body) // docs/protocol.md#request-ids: always id 0
 	default:
 		c.scratch = wire.AppendFrame(c.scratch[:0], p.op, c.nextPushID(), p.body)
 	}
