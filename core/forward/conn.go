@@ -7,11 +7,11 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// Conn is a client connection as the relay sees it: the handful of things
-// the relay asks of the session layer's connection. core/session's Conn
-// implements it; the relay never sees the socket, the session or the
-// engine.
-type Conn interface {
+// ClientConn is a client connection as the relay sees it: the handful of
+// things the relay asks of the session layer's connection. core/session's
+// Conn implements it (through a view of itself, relayPort); the relay never
+// sees the socket, the session or the engine.
+type ClientConn interface {
 	// DeferReply hands the reply slot of the request being handled to an
 	// answer the relay gives later with Answer or Confirm (reader
 	// goroutine).
@@ -38,7 +38,7 @@ type Conn interface {
 	Route(topic string, group wire.Option[string], partition uint32, publish bool, version uint64) Target
 	// Client describes the connection's client for FORWARDED_SESSION
 	// (any goroutine).
-	Client() Client
+	Client() ClientInfo
 	// Logger is the connection's logger, with what the handshake learnt.
 	Logger() *slog.Logger
 }
@@ -51,9 +51,9 @@ type Target struct {
 	Redirect *wire.Redirect
 }
 
-// Client is who a forwarded session acts for, as FORWARDED_SESSION names
-// them.
-type Client struct {
+// ClientInfo is who a forwarded session acts for, as FORWARDED_SESSION
+// names them.
+type ClientInfo struct {
 	ConnID   uint64
 	Remote   string
 	User     string // "" before (or without) authentication

@@ -20,7 +20,7 @@
 //
 // Owner to client: the upstream's reader goroutine receives the owner's
 // answers and pushes; the relay rewrites subscription ids where needed and
-// queues them on the client connection through Conn, the small interface
+// queues them on the client connection through ClientConn, the small interface
 // core/session's connection implements (answer, confirm, push, defer a
 // reply, drop, route, find a subscription). The client's writer reports
 // written relayed bytes back with Relay.Written, which is what bounds the

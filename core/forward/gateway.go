@@ -15,7 +15,7 @@ import (
 type Gateway struct {
 	dial   Dialer
 	limits func() Limits
-	m      *Metrics
+	m      *RelayMetrics
 
 	counts   gatewayLimits // upstream sessions of every connection (limits.go)
 	inflight atomic.Int64  // bytes of forwarded confirmed publishes awaiting answers
@@ -30,12 +30,12 @@ const warnEvery = 10 * time.Second
 // NewGateway returns the gateway side of forwarding. dial nil: this broker
 // cannot forward (CanForward is false, and a relayed operation answers
 // 503). limits is read on every use; m nil: unregistered metrics.
-func NewGateway(dial Dialer, limits func() Limits, m *Metrics) *Gateway {
+func NewGateway(dial Dialer, limits func() Limits, m *RelayMetrics) *Gateway {
 	if limits == nil {
 		limits = func() Limits { return Limits{} }
 	}
 	if m == nil {
-		m = NewMetrics(nil)
+		m = NewRelayMetrics(nil)
 	}
 	return &Gateway{dial: dial, limits: limits, m: m, warned: lograte.Limiter[core.NodeID]{Every: warnEvery}}
 }

@@ -2,8 +2,8 @@ package forward
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Metrics are the relay's series (docs/metrics.md).
-type Metrics struct {
+// RelayMetrics are the relay's series (docs/metrics.md).
+type RelayMetrics struct {
 	Requests       *prometheus.CounterVec // op, outcome
 	BytesIn        prometheus.Counter
 	BytesOut       prometheus.Counter
@@ -13,11 +13,11 @@ type Metrics struct {
 	ConfirmLatency prometheus.Counter // microseconds, summed
 }
 
-// NewMetrics creates the series and registers them with reg (nil: not
+// NewRelayMetrics creates the series and registers them with reg (nil: not
 // registered, for tests). fibril_forward_upstream_sessions is registered
 // by RegisterUpstreamSessions, which knows whether it is split by owner.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
+func NewRelayMetrics(reg prometheus.Registerer) *RelayMetrics {
+	m := &RelayMetrics{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fibril_forward_requests_total", Help: "Client requests relayed to owners, by op and outcome."}, []string{"op", "outcome"}),
 		BytesIn: prometheus.NewCounter(prometheus.CounterOpts{

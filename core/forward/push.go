@@ -73,7 +73,7 @@ func (r *Relay) waitRelayRoom(u *upstream) {
 }
 
 // Written is called by the client's writer after it wrote n relayed
-// bytes (a frame pushed with Conn.Push and relayed = n).
+// bytes (a frame pushed with ClientConn.Push and relayed = n).
 func (r *Relay) Written(n int) {
 	if r.queued.Add(-int64(n)) <= relayHighBytes/2 {
 		select {

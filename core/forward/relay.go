@@ -68,7 +68,7 @@ const relayHighBytes = 8 << 20
 // sessions, one per owner, and its forwarded subscriptions.
 type Relay struct {
 	gw   *Gateway
-	c    Conn
+	c    ClientConn
 	done <-chan struct{} // closed when the client connection is ending
 
 	// queued is the relayed bytes the client's writer has not written
@@ -134,7 +134,7 @@ func (r rawBody) AppendTo(b []byte) []byte { return append(b, r...) }
 // the session could not be opened. So a dial to an owner that is slow to
 // answer (up to routing.upstream_connect_timeout_ms) never holds up the
 // client's operations on other partitions. run answers through
-// Conn.Answer or Conn.Confirm (the caller has deferred its reply).
+// ClientConn.Answer or ClientConn.Confirm (the caller has deferred its reply).
 func (r *Relay) withUpstream(owner core.NodeID, body []byte, run func(u *upstream, body []byte, err error)) {
 	r.mu.Lock()
 	for {
@@ -308,7 +308,7 @@ func (r *Relay) Close() {
 
 // NewRelay returns the forwarding state of the client connection c; done
 // is closed when that connection is ending.
-func (g *Gateway) NewRelay(c Conn, done <-chan struct{}) *Relay {
+func (g *Gateway) NewRelay(c ClientConn, done <-chan struct{}) *Relay {
 	return &Relay{gw: g, c: c, done: done, room: make(chan struct{}, 1), failLog: lograte.Limiter[struct{}]{Every: time.Second}}
 }
 

@@ -49,7 +49,7 @@
 // connection hands it to its forward.Relay (core/forward), the gateway side
 // of forwarding, which relays it to the partition's owner over an upstream
 // session and answers the client through relayPort (relay.go), the small
-// view of a Conn that forward.Conn describes. Everything about upstream
+// view of a Conn that forward.ClientConn describes. Everything about upstream
 // sessions, relayed answers, limits and the 503/504 decisions lives there
 // (core/forward/README.md).
 //

@@ -30,11 +30,11 @@ type Metrics struct {
 	ForwardedSessions prometheus.Gauge // connections with an accepted FORWARDED_SESSION
 
 	// Forward are the relay's series (core/forward).
-	Forward *forward.Metrics
+	Forward *forward.RelayMetrics
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not
-// registered, for tests), the relay's included (forward.NewMetrics;
+// registered, for tests), the relay's included (forward.NewRelayMetrics;
 // fibril_forward_upstream_sessions is forward.RegisterUpstreamSessions').
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
@@ -88,6 +88,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.ResumeRejected, m.GraceEntered, m.GraceExpired, m.ReconcileRequests, m.ReconcileOutcomes,
 			m.AuthFailures, m.Dropped, m.ConfirmLatency, m.TopologyPushes, m.ForwardedSessions)
 	}
-	m.Forward = forward.NewMetrics(reg)
+	m.Forward = forward.NewRelayMetrics(reg)
 	return m
 }

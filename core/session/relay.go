@@ -7,7 +7,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// relayPort is a Conn as the relay sees it (forward.Conn): its methods are
+// relayPort is a Conn as the relay sees it (forward.ClientConn): its methods are
 // the few things core/forward may ask of a client connection, kept off
 // Conn's own method set.
 type relayPort Conn
@@ -40,9 +40,9 @@ func (p *relayPort) Route(topic string, group wire.Option[string], partition uin
 }
 
 // Client is any goroutine's view: the reader's published identity.
-func (p *relayPort) Client() forward.Client {
+func (p *relayPort) Client() forward.ClientInfo {
 	c := p.conn()
-	cl := forward.Client{ConnID: c.id, Remote: c.remote}
+	cl := forward.ClientInfo{ConnID: c.id, Remote: c.remote}
 	if id := c.identity.Load(); id != nil {
 		cl.User, cl.ClientID = id.user, id.clientID
 	}
