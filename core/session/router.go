@@ -12,8 +12,8 @@ import (
 // Router is the coordinated mode's part in a session: where each partition
 // operation goes, the catalog, and the topology. nil (Options.Router) is
 // standalone mode: every partition is served here, queues are created on
-// first use (S-21) and TOPOLOGY answers as S-113 says. core/broker adapts
-// core/cluster and core/routing to it.
+// first use (S-21) and TOPOLOGY answers as S-113 says. core/routing's
+// SessionRouter implements it over the cluster view.
 type Router interface {
 	// Route decides a PUBLISH / PUBLISH_DELAYED (publish, with the
 	// request's partitioning version, fenced per docs/protocol.md#topology) or a
