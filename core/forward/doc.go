@@ -30,6 +30,5 @@
 //
 // core/session imports this package, never the other way round. It
 // imports core, core/client (the upstream speaks the client protocol),
-// core/lograte,
-// core/peer and core/wire.
+// core/lograte, core/peer and core/wire.
 package forward
