@@ -290,7 +290,8 @@ func TestDocAnchorsExist(t *testing.T) {
 func TestNoOutsideCitations(t *testing.T) {
 	_, files := repo(t)
 	for _, f := range files {
-		if !strings.HasSuffix(f.path, ".go") || skipOutsideCheck(f.path) {
+		// This file names the patterns it looks for.
+		if !strings.HasSuffix(f.path, ".go") || f.path == "docs/docs_test.go" || skipOutsideCheck(f.path) {
 			continue
 		}
 		for i, line := range f.lines {
