@@ -423,3 +423,31 @@ func TestSlug(t *testing.T) {
 		t.Errorf("Anchors = %v, want [a a-1 x-1]", got)
 	}
 }
+
+// required are the anchors other code and docs are told to cite; renaming
+// a heading must not silently break them.
+var required = map[string][]string{
+	"docs/protocol.md": {"transport", "frames", "request-ids", "endpoints", "answers", "handshake",
+		"quiet-window", "resume", "authentication", "heartbeats", "going-away", "malformed", "publish",
+		"subscriptions", "not-yet-served", "declare", "topology", "redirect", "reconcile", "reason-codes",
+		"replication-ops", "deviations", "extensions", "forwarded-session", "owner-side", "code-504"},
+	"core/routing/README.md": {"handler-rule", "gateway-set", "fence"},
+	"core/storage/README.md": {"group-commit", "recovery", "fsync-policies"},
+}
+
+func TestRequiredAnchors(t *testing.T) {
+	root, _ := repo(t)
+	for p, want := range required {
+		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(p)))
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		have := Anchors(string(data))
+		for _, a := range want {
+			if !have[a] {
+				t.Errorf("%s lacks the anchor #%s", p, a)
+			}
+		}
+	}
+}
