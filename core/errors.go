@@ -1,9 +1,3 @@
-// Package core holds the contracts every part of the broker shares: the
-// sentinel errors that cross the wire as Fibril codes, and (as the cluster
-// work lands) the Coordinator and Transport interfaces and their value types.
-//
-// Sub-packages hold the engine: wire (codec), config, storage, queue,
-// session, auth, admin, client.
 package core
 
 import (
@@ -14,7 +8,7 @@ import (
 )
 
 // Sentinel errors. Code returns the wire code each one is answered with
-// (WIRE_V1.md §7.3 holds the table of situations). Wrap them with context —
+// (docs/protocol.md#answers says which situation gets which). Wrap them with context —
 // fmt.Errorf("queue %q: %w", name, core.ErrNotFound) — the message travels
 // to the client verbatim, so write it for the person reading the SDK error.
 var (

@@ -89,7 +89,9 @@ type Link interface {
 // bytes are accepted, and backpressure from a peer that does not read
 // shows as a Write that blocks (bounded by the write deadline).
 //
-// Ends, as DESIGN.md §8 "Orderly close vs abort" defines them:
+// Ends: orderly means end of stream at a frame boundary; abort is
+// everything else (reset, read error, timeout). release_on_close releases
+// only on an orderly end (docs/protocol.md#forwarded-session):
 //   - CloseWrite sends an orderly end of this direction (TCP FIN after a TLS
 //     close_notify, QUIC stream FIN) once written bytes are out; the peer
 //     reads them all and then io.EOF.

@@ -8,8 +8,7 @@ import (
 
 // NodeID names a broker for life. It is generated once and kept in the data
 // directory (or set by coordination.node_id); it is never derived from an
-// address, so a broker that moves keeps its identity (DESIGN.md §8
-// "Identity").
+// address, so a broker that moves keeps its identity.
 type NodeID string
 
 // Visibility says whether clients may be sent to a broker.
@@ -37,7 +36,8 @@ const (
 	LabelAdoption = "fibril/adoption"
 	// LabelUpstreamSessions and LabelForwardedSessions count, while
 	// non-zero, the upstream sessions this node opened as a gateway and
-	// the forwarded sessions it serves as an owner (seed §8).
+	// the forwarded sessions it serves as an owner
+	// (core/forward/README.md#observability).
 	LabelUpstreamSessions  = "fibril/upstream_sessions"
 	LabelForwardedSessions = "fibril/forwarded_sessions"
 )
@@ -57,7 +57,7 @@ func (l Labels) Clone() Labels {
 	return out
 }
 
-// Endpoint is one client-facing address a broker advertises (WIRE §4.5).
+// Endpoint is one client-facing address a broker advertises (docs/protocol.md#endpoints).
 // Host is a DNS name, an IPv4 literal or a bracketed IPv6 literal.
 type Endpoint struct {
 	Host string

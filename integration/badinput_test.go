@@ -18,7 +18,7 @@ const (
 )
 
 // TestBadInput sends what a broken or hostile peer might, over raw
-// sockets, and checks each answer against the table of WIRE §7.3 (frame,
+// sockets, and checks each answer against the table of docs/protocol.md#answers (frame,
 // code, connection fate). After each case a well-behaved client on
 // another connection still gets a confirmed publish through.
 func TestBadInput(t *testing.T) {
@@ -32,8 +32,8 @@ func TestBadInput(t *testing.T) {
 		publish(t, good, "healthy", client.Message{Payload: []byte("still serving")})
 	}
 
-	// §7.3 "Body fails to decode after the handshake; unknown opcode":
-	// ERROR 400, open (also §8.9, S-12).
+	// docs/protocol.md#answers "Body fails to decode after the handshake; unknown opcode":
+	// ERROR 400, open (also docs/protocol.md#malformed, S-12).
 	t.Run("malformed body after handshake", func(t *testing.T) {
 		r := dialRaw(t, b.Addr)
 		r.login()
@@ -49,13 +49,13 @@ func TestBadInput(t *testing.T) {
 		r.login()
 		r.sendBody(wire.Op(4242), 7, nil)
 		r.expectError(wire.OpError, 7, wire.CodeBadRequest)
-		r.send(wire.OpHello, 8, &wire.Hello{ClientName: "again", ProtocolVersion: 1}) // a second HELLO (§8.3)
+		r.send(wire.OpHello, 8, &wire.Hello{ClientName: "again", ProtocolVersion: 1}) // a second HELLO (docs/protocol.md#handshake)
 		r.expectError(wire.OpError, 8, wire.CodeBadRequest)
 		r.ping(9)
 		healthy(t)
 	})
 
-	// §7.3 last row: a failing fire-and-forget request (unconfirmed
+	// docs/protocol.md#answers last row: a failing fire-and-forget request (unconfirmed
 	// publish, ACK, NACK, TOPOLOGY_UPDATE_ACK), malformed ones included,
 	// is answered with nothing (an uncorrelated ERROR would make every SDK
 	// drop the connection); nothing is stored (S-33).
@@ -93,7 +93,7 @@ func TestBadInput(t *testing.T) {
 		healthy(t)
 	})
 
-	// §7.3 "Subscribe failures use ERROR (op 255)": a second subscribe to
+	// docs/protocol.md#answers "Subscribe failures use ERROR (op 255)": a second subscribe to
 	// the same (topic, partition, group) on one connection → ERROR 409,
 	// open (S-44).
 	t.Run("duplicate subscribe", func(t *testing.T) {
@@ -107,8 +107,8 @@ func TestBadInput(t *testing.T) {
 		healthy(t)
 	})
 
-	// §7.3 "Frame header announces more than the maximum frame size":
-	// ERROR 400 with that frame's request id, then close (also §2.1).
+	// docs/protocol.md#answers "Frame header announces more than the maximum frame size":
+	// ERROR 400 with that frame's request id, then close (also docs/protocol.md#frames).
 	t.Run("oversize frame after handshake", func(t *testing.T) {
 		r := dialRaw(t, b.Addr)
 		r.login()
@@ -119,7 +119,7 @@ func TestBadInput(t *testing.T) {
 	})
 	t.Run("oversize first frame", func(t *testing.T) {
 		// Below 64 KiB the header still starts 00 00, so the listener's
-		// sniff takes it for a plaintext frame (WIRE §1).
+		// sniff takes it for a plaintext frame (docs/protocol.md#transport).
 		r := dialRaw(t, b.Addr)
 		r.writeBytes(wire.AppendFrameHeader(nil, wire.FrameHeader{BodyLen: 2 * smallMaxFrame, Version: 1, Op: wire.OpHello, RequestID: 1}))
 		r.expectError(wire.OpError, 1, wire.CodeBadRequest)
@@ -129,14 +129,14 @@ func TestBadInput(t *testing.T) {
 	t.Run("first header not starting 00 00", func(t *testing.T) {
 		// A body length of 64 KiB or more makes the first two bytes
 		// non-zero: neither a plaintext frame nor a TLS ClientHello, so
-		// the connection is closed without a frame (WIRE §1).
+		// the connection is closed without a frame (docs/protocol.md#transport).
 		r := dialRaw(t, b.Addr)
 		r.writeBytes(wire.AppendFrameHeader(nil, wire.FrameHeader{BodyLen: 1 << 20, Version: 1, Op: wire.OpHello, RequestID: 1}))
 		r.expectClosed()
 		healthy(t)
 	})
 
-	// §7.3 "Payload larger than the maximum message size (frame itself
+	// docs/protocol.md#answers "Payload larger than the maximum message size (frame itself
 	// valid)": ERROR 413, open.
 	t.Run("payload above max_message_bytes", func(t *testing.T) {
 		r := dialRaw(t, b.Addr)
@@ -155,8 +155,8 @@ func TestBadInput(t *testing.T) {
 		healthy(t)
 	})
 
-	// §7.3 "Any op other than AUTH/PING/PONG before authentication":
-	// ERROR 401, then close (also §8.5, S-7). PING is answered before it.
+	// docs/protocol.md#answers "Any op other than AUTH/PING/PONG before authentication":
+	// ERROR 401, then close (also docs/protocol.md#authentication, S-7). PING is answered before it.
 	t.Run("unauthenticated op", func(t *testing.T) {
 		r := dialRaw(t, b.Addr)
 		r.hello()
@@ -167,7 +167,7 @@ func TestBadInput(t *testing.T) {
 		healthy(t)
 	})
 
-	// §7.3 "Wrong credentials": AUTH_ERR 401, then close (S-8).
+	// docs/protocol.md#answers "Wrong credentials": AUTH_ERR 401, then close (S-8).
 	t.Run("wrong password", func(t *testing.T) {
 		r := dialRaw(t, b.Addr)
 		r.hello()
@@ -177,8 +177,8 @@ func TestBadInput(t *testing.T) {
 		healthy(t)
 	})
 
-	// §7.3 "AUTH repeated on an authenticated connection": AUTH_OK after
-	// re-checking, open; other credentials: AUTH_ERR 401 and close (§8.5
+	// docs/protocol.md#answers "AUTH repeated on an authenticated connection": AUTH_OK after
+	// re-checking, open; other credentials: AUTH_ERR 401 and close (docs/protocol.md#authentication
 	// Requirement).
 	t.Run("AUTH repeated", func(t *testing.T) {
 		r := dialRaw(t, b.Addr)
@@ -192,8 +192,8 @@ func TestBadInput(t *testing.T) {
 		healthy(t)
 	})
 
-	// §7.3 "HELLO asks for a protocol version ≠ 1": HELLO_ERR code 1, then
-	// close (also §8.3, S-5).
+	// docs/protocol.md#answers "HELLO asks for a protocol version ≠ 1": HELLO_ERR code 1, then
+	// close (also docs/protocol.md#handshake, S-5).
 	t.Run("wrong protocol version", func(t *testing.T) {
 		r := dialRaw(t, b.Addr)
 		r.send(wire.OpHello, 1, &wire.Hello{ClientName: "future", ClientVersion: "9", ProtocolVersion: 2})
@@ -202,8 +202,8 @@ func TestBadInput(t *testing.T) {
 		healthy(t)
 	})
 
-	// §7.3 "First frame not HELLO, or HELLO malformed": ERROR 400 with the
-	// frame's request id, then close (also §8.3, S-4).
+	// docs/protocol.md#answers "First frame not HELLO, or HELLO malformed": ERROR 400 with the
+	// frame's request id, then close (also docs/protocol.md#handshake, S-4).
 	t.Run("first frame not HELLO", func(t *testing.T) {
 		r := dialRaw(t, b.Addr)
 		r.send(wire.OpPing, 5, nil)
@@ -219,7 +219,7 @@ func TestBadInput(t *testing.T) {
 		healthy(t)
 	})
 
-	// WIRE §1 (plaintext listener, first bytes neither a frame nor a TLS
+	// docs/protocol.md#transport (plaintext listener, first bytes neither a frame nor a TLS
 	// ClientHello): closed without a frame.
 	t.Run("garbage byte stream", func(t *testing.T) {
 		r := dialRaw(t, b.Addr)
@@ -232,7 +232,7 @@ func TestBadInput(t *testing.T) {
 // TestMaxFrameBytesCountsTheHeader checks the boundary of
 // broker.max_frame_bytes, which docs/configuration.md defines as the
 // "largest wire frame accepted, header included; a larger one gets ERROR
-// 400 and the connection closes" (WIRE §2.1, §7.3): a frame of exactly
+// 400 and the connection closes" (docs/protocol.md#frames, docs/protocol.md#answers): a frame of exactly
 // that size is read, one byte more is refused.
 func TestMaxFrameBytesCountsTheHeader(t *testing.T) {
 	t.Parallel()
@@ -242,7 +242,7 @@ func TestMaxFrameBytesCountsTheHeader(t *testing.T) {
 
 	// A TOPOLOGY request padded to the wanted total size. Its body is
 	// malformed (trailing bytes): a frame the broker reads is answered
-	// ERROR 400 "malformed frame" and the connection stays open (§8.9);
+	// ERROR 400 "malformed frame" and the connection stays open (docs/protocol.md#malformed);
 	// an oversize one is answered ERROR 400 and closed.
 	frameOf := func(total int, id uint64) []byte {
 		body := make([]byte, total-wire.HeaderSize)
@@ -274,7 +274,7 @@ func TestMaxFrameBytesCountsTheHeader(t *testing.T) {
 }
 
 // TestSilentSocketClosed: a socket that never completes a frame header is
-// closed without a frame after about 10 s (WIRE §1, S-14) — silent from
+// closed without a frame after about 10 s (docs/protocol.md#transport, S-14) — silent from
 // the start, or stalled after a partial header — and the broker keeps
 // serving meanwhile.
 func TestSilentSocketClosed(t *testing.T) {

@@ -1,6 +1,6 @@
 package integration
 
-// Cluster tests (issue #4 §8): real broker processes on embedded raft,
+// Cluster tests: real broker processes on embedded raft,
 // 127.0.0.1 only. Timeouts scale with the configured liveness TTL.
 
 import (
@@ -236,7 +236,7 @@ func (rc *raftCluster) ownerOf(nd *clusterNode, topic string, p uint32) string {
 	return ""
 }
 
-// kill -9 of a partition owner (DESIGN.md §8 "Ownership safety", D-5):
+// kill -9 of a partition owner (S-138: only a node holding the log may own it):
 // its written partitions answer 503 through the other brokers while their
 // other partitions are unaffected; once it is back, every confirmed
 // message is delivered. The time from the kill to the first 503 is the
@@ -272,7 +272,7 @@ func TestClusterOwnerKilledThenBack(t *testing.T) {
 	killed := time.Now()
 	victim.kill()
 	// Through the surviving brokers: the victim's partition answers 503
-	// (retryable, WIRE §7.3), the others keep working.
+	// (retryable, docs/protocol.md#answers), the others keep working.
 	probe := newClient(t, rc.nodes[0].Addr)
 	var detected time.Duration
 	eventually(t, 4*testTTL+waitTimeout, "the dead owner's partition answers 503", func() bool {

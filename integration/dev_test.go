@@ -41,10 +41,10 @@ func freeRun(t *testing.T, n int) int {
 	return 0
 }
 
-// `fibril dev --nodes 3` (issue #4 §7): three brokers on loopback, one line
+// `fibril dev --nodes 3`: three brokers on loopback, one line
 // per broker with node id, role, client address and admin URL; the cluster
 // serves; Ctrl-C (SIGINT) stops every broker and the command exits 0. With
-// `--private 2` (issue 6 §10) the last two are private and a client of the
+// `--private 2` the last two are private and a client of the
 // first reaches every partition through it.
 func TestFibrilDev(t *testing.T) {
 	for _, private := range []int{0, 2} {

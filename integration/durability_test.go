@@ -116,7 +116,7 @@ func drainAll(t *testing.T, b *broker, topic string, parts uint32, confirmed *co
 // messages; the broker is killed with SIGKILL mid-stream and restarted on
 // the same data directory. It recovers without quarantine (/readyz ok),
 // every offset confirmed before the kill is there exactly once with its
-// payload (S-36, DESIGN §8 Durability, with storage.fsync = always), the
+// payload (S-36, core/storage/README.md#fsync-policies, with storage.fsync = always), the
 // partition logs stay dense (S-23) and no message is stored twice.
 // Three rounds, each on its own queue, each crash on the broker recovered
 // from the previous one.
@@ -207,7 +207,7 @@ func waitGroup(t testing.TB, wg *sync.WaitGroup, within time.Duration, what stri
 }
 
 // TestGracefulShutdown: on SIGTERM a connected consumer gets GOING_AWAY
-// (op 103, request id 0, WIRE §2.2, §8.8) and then the close, the process
+// (op 103, request id 0, docs/protocol.md#request-ids, docs/protocol.md#going-away) and then the close, the process
 // exits 0, and confirmed publishes in flight are all answered or lost with
 // their connection, never silently: on a raw connection the answered
 // publishes are exactly a prefix of those written (frames are handled in
@@ -221,7 +221,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if _, err := setup.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: topic, Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}
-	// A Go client consumer (it ignores GOING_AWAY, WIRE §8.8) ...
+	// A Go client consumer (it ignores GOING_AWAY, docs/protocol.md#going-away) ...
 	subscribe(t, setup, topic, client.SubscribeOptions{Prefetch: 1})
 	// ... and a raw consumer that shows what the broker writes.
 	consumer := dialRaw(t, b.Addr)
@@ -334,7 +334,7 @@ func TestGracefulShutdown(t *testing.T) {
 				t.Fatalf("GOING_AWAY body: %v", err)
 			}
 			if f.h.RequestID != 0 {
-				t.Fatalf("GOING_AWAY request id %d, want 0 (WIRE §2.2)", f.h.RequestID)
+				t.Fatalf("GOING_AWAY request id %d, want 0 (docs/protocol.md#request-ids)", f.h.RequestID)
 			}
 			sawGoingAway = true
 		default:

@@ -14,7 +14,7 @@ import (
 )
 
 // TestMeasureGatewayUpstreamMemory measures what one idle upstream session
-// costs the gateway process (issue 6 "Performance": < 64 KiB per idle
+// costs the gateway process (the target: < 64 KiB per idle
 // upstream session with quic, 1,000 forwarded client sessions sharing one
 // QUIC connection per broker pair). The gateway's heap and stacks (after a
 // GC, from its /debug/pprof/heap) are read after 1,000 client sessions

@@ -12,7 +12,7 @@ import (
 
 // TestMeasureOwnerRestart1GiB measures how long an owner holding 1 GiB of
 // queued data takes, after kill -9 and a restart, to serve its partition
-// again (issue #4 "Performance"). It is a measurement, not a check: it
+// again (a restart must not cost minutes of unavailability). It is a measurement, not a check: it
 // runs only with FIBRIL_MEASURE=1 and reports with t.Logf.
 //
 //	FIBRIL_MEASURE=1 go test -run TestMeasureOwnerRestart1GiB -v -timeout 30m ./integration

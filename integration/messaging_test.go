@@ -80,7 +80,7 @@ func TestPublishConsumeAck(t *testing.T) {
 
 // TestRedeliveryAfterRetry: NACK with requeue (Retry) makes the message
 // deliverable again at once, with fibril.retries counting the retries
-// (S-49, S-58, WIRE §9.7 and §10.6).
+// (S-49, S-58, docs/protocol.md#publish, docs/protocol.md#subscriptions).
 func TestRedeliveryAfterRetry(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t)
@@ -166,8 +166,8 @@ func TestRedeliveryAfterSessionEnd(t *testing.T) {
 }
 
 // TestDelayedDelivery: PUBLISH_DELAYED is confirmed at once but not
-// delivered before not_before (S-38, WIRE §9.4); Retry with a delay holds
-// the message until its not_before (S-58, WIRE §10.6). Later messages are
+// delivered before not_before (S-38, docs/protocol.md#publish); Retry with a delay holds
+// the message until its not_before (S-58, docs/protocol.md#subscriptions). Later messages are
 // not held up behind a delayed one.
 func TestDelayedDelivery(t *testing.T) {
 	t.Parallel()
@@ -212,7 +212,7 @@ func TestDelayedDelivery(t *testing.T) {
 		sub := subscribe(t, c, topic, client.SubscribeOptions{Prefetch: 4})
 		off := publish(t, c, topic, client.Message{Payload: []byte("again-later")})
 		d := next(t, sub, waitTimeout)
-		// The client computes not_before = now + delay (WIRE §10.6), so it
+		// The client computes not_before = now + delay (docs/protocol.md#subscriptions), so it
 		// is at least this:
 		earliest := time.Now().Add(delay).UnixMilli()
 		if err := d.Retry(ctxT(t, opTimeout), delay); err != nil {
@@ -468,10 +468,10 @@ func TestTTLNotWhileInflight(t *testing.T) {
 }
 
 // TestPrefetchBound: a manual-ack subscription never has more than
-// prefetch deliveries unsettled (S-46, WIRE §10.2); settling one frees
+// prefetch deliveries unsettled (S-46, docs/protocol.md#subscriptions); settling one frees
 // exactly one credit. Over raw frames: SUBSCRIBE_OK precedes the first
-// DELIVER (WIRE §7.3), prefetch 0 is echoed as 0 and treated as 1, and an
-// ACK echoes the DELIVER's request id (WIRE §2.2, §10.5).
+// DELIVER (docs/protocol.md#answers), prefetch 0 is echoed as 0 and treated as 1, and an
+// ACK echoes the DELIVER's request id (docs/protocol.md#request-ids, docs/protocol.md#subscriptions).
 func TestPrefetchBound(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t)

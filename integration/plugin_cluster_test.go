@@ -1,8 +1,8 @@
 package integration
 
-// The raft backend as an external go-plugin binary (issue #4 §2): a
+// The raft backend as an external go-plugin binary: a
 // 3-node cluster through the plugin boundary, and what an owner does when
-// its coordination plugin dies (DESIGN.md §8 "Ownership safety").
+// its coordination plugin dies (S-138, docs/cluster.md "What happens when…").
 
 import (
 	"crypto/sha256"

@@ -1,6 +1,6 @@
 package integration
 
-// Private nodes and internal routing (issue 6) with real broker processes
+// Private nodes and internal routing with real broker processes
 // on embedded raft: one public broker and two private ones. The client
 // knows only the public broker; the private brokers' client addresses
 // (their listeners and the advertise entries they are told to keep to
@@ -64,7 +64,7 @@ func (pc *privateCluster) client(t *testing.T) *client.Client {
 	})
 }
 
-// Issue 6 §9: confirmed publish and consume through privately owned
+// Confirmed publish and consume through privately owned
 // partitions, with a client that only ever reaches the public broker; then
 // a private owner is killed (its partitions fail retryably while the
 // others keep working) and restarted (nothing confirmed is lost). Run over
@@ -156,7 +156,7 @@ func TestPrivateNodesThroughTheGateway(t *testing.T) {
 	}
 }
 
-// Issue 6 §7, §9: the public broker (the gateway) is killed while its
+// The public broker (the gateway) is killed while its
 // client holds unacknowledged deliveries of privately owned partitions. The
 // owners release the gateway's upstream sessions — at once where the
 // kernel's close is orderly (tcp), else after the transport's idle timeout
@@ -209,7 +209,7 @@ func TestGatewayKilledHeldMessagesRedelivered(t *testing.T) {
 	}
 }
 
-// Issue 6 §9: a slow consumer holds its prefetch of a privately owned
+// A slow consumer holds its prefetch of a privately owned
 // partition through the gateway for 60 s without acknowledging, while
 // other sessions keep publishing and consuming through the same gateway.
 // Its upstream session stays up the whole time (heartbeats flow while

@@ -10,11 +10,11 @@ import (
 )
 
 // TestResumeAfterNetworkCut: a client whose socket is cut resumes its
-// session within the reconnect grace (WIRE §8.4 `resumed`, S-101, S-102,
+// session within the reconnect grace (docs/protocol.md#resume `resumed`, S-101, S-102,
 // S-104) and keeps its leases. While the socket is gone the session is
 // dormant: messages published meanwhile wait (S-56) and are delivered
 // after the resume without breaking the client's strict handshake (WIRE
-// §8.2 quiet window). A delivery received before the cut is acked after
+// the quiet window, docs/protocol.md#quiet-window). A delivery received before the cut is acked after
 // the reconnect and honoured (S-62); nothing is redelivered meanwhile. A
 // graceful restart then brings back exactly the one delivery never acked
 // (S-25, S-52).
@@ -57,7 +57,7 @@ func TestResumeAfterNetworkCut(t *testing.T) {
 
 	// The session was resumed: the tag from before the cut still settles
 	// (after any other outcome the client refuses it with
-	// ErrStaleDelivery, WIRE §8.4).
+	// ErrStaleDelivery, docs/protocol.md#resume).
 	if err := ds[1].Ack(ctxT(t, opTimeout)); err != nil {
 		t.Fatalf("ack of a pre-cut delivery after the resume: %v", err)
 	}
@@ -106,11 +106,11 @@ func TestResumeAfterNetworkCut(t *testing.T) {
 // TestReconcileAfterRestart: a consumer whose broker restarts in place
 // (graceful stop, start on the same data directory, reached through the
 // same proxy address) resumes its session `resumed_after_restart` from the
-// skeleton (S-106, S-107) and reconciles its subscription (WIRE §16,
+// skeleton (S-106, S-107) and reconciles its subscription (docs/protocol.md#reconcile,
 // S-108, S-109): policy restore gets `server_restored` and keeps the
 // consumer; policy conservative gets `recreate` and the client
 // re-subscribes. Either way the deliveries from before the restart are
-// stale (ErrStaleDelivery, WIRE §8.4), the unacked messages are
+// stale (ErrStaleDelivery, docs/protocol.md#resume), the unacked messages are
 // redelivered (S-52), the consumer keeps receiving, and nothing
 // acknowledged comes back (S-25).
 func TestReconcileAfterRestart(t *testing.T) {
@@ -198,7 +198,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 
 // TestResumeWhileOldSocketAlive: the path to the broker goes half-open (the
 // proxy swallows everything, closes nothing). The client declares the
-// connection dead by its heartbeat (WIRE §8.6) and resumes on a new socket
+// connection dead by its heartbeat (docs/protocol.md#heartbeats) and resumes on a new socket
 // while the broker still holds the old one: the new socket takes over
 // (`resumed`, S-104), and when the old socket finally ends it neither ends
 // nor parks the session. Pre-freeze tags stay settleable (S-62) and the
@@ -272,7 +272,7 @@ func TestResumeWhileOldSocketAlive(t *testing.T) {
 
 // TestReconnectAfterGraceExpiry: a client that comes back after its
 // session's grace expired gets `resume_not_found` (S-101, S-103): its old
-// tags are stale (WIRE §8.4), the unacked messages were released at the
+// tags are stale (docs/protocol.md#resume), the unacked messages were released at the
 // expiry (S-54), and reconcile (restore, the Go default) recreates the
 // subscription (`server_restored`, S-109), so the consumer gets them
 // again and keeps receiving.

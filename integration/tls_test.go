@@ -20,9 +20,9 @@ import (
 // CA under <data_dir>/tls (S-150); a client trusting that ca.pem does a
 // confirmed publish and consumes it over TLS; the admin listener serves
 // HTTPS from the same material (S-156). The listener sniffs the first
-// bytes (WIRE §1, S-151): a plaintext HELLO on the TLS port gets one
+// bytes (docs/protocol.md#transport, S-151): a plaintext HELLO on the TLS port gets one
 // plaintext ERROR 426 echoing the HELLO's request id, then the close, and
-// the Go client reports ErrTLSRequired (WIRE §7.3); a TLS ClientHello to a
+// the Go client reports ErrTLSRequired (docs/protocol.md#answers); a TLS ClientHello to a
 // plaintext broker is closed without a byte.
 func TestTLS(t *testing.T) {
 	t.Parallel()

@@ -1,6 +1,6 @@
 package integration
 
-// The inter-broker transport (issue 5): real broker processes on embedded
+// The inter-broker transport: real broker processes on embedded
 // raft reach one another as peers over tcp (shared client port, TLS), quic,
 // and an external transport plugin (contrib/transport-tcpwrap), checked by
 // the broker's own peer probe (GET /admin/api/peers: a stream over the
@@ -25,7 +25,7 @@ type peersAnswer struct {
 	} `json:"peers"`
 }
 
-// Issue 5 §2–§5: every transport carries a peer exchange between broker
+// Every transport carries a peer exchange between broker
 // processes, with the peer certificate naming the dialled node.
 func TestClusterPeersOverEveryTransport(t *testing.T) {
 	setups := []struct {

@@ -2,9 +2,9 @@
 // readiness probes for load balancers, Prometheus metrics, Go profiling
 // under /debug/pprof/ (behind the same auth as /metrics), and the small
 // part of the admin API that exists so far (users, runtime settings,
-// cluster topology, drain). BROKER_SEMANTICS
-// S-156…S-163 describe the full surface; the dashboard and the rest of the
-// API come later.
+// cluster topology, drain, peers, connections). docs/semantics.md
+// (S-161) says which part of Fibril's admin surface exists; the dashboard
+// and the rest of the API come later.
 package admin
 
 import (

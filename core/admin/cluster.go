@@ -134,7 +134,7 @@ func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
 
 // connections lists every open client connection: client id, user, remote
 // address, subscriptions, and — on an owner — the gateway and end user a
-// forwarded session acts for (seed §8).
+// forwarded session acts for (core/forward/README.md#observability).
 func (s *Server) connections(w http.ResponseWriter, _ *http.Request) {
 	if s.opts.Connections == nil {
 		writeError(w, http.StatusNotFound, "not_found", "no connection listing")

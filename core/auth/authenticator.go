@@ -120,7 +120,7 @@ func (a *Authenticator) Check(ctx context.Context, username, password string, pe
 }
 
 // Recheck is AUTH on a connection that is already authenticated as
-// current (a resumed session or a certificate login, D-1): the credentials
+// current (a resumed session or a certificate login, S-9): the credentials
 // must verify and name the same principal. The caller answers AUTH_OK on
 // success and AUTH_ERR 401 plus close on any error.
 func (a *Authenticator) Recheck(ctx context.Context, current Principal, username, password string, peer netip.Addr) (Principal, error) {

@@ -9,7 +9,7 @@ import (
 )
 
 // NodePrincipal is the reserved username brokers use to authenticate to each
-// other with the cluster secret (S-146, S-149, WIRE §22.3).
+// other with the cluster secret (S-146, S-149, docs/protocol.md#owner-side).
 const NodePrincipal = "@node"
 
 // DefaultUser and DefaultPassword are the built-in login accepted from

@@ -12,14 +12,14 @@ const (
 // Principal is an authenticated identity.
 type Principal struct {
 	Name   string // the username, or NodePrincipal
-	Node   bool   // a peer broker (may use node-only ops, WIRE §18, §22.3)
+	Node   bool   // a peer broker (may use node-only ops, docs/protocol.md#replication-ops, docs/protocol.md#owner-side)
 	Method string // one of the Method constants
 }
 
 // IsZero reports whether p is the zero Principal (not authenticated).
 func (p Principal) IsZero() bool { return p == Principal{} }
 
-// Same reports whether p and o are the same principal, which is the D-1
+// Same reports whether p and o are the same principal, which is the S-9
 // rule for AUTH on an already-authenticated (resumed, or certificate-
 // authenticated) connection: it succeeds only when the re-presented
 // credentials name the same principal. The method may differ (a

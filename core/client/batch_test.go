@@ -355,7 +355,7 @@ func TestAckMerging(t *testing.T) {
 	}
 }
 
-// The §7.3 boundary with batching: when the socket dies, a publish whose
+// The boundary of docs/protocol.md#answers with batching: when the socket dies, a publish whose
 // frame was handed to Write has an unknown outcome; publishes still in
 // the buffer were never written and are re-sent, in order, after the
 // reconnect (PublishAsync and PublishConfirmed alike).

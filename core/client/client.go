@@ -24,7 +24,7 @@ type Client struct {
 	async  *completer // callbacks of PublishAsync
 
 	resumeMu sync.Mutex
-	resume   map[string]wire.ResumeIdentity // per endpoint address (§8.4)
+	resume   map[string]wire.ResumeIdentity // per endpoint address (docs/protocol.md#resume)
 
 	subsMu sync.Mutex
 	subs   map[*Subscription]struct{}
@@ -42,7 +42,7 @@ type Stats struct {
 	// SUBSCRIBE_OK echoes, reconcile results that skip or invent entries.
 	ProtocolViolations uint64
 	// UncorrelatedErrors counts ERROR frames for no pending request (each
-	// one dropped its connection, §2.2).
+	// one dropped its connection, docs/protocol.md#request-ids).
 	UncorrelatedErrors uint64
 	// UnmatchedReplies counts other replies for no pending request (for
 	// example a REDIRECT answering a fire-and-forget publish).
@@ -271,7 +271,7 @@ func (w *waitCtx) release() {
 	}
 }
 
-// resendState is the §7.3 bookkeeping of one operation across attempts.
+// resendState is the re-send bookkeeping (docs/protocol.md#answers) of one operation across attempts.
 type resendState struct {
 	redirects, attempt int
 	lastErr            error
@@ -317,7 +317,7 @@ func (c *Client) afterConnErr(w *waitCtx, ep *endpoint, key *routeKey, st *resen
 	return true, nil
 }
 
-// afterReply applies the §7.3 client column to one attempt's outcome: a
+// afterReply applies the client column of docs/protocol.md#answers to one attempt's outcome: a
 // success reply is returned (retry false, err nil); a never-written
 // request, a REDIRECT (at most MaxRedirects), a 409 (when retry409) and a
 // 503 are re-sent (retry true) within the deadline, after the backoff or
@@ -388,7 +388,7 @@ func (c *Client) afterReply(w *waitCtx, spec *opSpec, key *routeKey, st *resendS
 }
 
 // roundTrip sends a request and returns its success reply, applying the
-// §7.3 client column (afterReply) within ctx (or OperationTimeout when ctx
+// client column of docs/protocol.md#answers (afterReply) within ctx (or OperationTimeout when ctx
 // has no deadline): re-send a request that was never written, or that was
 // answered with REDIRECT, 409 (when retry409) or 503; never re-send after
 // a 504 or after the connection died with the request in flight

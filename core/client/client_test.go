@@ -20,7 +20,7 @@ func publishAsync(p *Publisher, m Message) (<-chan error, *uint64) {
 	return ch, &off
 }
 
-// The §9.1 table: FNV-1a-64 of the key mod N.
+// The SDKs' key rule (S-32): FNV-1a-64 of the key mod N.
 func TestPartitionChoiceFNV(t *testing.T) {
 	table := []struct {
 		key        string

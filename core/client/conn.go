@@ -30,16 +30,16 @@ func (f Frame) Decode(b wire.Body) error { return b.Decode(f.Body) }
 
 // firstRequestID is the first id after the handshake ids 1 (HELLO), 2
 // (AUTH) and 3 (RECONCILE_CLIENT), as the Rust, Python and TypeScript SDKs
-// count (§2.2).
+// count (docs/protocol.md#request-ids).
 const firstRequestID = 4
 
-// replyOps are the ops that only ever answer a client request (§2.2).
+// replyOps are the ops that only ever answer a client request (docs/protocol.md#request-ids).
 func isReplyOp(op wire.Op) bool {
 	switch op {
 	case wire.OpHelloOK, wire.OpHelloErr, wire.OpAuthOK, wire.OpAuthErr, wire.OpPublishOK,
 		wire.OpSubscribeOK, wire.OpSubscribeErr, wire.OpDeclareQueueOK, wire.OpDeclarePlexusOK,
 		wire.OpTopologyOK, wire.OpRedirect, wire.OpReconcileResult, wire.OpError,
-		wire.OpForwardedSessionOK: // a gateway's upstream session (WIRE §22)
+		wire.OpForwardedSessionOK: // a gateway's upstream session (docs/protocol.md#extensions)
 		return true
 	}
 	return false
@@ -56,7 +56,7 @@ func isPushOp(op wire.Op) bool {
 	return false
 }
 
-// acceptsReply reports whether reply is a legal answer to request (§5).
+// acceptsReply reports whether reply is a legal answer to request (core/wire/ops.go).
 func acceptsReply(request, reply wire.Op) bool {
 	if reply == wire.OpError {
 		return true
@@ -92,7 +92,7 @@ type ConnConfig struct {
 	Heartbeat                 time.Duration // default 5s
 	Dial                      func(ctx context.Context, network, addr string) (net.Conn, error)
 	Logger                    *slog.Logger
-	// Resume is presented in HELLO (§8.4); nil for a first connect.
+	// Resume is presented in HELLO (docs/protocol.md#resume); nil for a first connect.
 	Resume *wire.ResumeIdentity
 	// Reconcile, when set, is sent as RECONCILE_CLIENT (id 3) in the
 	// handshake; its answer is in Handshake().Reconcile.
@@ -163,7 +163,7 @@ type ctxWatch struct {
 }
 
 // Conn is one broker connection whose handshake is done: a request/reply
-// multiplexer (correlated by opcode, then request id, §2.2), a PING/PONG
+// multiplexer (correlated by opcode, then request id, docs/protocol.md#request-ids), a PING/PONG
 // responder, a heartbeat monitor and a batching writer.
 //
 // Writes: frames are appended to a per-connection buffer and one writer
@@ -238,7 +238,7 @@ type ackTail struct {
 // maxMergedTags bounds the tags of one merged ACK (32 KiB of tags).
 const maxMergedTags = 4096
 
-// DialConn connects to addr, runs the handshake of §8.1 strictly (§8.2) and
+// DialConn connects to addr, runs the handshake of docs/protocol.md#handshake strictly (docs/protocol.md#quiet-window) and
 // starts reading. Any frame other than the expected reply during the
 // handshake fails the dial with ErrProtocol.
 func DialConn(ctx context.Context, addr string, cfg ConnConfig) (*Conn, error) {
@@ -398,7 +398,7 @@ func (c *Conn) refuseLocked() error {
 	return nil
 }
 
-// NextID hands out the next request id (ids count up from 4, §2.2).
+// NextID hands out the next request id (ids count up from 4, docs/protocol.md#request-ids).
 func (c *Conn) NextID() uint64 { return c.nextID.Add(1) - 1 }
 
 // fail ends the connection once, recording the first reason. The writer
@@ -756,7 +756,7 @@ func (c *Conn) readLoop() {
 	}
 }
 
-// dispatch routes one frame: opcode first, then request id (§2.2).
+// dispatch routes one frame: opcode first, then request id (docs/protocol.md#request-ids).
 // borrowed tells that f.Body is the reader's scratch buffer.
 func (c *Conn) dispatch(f Frame, borrowed bool) {
 	switch {
@@ -772,7 +772,7 @@ func (c *Conn) dispatch(f Frame, borrowed bool) {
 		c.mu.Unlock()
 		if p == nil {
 			if f.Op == wire.OpError {
-				// Every SDK drops the connection here (§2.2, §19 item 5).
+				// Every SDK drops the connection here (docs/protocol.md#request-ids, docs/protocol.md#answers).
 				err := errorFromBody(wire.OpError, f.Body)
 				c.stats.uncorrelatedErrors.Add(1)
 				c.log.Warn("uncorrelated ERROR; dropping the connection", "request_id", f.RequestID, "err", err)
@@ -804,14 +804,14 @@ func (c *Conn) dispatch(f Frame, borrowed bool) {
 			c.push(c, f)
 		}
 	default:
-		// Unknown opcodes are ignored, which keeps new push ops safe (§8.9).
+		// Unknown opcodes are ignored, which keeps new push ops safe (docs/protocol.md#malformed).
 		c.stats.ignoredFrames.Add(1)
 		c.log.Debug("ignoring frame", "op", f.Op, "request_id", f.RequestID)
 	}
 }
 
 // heartbeatLoop sends a PING every interval and declares the connection
-// dead when nothing arrived for more than 3 intervals (§8.6). Time spent
+// dead when nothing arrived for more than 3 intervals (docs/protocol.md#heartbeats). Time spent
 // with the reader parked on a full auto-ack consumer does not count. It
 // also runs the sweep of expired requests, at least once a second.
 func (c *Conn) heartbeatLoop() {

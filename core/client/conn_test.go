@@ -21,7 +21,7 @@ func openConn(t *testing.T, fb *fakeBroker, cfg ConnConfig) (*Conn, *fakeConn) {
 	return <-cc, fc
 }
 
-// Replies are matched by opcode, then request id, in any order (§2.2).
+// Replies are matched by opcode, then request id, in any order (docs/protocol.md#request-ids).
 func TestConnOutOfOrderReplies(t *testing.T) {
 	fb := newFake(t, nil)
 	c, fc := openConn(t, fb, connConfig(t))
@@ -82,7 +82,7 @@ func TestConnWrongReplyOp(t *testing.T) {
 	}
 }
 
-// An ERROR answering no pending request drops the connection (§2.2); a
+// An ERROR answering no pending request drops the connection (docs/protocol.md#request-ids); a
 // stray non-ERROR reply is only counted.
 func TestConnUncorrelatedError(t *testing.T) {
 	fb := newFake(t, nil)
@@ -204,7 +204,7 @@ func TestConnAbandonedRequestLateReply(t *testing.T) {
 	}
 }
 
-// Unknown opcodes are ignored (§8.9).
+// Unknown opcodes are ignored (docs/protocol.md#malformed).
 func TestConnIgnoresUnknownOps(t *testing.T) {
 	fb := newFake(t, nil)
 	c, fc := openConn(t, fb, connConfig(t))

@@ -7,14 +7,14 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// DLQPolicy says where dead letters of a queue go (§4.10).
+// DLQPolicy says where dead letters of a queue go (wire.DLQPolicy).
 type DLQPolicy struct {
 	Kind  wire.DLQKind // DLQDiscard, DLQBrokerDLQ or DLQNamed
 	Topic string       // DLQNamed only
 	Group string       // DLQNamed only; "" = default namespace
 }
 
-// QueueSpec declares a queue (§6.15, §13).
+// QueueSpec declares a queue (wire.DeclareQueue, docs/protocol.md#declare).
 type QueueSpec struct {
 	Topic      string
 	Group      string        // "" = default namespace
@@ -24,7 +24,7 @@ type QueueSpec struct {
 	DefaultTTL time.Duration // TTL for messages published without one; 0 = none
 }
 
-// Durability is the storage tier of a stream (§6.17).
+// Durability is the storage tier of a stream (wire.DeclarePlexus).
 type Durability uint8
 
 const (
@@ -44,7 +44,7 @@ func (d Durability) wire() wire.Durability {
 	return wire.DurabilityDurable
 }
 
-// StreamSpec declares a stream (DECLARE_PLEXUS, §6.17).
+// StreamSpec declares a stream (DECLARE_PLEXUS, wire.DeclarePlexus).
 type StreamSpec struct {
 	Topic             string
 	Partitions        uint32 // 0 = broker default

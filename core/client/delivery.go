@@ -11,7 +11,7 @@ import (
 )
 
 // RetriesHeader is the broker-added header carrying the redelivery count
-// (§9.7).
+// (docs/protocol.md#publish).
 const RetriesHeader = "fibril.retries"
 
 // Delivery is one message delivered to a Subscription. Settle it exactly
@@ -21,7 +21,7 @@ type Delivery struct {
 	Group       string // "" = default namespace
 	Partition   uint32
 	Offset      uint64
-	Tag         uint64    // delivery tag (§10.3)
+	Tag         uint64    // delivery tag (docs/protocol.md#subscriptions)
 	Published   time.Time // producer clock; zero when the producer sent 0
 	Received    time.Time // broker clock at receipt
 	ContentType string    // MIME text ("" = none)
@@ -31,7 +31,7 @@ type Delivery struct {
 
 	ep      *endpoint
 	sess    *session
-	frameID uint64 // request id of the DELIVER frame, echoed by ACK/NACK (§2.2)
+	frameID uint64 // request id of the DELIVER frame, echoed by ACK/NACK (docs/protocol.md#request-ids)
 	group   wire.Option[string]
 	autoAck bool
 	settled atomic.Bool
@@ -58,7 +58,7 @@ func newDelivery(ep *endpoint, sess *session, frameID uint64, d *wire.Deliver, a
 	if len(d.Headers) > 0 {
 		dl.Headers = make(map[string]string, len(d.Headers))
 		for _, h := range d.Headers {
-			dl.Headers[h.Key] = h.Value // the last duplicate wins (§4.4)
+			dl.Headers[h.Key] = h.Value // the last duplicate wins (wire.Headers)
 		}
 		if v, ok := dl.Headers[RetriesHeader]; ok {
 			dl.Retries, _ = strconv.Atoi(v)
@@ -74,7 +74,7 @@ func unixMillis(ms uint64) time.Time {
 	return time.UnixMilli(int64(ms))
 }
 
-// Ack acknowledges the delivery (ACK, §10.5). It returns once the ACK is
+// Ack acknowledges the delivery (ACK, docs/protocol.md#subscriptions). It returns once the ACK is
 // queued for writing. Consecutive ACKs for the same partition that are
 // still queued together travel as one ACK frame with several tags. An ACK
 // lost with its connection leaves the delivery unsettled: the broker
@@ -83,7 +83,7 @@ func (d *Delivery) Ack(ctx context.Context) error {
 	return d.settle(ctx, wire.OpAck, nil)
 }
 
-// Retry makes the message deliverable again (NACK requeue=1, §10.6), not
+// Retry makes the message deliverable again (NACK requeue=1, docs/protocol.md#subscriptions), not
 // before delay has passed when delay > 0.
 func (d *Delivery) Retry(ctx context.Context, delay time.Duration) error {
 	n := &wire.Nack{Topic: d.Topic, Group: d.group, Partition: d.Partition, Tags: []uint64{d.Tag}, Requeue: true}
@@ -102,7 +102,7 @@ func (d *Delivery) Fail(ctx context.Context) error {
 // settle queues ACK/NACK with the DELIVER's request id on the session that
 // delivered it (body is nil for ACK, which is encoded in place). Deliveries of auto-ack subscriptions were settled by the
 // broker, so nothing is sent. A delivery from a session that was not
-// resumed returns ErrStaleDelivery and sends nothing (§8.4). If the
+// resumed returns ErrStaleDelivery and sends nothing (docs/protocol.md#resume). If the
 // connection is down, settle waits (within ctx) for the reconnect to tell
 // whether the session survived.
 func (d *Delivery) settle(ctx context.Context, op wire.Op, body wire.Encoder) error {

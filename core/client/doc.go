@@ -1,13 +1,13 @@
 // Package client is the Go client SDK of Fibril Go: connections, routing,
 // publishing, subscriptions and settlement over the Fibril v1 wire protocol
-// (shared/protocol/WIRE_V1.md; §N below points into it).
+// (docs/protocol.md says what the broker answers; core/wire has the bytes).
 //
 // It is deliberately as strict as the upstream Fibril SDKs, so that tests
 // built on it catch broker mistakes that would break those SDKs: the
 // handshake accepts only the expected reply after HELLO, AUTH and
-// RECONCILE_CLIENT (§8.2); HELLO_OK must carry protocol version 1 and the
+// RECONCILE_CLIENT (docs/protocol.md#quiet-window); HELLO_OK must carry protocol version 1 and the
 // exact compliance marker; replies are correlated by opcode, then request
-// id, and an ERROR that answers nothing drops the connection (§2.2); a
+// id, and an ERROR that answers nothing drops the connection (docs/protocol.md#request-ids); a
 // DELIVER beyond prefetch is counted in Stats (PrefetchViolations).
 //
 // Quick start:
@@ -27,13 +27,13 @@
 //
 // # What the client does for you
 //
-// Routing follows the topology cache (§14.1): each partition goes to the
+// Routing follows the topology cache (docs/protocol.md#topology): each partition goes to the
 // first owner endpoint of its topology entry, over a pool of connections
 // keyed by host:port; unknown owners use the bootstrap connection. Keys
-// pick partitions with FNV-1a (§9.1). REDIRECTs are followed (at most
+// pick partitions with FNV-1a (docs/protocol.md#publish). REDIRECTs are followed (at most
 // Options.MaxRedirects per operation) and update the cache.
 //
-// Re-sends follow the client column of §7.3 exactly: a request is sent
+// Re-sends follow the client column of docs/protocol.md#answers exactly: a request is sent
 // again only if it was never written, or after a REDIRECT, a 409 or a 503,
 // within the caller's deadline. It is never re-sent after a 504 or after
 // its connection died with it in flight; such calls return an error
@@ -52,7 +52,7 @@
 // were queued. Stats reports FramesQueued, WriteCalls, BytesWritten and
 // AcksMerged.
 //
-// "Written" in the §7.3 sense means handed to the socket's Write (minus
+// "Written" in the sense of docs/protocol.md#answers means handed to the socket's Write (minus
 // the tail of a Write that failed part-way). When a connection dies,
 // requests still in the buffer were never written: confirmed publishes
 // and other requests among them are re-sent after the reconnect (or fail
@@ -65,7 +65,7 @@
 //
 // Delivery.Ack coalesces: an ACK queued right after an ACK for the same
 // (topic, partition, group) that is still in the buffer is merged into it
-// (one frame, several tags, §10.5), so a consumer that acks each delivery
+// (one frame, several tags, docs/protocol.md#subscriptions), so a consumer that acks each delivery
 // sends few ACK frames under load.
 //
 // # Publishing without waiting
@@ -81,13 +81,13 @@
 // semaphore released by the callback.
 //
 // Connections send PING every Options.Heartbeat and are declared dead
-// after three intervals of silence (§8.6). A lost connection is
-// re-established with the endpoint's resume identity (§8.4); only a
+// after three intervals of silence (docs/protocol.md#heartbeats). A lost connection is
+// re-established with the endpoint's resume identity (docs/protocol.md#resume); only a
 // `resumed` outcome keeps earlier deliveries settleable (others return
 // ErrStaleDelivery and send nothing). After a reconnect the client sends
 // RECONCILE_CLIENT for the endpoint's subscriptions and applies the
-// verdicts (§16): kept subscriptions are re-keyed to the broker's sub_id;
-// the others re-subscribe unless their reason is terminal (§17).
+// verdicts (docs/protocol.md#reconcile): kept subscriptions are re-keyed to the broker's sub_id;
+// the others re-subscribe unless their reason is terminal (docs/protocol.md#reason-codes).
 //
 // Low level: Conn is a single handshaken connection with Do and Send, for
 // tools and protocol tests.

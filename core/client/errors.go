@@ -16,7 +16,7 @@ var (
 	// ErrClosed: the Client (or the Subscription) was closed.
 	ErrClosed = errors.New("fibril client: closed")
 	// ErrStaleDelivery: the delivery came from a session the broker did not
-	// resume, so its tag is void; nothing was sent (§8.4). The broker
+	// resume, so its tag is void; nothing was sent (docs/protocol.md#resume). The broker
 	// redelivers the message.
 	ErrStaleDelivery = errors.New("fibril client: stale delivery (session not resumed)")
 	// ErrAlreadySettled: Ack, Retry or Fail was already called for the delivery.
@@ -53,9 +53,9 @@ func (e *Error) Error() string {
 	return "fibril: " + e.Op.String() + ": " + strconv.Itoa(int(e.Code)) + " " + e.Message
 }
 
-// Retryable is the §7.2 advice every SDK gives: 409 and codes ≥ 500 are
+// Retryable is the advice every SDK gives (docs/protocol.md#answers): 409 and codes ≥ 500 are
 // worth retrying, everything else is not. It is advice for the caller; the
-// client itself re-sends only what §7.3 allows.
+// client itself re-sends only what docs/protocol.md#answers allows.
 func (e *Error) Retryable() bool { return wire.CodeRetryable(e.Code) }
 
 // coreSentinels maps the core sentinels to their wire code, so that
@@ -183,7 +183,7 @@ func isNotWritten(err error) bool {
 	return errors.As(err, &nw)
 }
 
-// Retryable reports whether err is worth retrying by the caller (§7.2):
+// Retryable reports whether err is worth retrying by the caller (docs/protocol.md#answers):
 // transport failures, unknown outcomes, exhausted redirects, and broker
 // errors with code 409 or ≥ 500. Protocol violations, refusals (4xx) and
 // closed clients are not.

@@ -196,7 +196,7 @@ func Example() {
 }
 
 // Errors carry the wire code and match the core sentinels; Retryable gives
-// the §7.2 advice.
+// the advice of docs/protocol.md#answers.
 func ExampleError() {
 	err := error(&client.Error{Op: wire.OpPublish, Code: wire.CodeUnavailable, Message: "recovering"})
 	fmt.Println(err, client.Retryable(err))

@@ -12,7 +12,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// Handshake request ids, as every SDK numbers them (§2.2, §8.1).
+// Handshake request ids, as every SDK numbers them (docs/protocol.md#request-ids, docs/protocol.md#handshake).
 const (
 	helloID     = 1
 	authID      = 2
@@ -24,8 +24,8 @@ const (
 const handshakeMaxBody = 64 << 20
 
 // handshake runs HELLO, then AUTH when credentials are set, then
-// RECONCILE_CLIENT when cfg.Reconcile is set (§8.1). Replies are read
-// synchronously and the very next frame must be the reply (§8.2): a PING,
+// RECONCILE_CLIENT when cfg.Reconcile is set (docs/protocol.md#handshake). Replies are read
+// synchronously and the very next frame must be the reply (docs/protocol.md#quiet-window): a PING,
 // DELIVER, TOPOLOGY_UPDATE or any other frame fails the connect. This
 // strictness is what makes a broker's quiet-window bugs visible.
 func (c *Conn) handshake(ctx context.Context, cfg *ConnConfig) (Handshake, error) {

@@ -70,7 +70,7 @@ func TestHandshakeHappyPath(t *testing.T) {
 	}
 }
 
-// Every deviation from the §8.2 table must fail the connect.
+// Every deviation from the handshake order (docs/protocol.md#quiet-window) must fail the connect.
 func TestHandshakeStrictness(t *testing.T) {
 	good := helloOK(identityA, wire.ResumeNew)
 	badCompliance := *good

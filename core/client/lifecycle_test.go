@@ -35,7 +35,7 @@ func TestReconcileConservativeRecreate(t *testing.T) {
 	}
 }
 
-// Credentials are presented on every connect, resumed or not (§8.5: the
+// Credentials are presented on every connect, resumed or not (docs/protocol.md#authentication: the
 // broker re-checks them on an authenticated session).
 func TestAuthOnEveryConnect(t *testing.T) {
 	fb := newFake(t, nil)

@@ -26,7 +26,7 @@ const (
 )
 
 // ReconcilePolicy selects what the broker does with a subscription the
-// client lists on reconnect but the broker no longer has (§16.2). It is a
+// client lists on reconnect but the broker no longer has (docs/protocol.md#reconcile). It is a
 // client type rather than wire.ReconcilePolicy so that the zero value can
 // mean "default" (restore) instead of conservative.
 type ReconcilePolicy uint8
@@ -48,7 +48,7 @@ func (p ReconcilePolicy) wire() wire.ReconcilePolicy {
 type Options struct {
 	// Addrs is the bootstrap host:port list, tried in order. The first that
 	// completes the handshake becomes the bootstrap connection, which
-	// carries every request whose owner is unknown (§14.1).
+	// carries every request whose owner is unknown (docs/protocol.md#topology).
 	Addrs []string
 	// Username and Password: an AUTH frame is sent when Username is set.
 	Username, Password string
@@ -57,10 +57,10 @@ type Options struct {
 	// ClientName and ClientVersion go into HELLO (free text for logs).
 	ClientName, ClientVersion string
 	// Heartbeat is the PING interval; a connection on which nothing arrived
-	// for 3× Heartbeat is declared dead (§8.6). Default 5s.
+	// for 3× Heartbeat is declared dead (docs/protocol.md#heartbeats). Default 5s.
 	Heartbeat time.Duration
 	// ReconcilePolicy is sent in RECONCILE_CLIENT after a reconnect
-	// (§16.2). The zero value means restore, the Go SDK default.
+	// (docs/protocol.md#reconcile). The zero value means restore, the Go SDK default.
 	ReconcilePolicy ReconcilePolicy
 	// Dial opens the TCP connection; nil uses a net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)

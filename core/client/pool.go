@@ -17,7 +17,7 @@ var errRetired = errors.New("fibril client: endpoint retired")
 // session is one broker-side session as seen through an endpoint. It
 // survives reconnects that the broker answers with `resumed`; any other
 // outcome makes it stale, and deliveries received under it can no longer
-// be settled (§8.4).
+// be settled (docs/protocol.md#resume).
 type session struct{ stale atomic.Bool }
 
 type dialAttempt struct {
@@ -341,7 +341,7 @@ func (ep *endpoint) onPush(conn *Conn, f Frame) {
 		delete(ep.subs, ps)
 		ep.mu.Unlock()
 		if ps == nil || !live {
-			return // unknown sub_id: ignored (§17)
+			return // unknown sub_id: ignored (docs/protocol.md#reason-codes)
 		}
 		ps.detached(detachNote{ps: ps, code: sc.Code, msg: sc.Message, terminal: terminalReason(sc.Code), refresh: true})
 	case wire.OpTopologyUpdate:
@@ -352,7 +352,7 @@ func (ep *endpoint) onPush(conn *Conn, f Frame) {
 			cl.log.Info("broker going away", "broker", conn.Addr(), "grace_ms", g.GraceMillis, "message", g.Message)
 		}
 	default:
-		// ASSIGNMENT_CHANGED (informational, §12) and RECONCILE_SERVER
+		// ASSIGNMENT_CHANGED (informational, docs/protocol.md#not-yet-served) and RECONCILE_SERVER
 		// (never sent upstream) are ignored.
 	}
 }

@@ -15,13 +15,13 @@ import (
 
 // Message is what a Publisher sends.
 type Message struct {
-	// Key picks the partition by FNV-1a (§9.1) and travels as
+	// Key picks the partition by FNV-1a (docs/protocol.md#publish) and travels as
 	// partition_key. nil means no key (round-robin); an empty non-nil
 	// slice is the empty key.
 	Key []byte
 	// Partition, when set, overrides the partition choice.
 	Partition *uint32
-	// ContentType is MIME text ("" = none); the four §4.3 forms map to
+	// ContentType is MIME text ("" = none); the four wire.ContentType forms map to
 	// their tags, anything else travels as a custom type.
 	ContentType string
 	Headers     map[string]string
@@ -50,7 +50,7 @@ func (c *Client) Publisher(topic string, opts PublisherOptions) *Publisher {
 	return &Publisher{cl: c, topic: topic, group: optStr(opts.Group)}
 }
 
-// choose picks the partition and the partitioning version to send (§9.1):
+// choose picks the partition and the partitioning version to send (docs/protocol.md#publish):
 // an explicit partition wins; with N unknown or ≤ 1 it is 0; a key hashes
 // with FNV-1a mod N; otherwise round-robin.
 func (p *Publisher) choose(m *Message) (uint32, uint64) {
@@ -92,7 +92,7 @@ func headers(m map[string]string) wire.Headers {
 	return h
 }
 
-// checkHeaders refuses reserved keys locally (§9.7): the broker would
+// checkHeaders refuses reserved keys locally (docs/protocol.md#publish): the broker would
 // answer ERROR 400, which for a fire-and-forget publish would arrive
 // uncorrelated and drop the connection.
 func checkHeaders(m map[string]string) error {
@@ -174,7 +174,7 @@ func (p *Publisher) confirmed(ctx context.Context, m *Message, notBefore *time.T
 // re-sent). It is PublishAsync plus the wait: many goroutines may share a
 // Publisher, and their publishes share the connection's writes.
 //
-// Reserved headers (§9.7) are left for the broker to refuse (ERROR 400).
+// Reserved headers (docs/protocol.md#publish) are left for the broker to refuse (ERROR 400).
 func (p *Publisher) PublishConfirmed(ctx context.Context, m Message) (uint64, error) {
 	if p.cl.ctx.Err() != nil {
 		return 0, ErrClosed
@@ -194,9 +194,9 @@ func (p *Publisher) PublishConfirmed(ctx context.Context, m Message) (uint64, er
 
 // Publish publishes without confirmation; it returns once the frame is
 // queued for writing (waiting while the write buffer is full). Nothing is
-// reported afterwards: neither broker-side failures (§7.3) nor the loss
+// reported afterwards: neither broker-side failures (docs/protocol.md#answers) nor the loss
 // of a frame still queued when its connection dies (at most once). Reserved headers
-// (§9.7) are refused locally, since the broker's ERROR 400 would arrive
+// (docs/protocol.md#publish) are refused locally, since the broker's ERROR 400 would arrive
 // uncorrelated and drop the connection.
 func (p *Publisher) Publish(ctx context.Context, m Message) error {
 	if err := checkHeaders(m.Headers); err != nil {
@@ -207,7 +207,7 @@ func (p *Publisher) Publish(ctx context.Context, m Message) error {
 }
 
 // PublishDelayed stores the message now and keeps it undeliverable until
-// notBefore (§9.4). With confirm it waits for PUBLISH_OK and returns the
+// notBefore (docs/protocol.md#publish). With confirm it waits for PUBLISH_OK and returns the
 // offset; without, it returns 0 once the frame is written. Delayed
 // publishes carry no TTL, so m.TTL must be 0.
 // Without confirm it returns once the frame is queued, as Publish does.
@@ -229,7 +229,7 @@ func (p *Publisher) PublishDelayed(ctx context.Context, m Message, notBefore tim
 // returns once the PUBLISH is queued for writing, and f is called exactly
 // once later with the message's offset, or with the error that
 // PublishConfirmed would have returned. The re-send rules are
-// PublishConfirmed's (§7.3): a REDIRECT, a 409 or a 503 is re-sent, and so
+// PublishConfirmed's (docs/protocol.md#answers): a REDIRECT, a 409 or a 503 is re-sent, and so
 // is a publish still queued when its connection died (it was never
 // written), all within ctx's deadline (OperationTimeout when ctx has
 // none); a 504, or a connection lost after the frame was handed to the
@@ -469,7 +469,7 @@ func (op *pubOp) complete(off uint64, err error) {
 
 // resendNeverWritten re-sends, in their original order, the asynchronous
 // publishes that were still queued when their connection died: they never
-// reached the broker (§7.3). One backoff for the batch, then each is
+// reached the broker (docs/protocol.md#answers). One backoff for the batch, then each is
 // routed and queued again (waiting for a connection within its deadline).
 func resendNeverWritten(ops []*pubOp, cause error) {
 	cl := ops[0].p.cl

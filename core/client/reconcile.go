@@ -16,7 +16,7 @@ type detachNote struct {
 	refresh  bool // refresh the topology before re-subscribing (the owner may have moved)
 }
 
-// terminalReason classifies a §17 reason code for a subscription that was
+// terminalReason classifies a docs/protocol.md#reason-codes reason code for a subscription that was
 // closed: topic_deleted, lagged and server_error end it; every other code,
 // unknown ones included, makes the supervisor re-subscribe.
 func terminalReason(r wire.Reason) bool {
@@ -28,8 +28,8 @@ func terminalReason(r wire.Reason) bool {
 }
 
 // buildReconcile lists the live queue subscriptions of an endpoint for
-// RECONCILE_CLIENT (§6.20): ReconcileSub puts auto_ack before prefetch
-// (§4.7, the codec handles the order) and the cohort fields are absent
+// RECONCILE_CLIENT (wire.ReconcileClient): ReconcileSub puts auto_ack before prefetch
+// (wire.ReconcileSub, the codec handles the order) and the cohort fields are absent
 // (this client does not join exclusive cohorts). The list may be empty:
 // the previous session had subscriptions, and an empty list makes the
 // broker drop them (client_missing) instead of delivering to sub_ids this
@@ -59,7 +59,7 @@ func buildReconcile(policy wire.ReconcilePolicy, subs map[*partSub]struct{}) (*w
 	return rc, sent
 }
 
-// applyReconcileLocked applies RECONCILE_RESULT verdicts (§16.4) with
+// applyReconcileLocked applies RECONCILE_RESULT verdicts (docs/protocol.md#reconcile) with
 // ep.mu held: keep re-keys the subscription to server.sub_id (or keeps its
 // id when the server view is absent) and installs it on the new
 // connection; any other action detaches it with the entry's code (the

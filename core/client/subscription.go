@@ -19,7 +19,7 @@ type SubscribeOptions struct {
 	// broker, S-113).
 	Partitions []uint32
 	// Prefetch is the maximum number of unsettled deliveries per partition
-	// (§10.2). 0 means DefaultPrefetch.
+	// (docs/protocol.md#subscriptions). 0 means DefaultPrefetch.
 	Prefetch uint32
 	// AutoAck asks the broker to settle each delivery as it sends it.
 	AutoAck bool
@@ -226,7 +226,7 @@ func (s *Subscription) Err() error {
 	return s.final
 }
 
-// Close stops consuming. v1 has no unsubscribe op (§8.7): the broker-side
+// Close stops consuming. v1 has no unsubscribe op (docs/protocol.md#going-away): the broker-side
 // subscriptions end with the session or at the next reconcile, and until
 // then deliveries that still arrive for them are dropped unsettled (their
 // leases expire and they are redelivered).
@@ -316,7 +316,7 @@ func (ps *partSub) subscribeOnce(ctx context.Context) error {
 	return attachErr
 }
 
-// onSubscribeOK runs on the reader goroutine: it checks the echo (§6.9)
+// onSubscribeOK runs on the reader goroutine: it checks the echo (wire.SubscribeOK)
 // and registers the sub_id before the next frame (possibly its first
 // DELIVER) is read.
 func (ps *partSub) onSubscribeOK(ep *endpoint, conn *Conn, f Frame) error {
@@ -471,7 +471,7 @@ func (ps *partSub) end(err error) {
 // prefetch deliveries: for a manual-ack subscription a DELIVER beyond that
 // means the broker violated prefetch, which is counted (and the delivery
 // still buffered); for an auto-ack subscription the reader waits for room,
-// which is the TCP backpressure §10.2 relies on.
+// which is the TCP backpressure docs/protocol.md#subscriptions relies on.
 func (ps *partSub) deliver(ep *endpoint, conn *Conn, sess *session, frameID uint64, d *wire.Deliver) {
 	s := ps.sub
 	cl := s.cl

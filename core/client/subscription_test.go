@@ -228,7 +228,7 @@ func TestSubscriptionClosedPush(t *testing.T) {
 }
 
 // After a reconnect the client reconciles its subscriptions and applies
-// every verdict (§16.4).
+// every verdict (docs/protocol.md#reconcile).
 func TestReconcileVerdicts(t *testing.T) {
 	fb := newFake(t, nil)
 	c, fc := dialScripted(t, fb, testOptions(t, fb.addr), wire.Topology{})

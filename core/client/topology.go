@@ -7,7 +7,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// Topology is a snapshot of the broker's routing table (§4.12, §14).
+// Topology is a snapshot of the broker's routing table (wire.Topology, docs/protocol.md#topology).
 type Topology struct {
 	Generation uint64
 	Queues     []PartitionInfo
@@ -44,7 +44,7 @@ type countInfo struct {
 	version uint64
 }
 
-// topoCache is the client's routing cache (§14.1, S-115): the first owner
+// topoCache is the client's routing cache (docs/protocol.md#topology, S-115): the first owner
 // endpoint of every partition and the partition count and partitioning
 // version of every queue and stream.
 type topoCache struct {
@@ -104,7 +104,7 @@ func (t *topoCache) put(k routeKey, owners []wire.AdvertisedAddress, n uint32, v
 }
 
 // applyRedirect records the owner and partitioning version a REDIRECT
-// named (§15). An empty endpoint list forgets the owner, so the next try
+// named (docs/protocol.md#redirect). An empty endpoint list forgets the owner, so the next try
 // goes to the bootstrap connection.
 func (t *topoCache) applyRedirect(r *wire.Redirect) {
 	t.mu.Lock()
@@ -132,7 +132,7 @@ func (t *topoCache) owner(k routeKey) string {
 
 // count returns the partition count and partitioning version of a queue
 // or stream; known is false when the cache has no entry (cold cache or a
-// standalone broker, §9.1, S-113).
+// standalone broker, docs/protocol.md#publish, S-113).
 func (t *topoCache) count(topic string, group wire.Option[string]) (n uint32, version uint64, known bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -229,7 +229,7 @@ func (c *Client) applyTopology(w *wire.Topology, full bool, topic, group wire.Op
 
 // onTopologyUpdate applies a TOPOLOGY_UPDATE push and answers
 // TOPOLOGY_UPDATE_ACK with the push's request id and the generation the
-// cache now reflects (§14.2).
+// cache now reflects (docs/protocol.md#topology).
 func (c *Client) onTopologyUpdate(conn *Conn, f Frame) {
 	var up wire.TopologyUpdate
 	if err := f.Decode(&up); err != nil {

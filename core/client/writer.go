@@ -74,7 +74,7 @@ func (c *Conn) queueFrame(ctx context.Context, op wire.Op, id uint64, body wire.
 // queueAck queues an ACK for tags, merging it into the ACK that ends the
 // buffer when that one settles the same (topic, partition, group): the
 // merged frame keeps the request id of its first DELIVER (the broker does
-// not read it, §10.5).
+// not read it, docs/protocol.md#subscriptions).
 func (c *Conn) queueAck(ctx context.Context, id uint64, topic string, group wire.Option[string], partition uint32, tags []uint64) error {
 	c.wmu.Lock()
 	if err := c.refuseLocked(); err != nil {

@@ -154,7 +154,7 @@ func (c *Cluster) claimTopic(ctx context.Context, topic string, kind queue.Kind)
 }
 
 // unavailable maps a coordination failure to the client's 503 (WIRE
-// §7.3), keeping client-meaningful sentinels as they are.
+// docs/protocol.md#answers), keeping client-meaningful sentinels as they are.
 func unavailable(err error) error {
 	if errors.Is(err, core.ErrBadRequest) || errors.Is(err, core.ErrUnavailable) {
 		return err

@@ -153,7 +153,7 @@ func (c *Cluster) IsController() bool { return c.leader.Load() }
 // Stats exposes the counters.
 func (c *Cluster) Stats() *Stats { return &c.stats }
 
-// Margin is the safety margin of ownership (DESIGN.md §8): an owner stops
+// Margin is the safety margin of ownership (S-138): an owner stops
 // confirming at its lease's ValidUntil minus Margin, and the controller
 // re-places a dead node's never-written partitions only Margin after its
 // lease ended. One heartbeat interval covers a missed renew and clock-rate

@@ -143,7 +143,7 @@ func TestPlacementSpreadsPartitions(t *testing.T) {
 	}
 }
 
-// Issue #4 §4: partitions are listed even before they are placed; the
+// Partitions are listed even before they are placed; the
 // catalog is replicated; a redeclare with another count is the cluster's
 // 409 (S-18); a topic is a queue or a stream for life (S-22).
 func TestCatalogDecisions(t *testing.T) {
@@ -185,7 +185,7 @@ func TestCatalogDecisions(t *testing.T) {
 	}
 }
 
-// DESIGN.md §8 "Ownership safety" / D-5: a dead owner's written
+// S-138 (only a node holding a partition's log may own it): a dead owner's written
 // partitions stay assigned to it; its never-written ones move, with a new
 // epoch, only after the TTL and the margin.
 func TestDeadOwnerKeepsWrittenPartitions(t *testing.T) {

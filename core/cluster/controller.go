@@ -67,7 +67,7 @@ func (c *Cluster) runController(lead core.Leadership) {
 	}
 }
 
-// place is one pass of the placement controller over snap (S-133, D-5):
+// place is one pass of the placement controller over snap (S-133, S-138):
 //   - every declared partition gets an owner among live, non-draining
 //     nodes, dealt so that a channel's partitions land on distinct nodes
 //     before any node gets a second one, then by total load;

@@ -8,7 +8,7 @@ import (
 )
 
 // MarkWritten records, under this node's epoch, that the partition has
-// been written here (DESIGN.md §8 "Ownership safety"). The owner calls it
+// been written here (S-138: only a node holding the log may own it). The owner calls it
 // before the partition's first append; once it returns nil the controller
 // never moves the partition away from this node. It is a no-op after the
 // first success for an epoch. It fails with an error wrapping

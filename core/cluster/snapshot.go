@@ -11,7 +11,7 @@ import (
 // Epoch rises whenever Node changes (S-134). Written is set by the owner,
 // under its epoch, before the partition's first append: from then on only
 // this node holds the partition's log and the controller never moves it
-// (DESIGN.md §8 "Ownership safety", semantics D-5).
+// (S-138: a dead owner's written partitions wait for it).
 type Assignment struct {
 	Node    core.NodeID `json:"node"`
 	Epoch   uint64      `json:"epoch"`
@@ -62,7 +62,7 @@ type Member struct {
 type Snapshot struct {
 	// Index is the coordination index the snapshot reflects.
 	Index uint64
-	// Generation is the topology generation (WIRE §14.3): the index at
+	// Generation is the topology generation (docs/protocol.md#topology): the index at
 	// which the routing content last changed. Heartbeats and other
 	// changes that leave routing alone do not move it (S-131).
 	Generation uint64
@@ -71,8 +71,8 @@ type Snapshot struct {
 	MemberIDs []core.NodeID
 	// Gateways are the live, non-draining public members with client
 	// endpoints, sorted: the candidates that serve privately owned
-	// partitions to clients (seed §2, chosen by rendezvous in
-	// core/routing).
+	// partitions to clients (core/routing/README.md#gateway-set, chosen
+	// by rendezvous).
 	Gateways []core.NodeID
 	// Queues sorted by topic then group; Streams by topic.
 	Queues  []*Queue

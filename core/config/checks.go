@@ -155,7 +155,7 @@ func checkUsername(s string) error {
 	case s == "":
 		return errors.New("the username is empty")
 	case strings.HasPrefix(s, "@"):
-		return fmt.Errorf("username %q starts with '@', which is reserved (S-147)", s)
+		return fmt.Errorf("username %q starts with '@', which is reserved for broker principals such as @node; choose a name without it", s)
 	case strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
 		return fmt.Errorf("username %q contains a space or control character", s)
 	}

@@ -38,7 +38,8 @@ type Broker struct {
 	MaxMessageBytes int64 `key:"broker.max_message_bytes"`
 }
 
-// Broker visibilities (seed §1).
+// Broker visibilities (core/routing/README.md#gateway-set): a private
+// broker's client addresses never reach a client.
 const (
 	VisibilityPublic  = "public"
 	VisibilityPrivate = "private"
@@ -83,7 +84,7 @@ type Storage struct {
 	SegmentMaxBytes int64  `key:"storage.segment_max_bytes"`
 }
 
-// Fsync policies (DESIGN §6, §8).
+// Fsync policies (core/storage/README.md#fsync-policies).
 const (
 	FsyncAlways   = "always"
 	FsyncInterval = "interval"
@@ -142,7 +143,8 @@ type Coordination struct {
 	Raft                Raft
 }
 
-// BackendNone is the standalone mode (DESIGN §8 "Modes").
+// BackendNone is the standalone mode: one node, no coordination, queues
+// created on first use (S-21, S-113).
 const BackendNone = "none"
 
 // Standalone reports whether the node runs without coordination.
@@ -230,7 +232,7 @@ type Runtime struct {
 	Routing Routing
 }
 
-// Routing holds the forwarding limits of seed §5.
+// Routing holds the forwarding limits (core/forward/README.md#bounds).
 type Routing struct {
 	MaxUpstreamSessions         int64 `key:"routing.max_upstream_sessions"`
 	MaxUpstreamSessionsPerOwner int64 `key:"routing.max_upstream_sessions_per_owner"`

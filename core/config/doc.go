@@ -9,7 +9,7 @@
 // they cannot drift apart; tests check that the Config struct and the table
 // agree field for field.
 //
-// Values are layered, lowest first (BROKER_SEMANTICS S-166):
+// Values are layered, lowest first (S-166, docs/semantics.md):
 //
 //	built-in defaults < TOML file (--config or FIBRIL_CONFIG) < FIBRIL_* environment < flags
 //

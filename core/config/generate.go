@@ -185,7 +185,8 @@ func WriteExample(w io.Writer) error {
 # ---------------------------------------------------------------------------
 # Runtime seeds. The delivery, connection and partitioning groups live in the
 # cluster's runtime settings document. These values seed that document only
-# when none exists yet; afterwards the document wins on every boot (S-167).
+# when none exists yet; afterwards the document wins on every boot, so a
+# changed seed has no effect on an existing cluster.
 # Uncomment to change a seed.
 # ---------------------------------------------------------------------------
 `)
@@ -256,15 +257,15 @@ var sectionDocs = map[string]string{
 	"server":       "Node-local paths.",
 	"broker":       "The Fibril client listener, how peers reach this broker, public or private visibility, and frame limits.",
 	"admin":        "The admin HTTP listener (health, readiness, metrics, admin API, dashboard) and its login.",
-	"storage":      "Partition logs and durability (DESIGN §6, §8).",
-	"auth":         "Broker users. Users are seeded only while the user store is empty; afterwards the store owns them (S-147).",
-	"tls":          "Certificates for the broker listener, the admin listener and inter-broker connections (S-150…S-156).",
+	"storage":      "Partition logs and durability: when a confirmed publish is on disk (see core/storage/README.md).",
+	"auth":         "Broker users. Users are seeded only while the user store is empty; afterwards the store owns them, and changes go through the admin API.",
+	"tls":          "Certificates for the broker listener, the admin listener and inter-broker connections. No certificate ships with the product: supply one or let the broker generate a CA.",
 	"coordination": "Standalone or coordinated mode, node identity, the cluster secret, liveness and the embedded raft backend.",
 	"transport":    "How brokers reach each other.",
 	"plugins":      "External plugins.",
 	"log":          "Logging (log/slog).",
-	"runtime_seed": "Seeds of the runtime settings document (S-167, S-170): used only when the cluster has no document yet.",
-	"routing":      "Forwarding limits (seed §5). Runtime settings with built-in defaults and no boot seed: setting them at boot is an error; they change through the runtime settings document.",
+	"runtime_seed": "Seeds of the runtime settings document: used only when the cluster has no document yet; afterwards the document wins and changes go through the admin API.",
+	"routing":      "Forwarding limits (see core/forward/README.md). Runtime settings with built-in defaults and no boot seed: setting them at boot is an error; they change through the runtime settings document.",
 }
 
 // mdCell escapes text for a Markdown table cell.
@@ -375,7 +376,8 @@ error that says so.
 
 - **bootstrap**: read at start; a change needs a restart.
 - **runtime seed**: seeds the cluster-wide runtime settings document only when
-  none exists yet; afterwards the persisted document wins on every boot (S-167).
+  none exists yet; afterwards the persisted document wins on every boot, so a
+  changed seed has no effect once the document exists.
 - **runtime (no boot seed)**: a runtime setting with a built-in default that
   cannot be set at boot at all; it changes through the runtime settings
   document. Setting one in the file, the environment or a flag is an error.

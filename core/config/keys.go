@@ -361,7 +361,8 @@ var keys = []Key{
 		Doc: "Partitions of a queue declared without a count.",
 	},
 
-	// routing: runtime settings with no boot seed (seed §5 and §11). The
+	// routing: runtime settings with no boot seed (forwarding limits are
+	// tuned on a running cluster, where one document serves all brokers). The
 	// env names and flags are listed so that setting one at boot gets an
 	// explanation instead of "unknown".
 	{

@@ -132,7 +132,8 @@ func TestEmptyLoadIsDefaults(t *testing.T) {
 			t.Errorf("%s: origin %v, want default", k.Name, o)
 		}
 	}
-	// Spot checks of pinned defaults (DESIGN §8).
+	// Spot checks of defaults that differ from Fibril's on purpose (loopback
+	// binds, raft heartbeat and liveness).
 	if cfg.Broker.Listener.Bind != "127.0.0.1:9876" || cfg.Admin.Listener.Bind != "127.0.0.1:8081" ||
 		cfg.Coordination.Backend != "none" || cfg.Transport.Backend != "tcp" ||
 		cfg.Broker.MaxFrameBytes != 64<<20 || cfg.Broker.MaxMessageBytes != 16<<20 ||

@@ -64,7 +64,8 @@ const (
 	// when none exists yet (S-167); afterwards the document wins.
 	RuntimeSeed
 	// RuntimeOnly keys are runtime settings with a built-in default and
-	// no boot seed (seed §11): they cannot be set at boot at all.
+	// no boot seed: they cannot be set at boot at all, so that one
+	// cluster-wide document, not each broker's file, decides them.
 	RuntimeOnly
 )
 

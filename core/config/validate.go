@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// Cross-key rules (BROKER_SEMANTICS S-172, DESIGN §8 and the seed's
-// validation notes). Single-key rules (types, bounds, enums, address
+// Cross-key rules (S-172 and this project's own, such as a private broker
+// needing coordination). Single-key rules (types, bounds, enums, address
 // syntax) live in the key table and run per layer; these run once on the
 // merged values. Like the key table, the rule list feeds the generated
 // docs, so the reference cannot forget a rule.
@@ -147,11 +147,11 @@ var rules = []rule{
 		},
 	},
 	{
-		Doc:  "FIBRIL_CLUSTER_SECRET wins over coordination.secret_path (S-149); setting both warns.",
+		Doc:  "FIBRIL_CLUSTER_SECRET wins over coordination.secret_path (the value beats the file, as for every secret); setting both warns.",
 		Warn: true,
 		check: func(c *checker) {
 			if c.str("coordination.secret") != "" && c.str("coordination.secret_path") != "" {
-				c.warn("coordination.secret_path", "ignored: FIBRIL_CLUSTER_SECRET is set and takes precedence (S-149)")
+				c.warn("coordination.secret_path", "ignored: FIBRIL_CLUSTER_SECRET is set and takes precedence; unset one of them")
 			}
 		},
 	},

@@ -48,7 +48,7 @@ type catalogQueue struct {
 	DLQ              *catalogDLQ `json:"dlq,omitempty"`
 	MaxRetries       uint32      `json:"max_retries"`
 	DefaultTTLMillis *uint64     `json:"default_ttl_ms,omitempty"`
-	// PartitioningVersion is 0 until a repartition (WIRE §14.3).
+	// PartitioningVersion is 0 until a repartition (docs/protocol.md#topology).
 	PartitioningVersion uint64 `json:"partitioning_version,omitempty"`
 }
 

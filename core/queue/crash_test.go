@@ -159,7 +159,7 @@ func drain(t *testing.T, m *Manager, q Key) map[string]int {
 	return out
 }
 
-// S-36, DESIGN §8 "Durability": under fsync=always a confirmed message is
+// S-36 (core/storage/README.md#fsync-policies): under fsync=always a confirmed message is
 // never lost by a power loss at any moment — it is still queued, or it was
 // acked, or its dead-letter copy is in the DLQ. Publishers, consumers
 // (acks, retries, terminal nacks into a DLQ), segment rolls, retention and

@@ -7,7 +7,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// ResolveQueue decides a DECLARE_QUEUE (S-18, S-20, WIRE §13) against the
+// ResolveQueue decides a DECLARE_QUEUE (S-18, S-20, docs/protocol.md#declare) against the
 // current declaration of the queue (nil: none) and returns the declaration
 // that results. It is pure, so a standalone broker (Manager.DeclareQueue)
 // and the cluster catalog (core/cluster, under compare-and-set) decide the

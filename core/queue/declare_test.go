@@ -164,7 +164,7 @@ func TestKindForLife_S22(t *testing.T) {
 	wantCode(t, err, core.ErrBadRequest)
 }
 
-// DeclareStream (S-70, WIRE §13) is recorded, idempotent, count fixed.
+// DeclareStream (S-70, docs/protocol.md#declare) is recorded, idempotent, count fixed.
 func TestDeclareStream(t *testing.T) {
 	e := newEnv(t)
 	spec := StreamSpec{Topic: "events", PartitionCount: wire.Some[uint32](0), Durability: wire.DurabilityDurable,

@@ -120,7 +120,7 @@ func TestAutoAck_S53(t *testing.T) {
 	e := newEnv(t)
 	p := e.part("orders", 0)
 	e.pubN(p, 3, "m")
-	s, r := e.sub(p, 1, true) // prefetch does not hold auto-ack back (WIRE §10.2)
+	s, r := e.sub(p, 1, true) // prefetch does not hold auto-ack back (docs/protocol.md#subscriptions)
 	ds := r.take()
 	if len(ds) != 3 {
 		t.Fatalf("auto-ack delivered %d", len(ds))
@@ -164,7 +164,7 @@ func TestAutoAckLongBacklog_S53(t *testing.T) {
 }
 
 // A consumer whose Deliver returns false is paused (auto-ack has no credit
-// to stop it, WIRE §10.2) until Resume, and nothing is lost either way.
+// to stop it, docs/protocol.md#subscriptions) until Resume, and nothing is lost either way.
 func TestDeliverBackpressure(t *testing.T) {
 	e := newEnv(t)
 	p := e.part("orders", 0)

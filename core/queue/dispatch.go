@@ -9,13 +9,13 @@ import (
 )
 
 // tagSeq hands out delivery tags: one process-wide increasing counter, so
-// a tag is unique in the process and never reused (S-48, WIRE §10.3).
+// a tag is unique in the process and never reused (S-48, docs/protocol.md#subscriptions).
 var tagSeq atomic.Uint64
 
 // dispatchRound bounds the deliveries made under one hold of the
 // partition lock. Manual-ack subscriptions are bounded by their prefetch
 // anyway; auto-ack ones are not (their credit returns at once, WIRE
-// §10.2), so a long backlog is handed out in rounds and a session can
+// docs/protocol.md#subscriptions), so a long backlog is handed out in rounds and a session can
 // Pause between them to apply backpressure.
 const dispatchRound = 512
 
@@ -51,7 +51,7 @@ func (p *Partition) Subscribe(c Consumer, opts SubscribeOptions) (*Subscription,
 }
 
 // Options returns the options the subscription was made with (prefetch
-// as requested, unclamped: SUBSCRIBE_OK echoes it, WIRE §6.9).
+// as requested, unclamped: SUBSCRIBE_OK echoes it, wire.SubscribeOK).
 func (s *Subscription) Options() SubscribeOptions { return s.opts }
 
 // Pause stops deliveries to a dormant session's subscription (S-56). Its

@@ -1,7 +1,8 @@
 // Package queue is the work-queue engine: durable (topic, group) queues
 // of N partitions on top of core/storage, with competing-consumer
 // delivery, prefetch credit, leases, retries, delays, TTL expiry and
-// dead-lettering (BROKER_SEMANTICS S-15…S-67). README.md describes the
+// dead-lettering (S-15…S-25, S-30…S-40, S-43…S-67 in docs/semantics.md).
+// README.md describes the
 // record and state formats, what is persisted and the memory cost.
 package queue
 
@@ -260,7 +261,7 @@ func (m *Manager) Kind(topic string) (Kind, bool) {
 }
 
 // DeclareQueue creates a queue or confirms an existing one (S-18, S-20,
-// WIRE §13). Redeclaring may change the DLQ policy, max_retries and the
+// docs/protocol.md#declare). Redeclaring may change the DLQ policy, max_retries and the
 // default TTL (an absent field keeps the current value), never the
 // partition count.
 func (m *Manager) DeclareQueue(spec QueueSpec) (QueueInfo, error) {
@@ -391,7 +392,7 @@ func keyString(topic string, group *string) string {
 	return topic + "/" + *group
 }
 
-// DeclareStream records a stream and its spec (S-70, WIRE §13); nothing
+// DeclareStream records a stream and its spec (S-70, docs/protocol.md#declare); nothing
 // is served yet. Idempotent; a different explicit partition count is a
 // conflict.
 func (m *Manager) DeclareStream(spec StreamSpec) (StreamInfo, error) {

@@ -136,7 +136,7 @@ func (p *Partition) append(r *record, done func(uint64, error), deferCommit bool
 	return nil
 }
 
-// normaliseContentType applies WIRE §9.6 / S-34: every header named
+// normaliseContentType applies docs/protocol.md#publish / S-34: every header named
 // content-type (any ASCII case) is removed; when the body's tag is 0 the
 // tag is derived from the last such header. The input slice is never
 // modified: it may alias a frame buffer.
@@ -173,7 +173,7 @@ func normaliseContentType(ct wire.ContentType, h wire.Headers) (wire.ContentType
 	return wire.ContentType{Tag: wire.ContentCustom, Custom: value}, out
 }
 
-// checkReserved applies WIRE §9.7 / S-33: keys starting with "fibril." or
+// checkReserved applies docs/protocol.md#publish / S-33: keys starting with "fibril." or
 // "stroma." belong to the broker, except "fibril.client." keys, which the
 // SDKs own. Case-sensitive, after content-type normalisation.
 func checkReserved(h wire.Headers) error {

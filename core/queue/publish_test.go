@@ -60,7 +60,7 @@ func TestPublishDeliverableAtOnce_S143(t *testing.T) {
 	<-confirmed
 }
 
-// S-33, WIRE §9.7: fibril.* and stroma.* keys are refused with 400 and
+// S-33, docs/protocol.md#publish: fibril.* and stroma.* keys are refused with 400 and
 // nothing is stored, except fibril.client.*; the match is case-sensitive.
 func TestReservedHeaders_S33(t *testing.T) {
 	e := newEnv(t)
@@ -90,7 +90,7 @@ func TestReservedHeaders_S33(t *testing.T) {
 	}
 }
 
-// S-34, WIRE §9.6: a content-type header (any case) is removed; the tag
+// S-34, docs/protocol.md#publish: a content-type header (any case) is removed; the tag
 // is derived from it only when the body's tag is 0.
 func TestContentTypeNormalisation_S34(t *testing.T) {
 	cases := []struct {

@@ -15,7 +15,7 @@ import (
 //
 //	u8      format version (recordVersion)
 //	u8      flags: 1 = has deadline, 2 = has not_before, 4 = custom content type
-//	u8      content-type tag (§4.3)
+//	u8      content-type tag (wire.ContentType)
 //	uvarint published (producer clock, echoed verbatim)
 //	varint  received (broker clock, unix ms)
 //	varint  deadline (unix ms)            if flag 1

@@ -65,7 +65,7 @@ func (s *Subscription) Ack(tags ...uint64) {
 	p.finishLocked()
 }
 
-// Nack settles deliveries negatively (S-58, WIRE §10.6):
+// Nack settles deliveries negatively (S-58, docs/protocol.md#subscriptions):
 //   - requeue, no not_before: retry count + 1, Ready again at once;
 //   - requeue with not_before: the same, held until that unix-ms time;
 //   - a retry of a message whose count already equals max_retries
@@ -75,7 +75,7 @@ func (s *Subscription) Ack(tags ...uint64) {
 //
 // The new retry counts (and delays) are journaled before they take effect.
 // not_before without requeue is refused by the session (S-59, no reply:
-// WIRE §7.3); should it arrive here anyway nothing is applied.
+// docs/protocol.md#answers); should it arrive here anyway nothing is applied.
 func (s *Subscription) Nack(tags []uint64, requeue bool, notBefore wire.Option[uint64]) {
 	if !requeue && notBefore.Present {
 		return

@@ -100,7 +100,7 @@ func TestNackNotBefore_S58(t *testing.T) {
 	}
 }
 
-// S-59 (WIRE §7.3 wins: no reply): not_before with requeue=false applies
+// S-59 (docs/protocol.md#answers wins: no reply): not_before with requeue=false applies
 // nothing.
 func TestNackNotBeforeWithoutRequeueAppliesNothing_S59(t *testing.T) {
 	e := newEnv(t)

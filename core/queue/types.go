@@ -42,7 +42,7 @@ func (k Key) String() string {
 	return k.Topic
 }
 
-// QueueSpec is a DECLARE_QUEUE request (S-18, WIRE §6.15, §13).
+// QueueSpec is a DECLARE_QUEUE request (S-18, wire.DeclareQueue, docs/protocol.md#declare).
 type QueueSpec struct {
 	Key
 	PartitionCount   wire.Option[uint32] // absent = Settings.DefaultPartitionCount; 0 is raised to 1
@@ -51,7 +51,7 @@ type QueueSpec struct {
 	DefaultTTLMillis wire.Option[uint64]
 }
 
-// StreamSpec is a DECLARE_PLEXUS request (S-70, WIRE §6.17). Streams are
+// StreamSpec is a DECLARE_PLEXUS request (S-70, wire.DeclarePlexus). Streams are
 // only recorded for now; serving them comes with the streams capability.
 type StreamSpec struct {
 	Topic             string
@@ -65,7 +65,7 @@ type StreamSpec struct {
 type QueueInfo struct {
 	Key
 	PartitionCount      uint32
-	PartitioningVersion uint64 // §14.3; always 0 in standalone mode
+	PartitioningVersion uint64 // docs/protocol.md#topology; always 0 in standalone mode
 	DLQ                 wire.Option[wire.DLQPolicy]
 	MaxRetries          uint32
 	DefaultTTLMillis    wire.Option[uint64]
@@ -192,7 +192,7 @@ type Consumer interface {
 	// Returning false accepts d but asks for no more: the subscription is
 	// paused until Subscription.Resume. This is how a session whose client
 	// reads slowly bounds its queue of deliveries — auto-ack subscriptions
-	// have no prefetch credit to do it (WIRE §10.2).
+	// have no prefetch credit to do it (docs/protocol.md#subscriptions).
 	Deliver(d *Delivery) bool
 }
 

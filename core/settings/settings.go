@@ -1,10 +1,11 @@
-// Package settings holds the runtime settings document (BROKER_SEMANTICS
-// S-167, S-170): one persisted, versioned document whose groups the broker
-// reads on every use, so a change applies without a restart. It is seeded
-// from `runtime_seed.*` boot configuration only when no document exists;
+// Package settings holds the runtime settings document (S-167, S-170):
+// one persisted, versioned document whose groups the broker reads on every
+// use, so a change applies without a restart. It is seeded from
+// `runtime_seed.*` boot configuration only when no document exists;
 // afterwards the persisted document wins over file, env and flags on every
-// boot. The routing group has built-in defaults and no boot seed (seed
-// §11).
+// boot. The routing group has built-in defaults and no boot seed: its
+// forwarding limits are tuned on a running cluster, one document for all
+// brokers.
 //
 // Standalone, the document lives in <data_dir>/runtime-settings.json
 // (Open). In coordinated mode it lives in the coordinator, one for the
@@ -58,7 +59,8 @@ type Partitioning struct {
 	DefaultPartitionCount int64 `json:"default_partition_count"`
 }
 
-// Routing is the `routing` group: forwarding limits (seed §5).
+// Routing is the `routing` group: forwarding limits
+// (core/forward/README.md#bounds).
 type Routing struct {
 	MaxUpstreamSessions         int64 `json:"max_upstream_sessions"`
 	MaxUpstreamSessionsPerOwner int64 `json:"max_upstream_sessions_per_owner"`

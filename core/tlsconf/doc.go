@@ -4,7 +4,7 @@
 // with optional client certificates (S-154) and for the admin listener
 // (S-156), hot reload that keeps the old pair on failure (S-153), the
 // certificate identity rule, and the first-bytes sniff that tells TLS from
-// plaintext on an accepted socket (WIRE §1, S-151).
+// plaintext on an accepted socket (docs/protocol.md#transport, S-151).
 //
 // It depends on the standard library and the config types only; the
 // session layer calls Sniff and writes the 426 answer itself.

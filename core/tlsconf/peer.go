@@ -15,8 +15,8 @@ import (
 // Peer TLS is the material brokers use between themselves (raft, the
 // inter-broker transport): every node presents a certificate signed by a
 // CA the whole cluster trusts, and each side checks that the other's
-// certificate names the node id it expects (DESIGN.md §8 "Identity": ids,
-// never addresses, identify members).
+// certificate names the node id it expects (ids, never addresses,
+// identify members: an address can move or be shared by a balancer).
 //
 // The node id travels in a URI SAN, urn:fibril:node:<id>. A URI rather than
 // a DNS name because node ids are not host names (they may hold '_' and

@@ -10,7 +10,7 @@ import (
 )
 
 // SniffKind is what the first bytes of an accepted socket look like
-// (WIRE §1, S-151).
+// (docs/protocol.md#transport, S-151).
 type SniffKind int
 
 const (

@@ -19,7 +19,7 @@ func measure(runs int, f func()) (allocs float64, bytesPerRun uint64) {
 }
 
 // TestHugeCountsFailFast feeds small bodies whose counts or lengths read
-// 0xFFFFFFFF (§3 safety note). Each must fail as truncated after at most a
+// 0xFFFFFFFF. Each must fail as truncated after at most a
 // few KiB of allocation.
 func TestHugeCountsFailFast(t *testing.T) {
 	ff := []byte{0xff, 0xff, 0xff, 0xff}

@@ -1,8 +1,8 @@
 package wire
 
 // Declaration bodies: DECLARE_QUEUE, DECLARE_QUEUE_OK, DECLARE_PLEXUS,
-// DECLARE_PLEXUS_OK (§6.15–6.18, §13), with their composites DlqPolicy
-// (§4.10) and StreamRetention (§4.9).
+// DECLARE_PLEXUS_OK (docs/protocol.md#declare), with their composites DlqPolicy
+// and StreamRetention.
 
 const (
 	magicDeclareQueue    = "FDQ1"
@@ -11,7 +11,7 @@ const (
 	magicDeclarePlexusOK = "FPK1"
 )
 
-// DLQPolicy is the §4.10 dead-letter policy. Topic and Group are meaningful
+// DLQPolicy is the dead-letter policy. Topic and Group are meaningful
 // (and encoded) only for DLQNamed.
 type DLQPolicy struct {
 	Kind  DLQKind
@@ -37,8 +37,8 @@ func (d *DLQPolicy) read(r *reader) {
 	}
 }
 
-// DeclareQueue is the DECLARE_QUEUE body (op 60, §6.15, §13).
-// DefaultMessageTTLMillis is the §3.1 tolerant tail: a body that ends
+// DeclareQueue is the DECLARE_QUEUE body (op 60, docs/protocol.md#declare).
+// DefaultMessageTTLMillis is the tolerant tail: a body that ends
 // before it decodes as absent, and AppendTo always writes it.
 type DeclareQueue struct {
 	Topic                   string
@@ -89,7 +89,7 @@ func (d *DeclareQueue) Decode(b []byte) error {
 	return r.result()
 }
 
-// DeclareQueueOK is the DECLARE_QUEUE_OK body (op 61, §6.16).
+// DeclareQueueOK is the DECLARE_QUEUE_OK body (op 61).
 type DeclareQueueOK struct {
 	Status         string // upstream sends "stored"; SDKs ignore it
 	PartitionCount uint32 // effective count (an earlier declaration wins)
@@ -105,7 +105,7 @@ func (d *DeclareQueueOK) Decode(b []byte) error {
 	return decodeDeclareOK(b, OpDeclareQueueOK, magicDeclareQueueOK, &d.Status, &d.PartitionCount)
 }
 
-// DeclarePlexusOK is the DECLARE_PLEXUS_OK body (op 63, §6.18): the same
+// DeclarePlexusOK is the DECLARE_PLEXUS_OK body (op 63): the same
 // layout as DECLARE_QUEUE_OK under another magic.
 type DeclarePlexusOK struct {
 	Status         string
@@ -140,7 +140,7 @@ func decodeDeclareOK(b []byte, op Op, magic string, status *string, count *uint3
 	return r.result()
 }
 
-// StreamRetention is the §4.9 retention: three independent optional bounds,
+// StreamRetention is the retention: three independent optional bounds,
 // absent meaning unbounded on that axis.
 type StreamRetention struct {
 	MaxAgeMillis Option[uint64]
@@ -148,7 +148,7 @@ type StreamRetention struct {
 	MaxRecords   Option[uint64]
 }
 
-// DeclarePlexus is the DECLARE_PLEXUS body (op 62, §6.17): declares a
+// DeclarePlexus is the DECLARE_PLEXUS body (op 62): declares a
 // stream.
 type DeclarePlexus struct {
 	Topic             string

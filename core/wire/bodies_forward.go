@@ -1,6 +1,6 @@
 package wire
 
-// This project's extension (§22): FORWARDED_SESSION and
+// This project's extension (docs/protocol.md#extensions): FORWARDED_SESSION and
 // FORWARDED_SESSION_OK, spoken between a gateway broker and a partition
 // owner.
 
@@ -12,13 +12,13 @@ const (
 
 // FlagReleaseOnClose is FFS2 flags bit 0: on an orderly close of the
 // upstream connection the owner ends the session at once instead of
-// holding it for its reconnect grace (§22.2).
+// holding it for its reconnect grace (docs/protocol.md#forwarded-session).
 const FlagReleaseOnClose uint8 = 0x01
 
-// ForwardedHopCount is the only hop count an owner accepts (§22.3).
+// ForwardedHopCount is the only hop count an owner accepts (docs/protocol.md#owner-side).
 const ForwardedHopCount uint8 = 1
 
-// ForwardedSession is the FORWARDED_SESSION body (op 200, §22.2). V2
+// ForwardedSession is the FORWARDED_SESSION body (op 200, docs/protocol.md#forwarded-session). V2
 // selects the FFS2 layout, which adds Flags; with V2 false the body is FFS1
 // and Flags is neither encoded nor decoded (it decodes as 0).
 //
@@ -44,7 +44,7 @@ func (f *ForwardedSession) ReleaseOnClose() bool {
 }
 
 // Validate applies the owner's semantic check that follows a successful
-// decode (§22.3): the hop count must be 1. It returns ErrBadHopCount
+// decode (docs/protocol.md#owner-side): the hop count must be 1. It returns ErrBadHopCount
 // otherwise.
 func (f *ForwardedSession) Validate() error {
 	if f.HopCount != ForwardedHopCount {
@@ -93,7 +93,7 @@ func (f *ForwardedSession) Decode(b []byte) error {
 	return r.result()
 }
 
-// ForwardedSessionOK is the FORWARDED_SESSION_OK body (op 201, §22.4).
+// ForwardedSessionOK is the FORWARDED_SESSION_OK body (op 201, docs/protocol.md#forwarded-session).
 type ForwardedSessionOK struct {
 	// ForwardingVersion is the highest forwarding version the owner
 	// implements: 1 = FFS1 only, 2 = also FFS2 (release_on_close).

@@ -1,9 +1,9 @@
 package wire
 
 // Publishing, delivery and settlement bodies: PUBLISH, PUBLISH_DELAYED,
-// PUBLISH_OK, DELIVER, ACK, NACK (§6.5–6.7, §6.10–6.12). All except
+// PUBLISH_OK, DELIVER, ACK, NACK. All except
 // PUBLISH_OK and DELIVER's sub_id prefix use the PublishKey order topic,
-// group, partition (§4.2).
+// group, partition.
 //
 // These are the hot-path bodies. Their decoders alias Payload and
 // PartitionKey into the input buffer and take all strings from a single
@@ -19,7 +19,7 @@ const (
 	magicNack           = "FNK1"
 )
 
-// Publish is the PUBLISH body (op 20, §6.5, §9). TTLMillis is the §3.1
+// Publish is the PUBLISH body (op 20, docs/protocol.md#publish). TTLMillis is a
 // tolerant tail: a body that ends before it decodes as "no TTL", and
 // AppendTo always writes it.
 type Publish struct {
@@ -31,9 +31,9 @@ type Publish struct {
 	Headers             Headers
 	Published           uint64         // producer clock, unix ms; advisory
 	PartitionKey        Option[[]byte] // aliases the decoded buffer
-	PartitioningVersion uint64         // §14.3 fence input; 0 = initial/unknown
+	PartitioningVersion uint64         // input of the fence (docs/protocol.md#topology); 0 = initial/unknown
 	Payload             []byte         // aliases the decoded buffer
-	TTLMillis           Option[uint64] // relative to broker receipt (§9.3)
+	TTLMillis           Option[uint64] // relative to broker receipt (docs/protocol.md#publish)
 }
 
 // AppendTo appends the FPB1 body, tolerant tail included.
@@ -81,7 +81,7 @@ func (p *Publish) read(r *reader) {
 	r.end()
 }
 
-// PublishDelayed is the PUBLISH_DELAYED body (op 21, §6.6, §9.4). Unlike
+// PublishDelayed is the PUBLISH_DELAYED body (op 21, docs/protocol.md#publish). Unlike
 // PUBLISH it has no TTL and no tolerant tail, and not_before sits between
 // require_confirm and content_type.
 type PublishDelayed struct {
@@ -140,7 +140,7 @@ func (p *PublishDelayed) read(r *reader) {
 	r.end()
 }
 
-// PublishOK is the PUBLISH_OK body (op 25, §6.7).
+// PublishOK is the PUBLISH_OK body (op 25).
 type PublishOK struct {
 	Offset uint64 // queue offset, or record offset for a stream
 }
@@ -162,7 +162,7 @@ func (p *PublishOK) Decode(b []byte) error {
 	return r.result()
 }
 
-// Deliver is the DELIVER push (op 40, §6.10, §10.3). For streams Group is
+// Deliver is the DELIVER push (op 40, docs/protocol.md#subscriptions). For streams Group is
 // absent and DeliveryTag equals Offset.
 type Deliver struct {
 	SubID           uint64
@@ -220,7 +220,7 @@ func (d *Deliver) read(r *reader) {
 	r.end()
 }
 
-// Ack is the ACK body (op 41, §6.11, §10.5). The subscription is identified
+// Ack is the ACK body (op 41, docs/protocol.md#subscriptions). The subscription is identified
 // by (topic, partition, group), not by sub_id.
 type Ack struct {
 	Topic     string
@@ -253,7 +253,7 @@ func (a *Ack) Decode(b []byte) error {
 	return r.result()
 }
 
-// Nack is the NACK body (op 42, §6.12, §10.6). NotBefore is only valid with
+// Nack is the NACK body (op 42, docs/protocol.md#subscriptions). NotBefore is only valid with
 // Requeue; that rule is checked by the broker, not the decoder.
 type Nack struct {
 	Topic     string

@@ -1,7 +1,7 @@
 package wire
 
 // Reconcile bodies: RECONCILE_CLIENT, RECONCILE_SERVER, RECONCILE_RESULT
-// (§4.7, §6.20–6.22, §16).
+// (docs/protocol.md#reconcile).
 
 const (
 	magicReconcileClient = "FRC1"
@@ -16,8 +16,8 @@ const (
 	minReconcileEntrySize = 1 + 1 + 1 + 4
 )
 
-// ReconcileSub describes one queue subscription in the reconcile exchange
-// (§4.7). Unlike SUBSCRIBE, auto_ack comes before prefetch.
+// ReconcileSub describes one queue subscription in the reconcile exchange.
+// Unlike SUBSCRIBE, auto_ack comes before prefetch.
 type ReconcileSub struct {
 	SubID          uint64
 	Topic          string
@@ -70,7 +70,7 @@ func (r *reader) reconcileSubs(field string, subs []ReconcileSub) []ReconcileSub
 	return subs
 }
 
-// ReconcileClient is the RECONCILE_CLIENT body (op 70, §6.20): the queue
+// ReconcileClient is the RECONCILE_CLIENT body (op 70): the queue
 // subscriptions the client still considers live on this endpoint.
 type ReconcileClient struct {
 	Policy        ReconcilePolicy
@@ -84,7 +84,7 @@ func (c *ReconcileClient) AppendTo(b []byte) []byte {
 }
 
 // Decode parses an FRC1 body. The policy is checked strictly, like the
-// upstream broker (the Go SDK is lenient here, §3).
+// upstream broker (the Go SDK is lenient here).
 func (c *ReconcileClient) Decode(b []byte) error {
 	var r reader
 	r.begin(b, OpReconcileClient)
@@ -97,7 +97,7 @@ func (c *ReconcileClient) Decode(b []byte) error {
 	return r.result()
 }
 
-// ReconcileServer is the RECONCILE_SERVER body (op 71, §6.21). Defined for
+// ReconcileServer is the RECONCILE_SERVER body (op 71). Defined for
 // completeness: upstream never sends it and SDKs ignore it.
 type ReconcileServer struct {
 	Subscriptions []ReconcileSub
@@ -120,7 +120,7 @@ func (s *ReconcileServer) Decode(b []byte) error {
 	return r.result()
 }
 
-// ReconcileEntry is one verdict of RECONCILE_RESULT (§6.22, §16.3). Code is
+// ReconcileEntry is one verdict of RECONCILE_RESULT (docs/protocol.md#reconcile). Code is
 // the entry's reason code from the codes tail; on the wire all entries come
 // first and all codes after them, but keeping the code with its entry makes
 // a length mismatch unrepresentable.
@@ -129,12 +129,12 @@ type ReconcileEntry struct {
 	Server Option[ReconcileSub] // absent when the broker has none
 	Action ReconcileAction
 	Reason string // short label such as "matched"
-	Code   Reason // §17 code; ReasonUnspecified when the tail is missing
+	Code   Reason // reason code (docs/protocol.md#reason-codes); ReasonUnspecified when the tail is missing
 }
 
-// ReconcileResult is the RECONCILE_RESULT body (op 72, §6.22). The
-// per-entry codes form the §3.1 tolerant tail: AppendTo always writes them
-// (§19 item 10); Decode accepts a body that stops before them, leaving every
+// ReconcileResult is the RECONCILE_RESULT body (op 72). The
+// per-entry codes form the tolerant tail: AppendTo always writes them
+// (SDKs built before the tail existed still decode it); Decode accepts a body that stops before them, leaving every
 // Code at ReasonUnspecified.
 type ReconcileResult struct {
 	Entries []ReconcileEntry

@@ -1,7 +1,7 @@
 package wire
 
 // Connection-lifecycle bodies: HELLO, HELLO_OK, AUTH, the shared FER1 error
-// body, and GOING_AWAY (§6.1–6.4, §6.27, §7, §8).
+// body, and GOING_AWAY (docs/protocol.md#handshake, docs/protocol.md#answers).
 
 const (
 	magicHello     = "FHL1"
@@ -11,11 +11,11 @@ const (
 	magicGoingAway = "FGA1"
 )
 
-// Hello is the HELLO body (op 1, §6.1).
+// Hello is the HELLO body (op 1).
 type Hello struct {
 	ClientName      string
 	ClientVersion   string
-	ProtocolVersion uint16 // must be 1; checked by the broker, not here (§8.3)
+	ProtocolVersion uint16 // must be 1; checked by the broker, not here (docs/protocol.md#handshake)
 	Resume          Option[ResumeIdentity]
 }
 
@@ -59,7 +59,7 @@ func (h *Hello) read(r *reader) {
 	r.end()
 }
 
-// HelloOK is the HELLO_OK body (op 2, §6.2). OwnerID, ClientID and
+// HelloOK is the HELLO_OK body (op 2). OwnerID, ClientID and
 // ResumeToken form the identity the client presents on its next HELLO.
 type HelloOK struct {
 	ProtocolVersion uint16 // always 1
@@ -110,7 +110,7 @@ func (h *HelloOK) read(r *reader) {
 	r.end()
 }
 
-// Auth is the AUTH body (op 10, §6.3). The password travels in clear inside
+// Auth is the AUTH body (op 10). The password travels in clear inside
 // the frame; confidentiality comes from TLS.
 type Auth struct {
 	Username string
@@ -142,10 +142,10 @@ func (a *Auth) read(r *reader) {
 }
 
 // ErrorBody is the FER1 body shared by HELLO_ERR (3), AUTH_ERR (12),
-// SUBSCRIBE_ERR (32) and ERROR (255) (§6.4, §7). Decode errors name ERROR;
+// SUBSCRIBE_ERR (32) and ERROR (255) (docs/protocol.md#answers). Decode errors name ERROR;
 // DecodeBody substitutes the actual op.
 type ErrorBody struct {
-	Code    uint16 // §7.2 / §7.3 code, e.g. CodeBadRequest
+	Code    uint16 // error code (docs/protocol.md#answers), e.g. CodeBadRequest
 	Message string // shown verbatim by SDKs, never parsed
 }
 
@@ -173,7 +173,7 @@ func (e *ErrorBody) read(r *reader) {
 	r.end()
 }
 
-// GoingAway is the GOING_AWAY drain notice (op 103, §6.27, §8.8), always
+// GoingAway is the GOING_AWAY drain notice (op 103, docs/protocol.md#going-away), always
 // sent with request id 0.
 type GoingAway struct {
 	GraceMillis uint64 // how long the broker keeps serving and holding sessions

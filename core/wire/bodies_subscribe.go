@@ -1,9 +1,9 @@
 package wire
 
 // Subscription bodies: SUBSCRIBE, SUBSCRIBE_OK, SUBSCRIBE_STREAM,
-// ASSIGNMENT_CHANGED and SUBSCRIPTION_CLOSED (§6.8, §6.9, §6.13, §6.19,
-// §6.28, §10–§12, §17). Queue keys here use the QueueKey order topic,
-// partition, group (§4.1).
+// ASSIGNMENT_CHANGED and SUBSCRIPTION_CLOSED (docs/protocol.md#subscriptions,
+// docs/protocol.md#not-yet-served, docs/protocol.md#reason-codes). Queue keys
+// here use the order topic, partition, group.
 
 const (
 	magicSubscribe          = "FSB1"
@@ -13,7 +13,7 @@ const (
 	magicSubscriptionClosed = "FSC1"
 )
 
-// Subscribe is the queue SUBSCRIBE body (op 30, §6.8). Note prefetch comes
+// Subscribe is the queue SUBSCRIBE body (op 30). Note prefetch comes
 // before auto_ack here, the opposite of ReconcileSub.
 type Subscribe struct {
 	Topic          string
@@ -21,7 +21,7 @@ type Subscribe struct {
 	Group          Option[string]
 	Prefetch       uint32
 	AutoAck        bool
-	ConsumerGroup  Option[string] // exclusive cohort id (§12)
+	ConsumerGroup  Option[string] // exclusive cohort id (docs/protocol.md#not-yet-served)
 	ConsumerTarget Option[uint32] // soft cap on partitions wanted
 	MemberID       Option[UUID]   // absent on the first exclusive subscribe
 }
@@ -58,7 +58,7 @@ func (s *Subscribe) Decode(b []byte) error {
 	return r.result()
 }
 
-// SubscribeOK is the SUBSCRIBE_OK body (op 31, §6.9), answering both
+// SubscribeOK is the SUBSCRIBE_OK body (op 31), answering both
 // SUBSCRIBE and SUBSCRIBE_STREAM. It has no auto_ack field.
 type SubscribeOK struct {
 	SubID          uint64
@@ -103,7 +103,7 @@ func (s *SubscribeOK) Decode(b []byte) error {
 	return r.result()
 }
 
-// StreamStart is the §4.8 start position: a kind, plus Value for the
+// StreamStart is the start position: a kind, plus Value for the
 // offset, n_back and by_time kinds only (latest and earliest carry no value
 // bytes, and Value is ignored when encoding them).
 type StreamStart struct {
@@ -127,14 +127,14 @@ func (r *reader) streamStart(field string) StreamStart {
 	return StreamStart{Kind: k}
 }
 
-// FilterClause is one SUBSCRIBE_STREAM header filter (§6.19, §11.4): the
+// FilterClause is one SUBSCRIBE_STREAM header filter (docs/protocol.md#not-yet-served): the
 // record must carry header Key with a value matching Pattern ('*' globs).
 type FilterClause struct {
 	Key     string
 	Pattern string
 }
 
-// SubscribeStream is the SUBSCRIBE_STREAM body (op 64, §6.19, §11.3).
+// SubscribeStream is the SUBSCRIBE_STREAM body (op 64, docs/protocol.md#not-yet-served).
 type SubscribeStream struct {
 	Topic       string
 	Partition   uint32
@@ -184,7 +184,7 @@ func (s *SubscribeStream) Decode(b []byte) error {
 	return r.result()
 }
 
-// AssignmentChanged is the ASSIGNMENT_CHANGED push (op 43, §6.13, §12).
+// AssignmentChanged is the ASSIGNMENT_CHANGED push (op 43, docs/protocol.md#not-yet-served).
 // Assigned is the member's full partition set; Added and Revoked are the
 // change since the previous notice.
 type AssignmentChanged struct {
@@ -227,7 +227,7 @@ func (a *AssignmentChanged) Decode(b []byte) error {
 	return r.result()
 }
 
-// SubscriptionClosed is the SUBSCRIPTION_CLOSED push (op 104, §6.28, §17).
+// SubscriptionClosed is the SUBSCRIPTION_CLOSED push (op 104, docs/protocol.md#reason-codes).
 type SubscriptionClosed struct {
 	SubID   uint64
 	Code    Reason // open enum: unknown values are kept

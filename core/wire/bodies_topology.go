@@ -1,7 +1,8 @@
 package wire
 
 // Routing bodies: TOPOLOGY, TOPOLOGY_OK, TOPOLOGY_UPDATE,
-// TOPOLOGY_UPDATE_ACK and REDIRECT (§4.5, §4.12, §6.23–6.26, §14, §15).
+// TOPOLOGY_UPDATE_ACK and REDIRECT (docs/protocol.md#endpoints,
+// docs/protocol.md#topology, docs/protocol.md#redirect).
 
 const (
 	magicTopology          = "FTP1"
@@ -12,7 +13,7 @@ const (
 )
 
 // Minimum wire sizes of list elements, used to bound counts before
-// allocating (§3 safety note).
+// allocating.
 const (
 	minAddressSize     = 4 + 2 + 4             // host, port, tags count
 	minQueueEntrySize  = 4 + 4 + 1 + 4 + 8 + 4 // topic, partition, group tag, owners, version, count
@@ -29,7 +30,7 @@ func appendEndpoints(b []byte, eps []AdvertisedAddress) []byte {
 	return b
 }
 
-// endpoints reads a §4.5 endpoint list into eps, reusing its capacity and
+// endpoints reads an endpoint list (docs/protocol.md#endpoints) into eps, reusing its capacity and
 // that of each element's Tags.
 func (r *reader) endpoints(field string, eps []AdvertisedAddress) []AdvertisedAddress {
 	eps = resize(eps, r.count(field, minAddressSize))
@@ -41,7 +42,7 @@ func (r *reader) endpoints(field string, eps []AdvertisedAddress) []AdvertisedAd
 	return eps
 }
 
-// TopologyRequest is the TOPOLOGY request body (op 90, §6.23, §14.1).
+// TopologyRequest is the TOPOLOGY request body (op 90, docs/protocol.md#topology).
 // Both fields absent asks for the whole topology.
 type TopologyRequest struct {
 	Topic Option[string]
@@ -68,7 +69,7 @@ func (t *TopologyRequest) Decode(b []byte) error {
 	return r.result()
 }
 
-// QueueEntry is one queue partition in a topology (§4.12).
+// QueueEntry is one queue partition in a topology.
 type QueueEntry struct {
 	Topic               string
 	Partition           uint32
@@ -78,7 +79,7 @@ type QueueEntry struct {
 	PartitionCount      uint32 // total partitions of the queue
 }
 
-// StreamEntry is one stream partition in a topology (§4.12); streams have
+// StreamEntry is one stream partition in a topology; streams have
 // no group.
 type StreamEntry struct {
 	Topic               string
@@ -88,7 +89,7 @@ type StreamEntry struct {
 	PartitionCount      uint32
 }
 
-// Topology is the §4.12 TopologyBody shared byte for byte (after the magic)
+// Topology is the TopologyBody shared byte for byte (after the magic)
 // by TOPOLOGY_OK and TOPOLOGY_UPDATE.
 type Topology struct {
 	Generation uint64 // cluster-wide coordination generation
@@ -154,7 +155,7 @@ func decodeTopology(t *Topology, b []byte, op Op, magic string) error {
 	return r.result()
 }
 
-// TopologyOK is the TOPOLOGY_OK reply (op 91, magic FTO1, §6.24).
+// TopologyOK is the TOPOLOGY_OK reply (op 91, magic FTO1).
 type TopologyOK struct{ Topology }
 
 // AppendTo appends the FTO1 body.
@@ -167,8 +168,8 @@ func (t *TopologyOK) Decode(b []byte) error {
 	return decodeTopology(&t.Topology, b, OpTopologyOK, magicTopologyOK)
 }
 
-// TopologyUpdate is the TOPOLOGY_UPDATE push (op 101, magic FTU1, §6.24,
-// §14.2): a full snapshot, answered by TOPOLOGY_UPDATE_ACK.
+// TopologyUpdate is the TOPOLOGY_UPDATE push (op 101, magic FTU1,
+// docs/protocol.md#topology): a full snapshot, answered by TOPOLOGY_UPDATE_ACK.
 type TopologyUpdate struct{ Topology }
 
 // AppendTo appends the FTU1 body.
@@ -181,7 +182,7 @@ func (t *TopologyUpdate) Decode(b []byte) error {
 	return decodeTopology(&t.Topology, b, OpTopologyUpdate, magicTopologyUpdate)
 }
 
-// TopologyUpdateAck is the TOPOLOGY_UPDATE_ACK body (op 102, §6.26).
+// TopologyUpdateAck is the TOPOLOGY_UPDATE_ACK body (op 102).
 type TopologyUpdateAck struct {
 	Generation uint64 // generation the client's routing cache now reflects
 }
@@ -203,7 +204,7 @@ func (t *TopologyUpdateAck) Decode(b []byte) error {
 	return r.result()
 }
 
-// Redirect is the REDIRECT reply (op 92, §6.25, §15): retry the request at
+// Redirect is the REDIRECT reply (op 92, docs/protocol.md#redirect): retry the request at
 // Owners, under PartitioningVersion.
 type Redirect struct {
 	Topic               string

@@ -20,9 +20,9 @@ type Body interface {
 	Decode(b []byte) error
 }
 
-// NewBody returns a fresh zero body for op: every client-facing op of §6
+// NewBody returns a fresh zero body for op: every client-facing op
 // (the FER1 ops share ErrorBody; AUTH_OK, PING and PONG get Empty) and the
-// §22 ops. Replication ops and unknown ops return false. It exists for
+// forwarding ops (docs/protocol.md#extensions). Replication ops and unknown ops return false. It exists for
 // generic decoding, fuzzing and debug tools; hot paths should decode into
 // a reused concrete body instead.
 func NewBody(op Op) (Body, bool) {
@@ -115,9 +115,9 @@ func DecodeBody(op Op, b []byte) (Body, error) {
 	return body, nil
 }
 
-// Empty is the body of AUTH_OK, PING and PONG (§5): zero bytes, no magic.
+// Empty is the body of AUTH_OK, PING and PONG: zero bytes, no magic.
 // Decode rejects stray bytes; note that upstream never inspects PING/PONG
-// bodies (§5), so a session layer that wants to be as lenient should not
+// bodies, so a session layer that wants to be as lenient should not
 // decode them at all.
 type Empty struct{}
 

@@ -1,34 +1,35 @@
 // Package wire is the Fibril v1 wire codec: frame headers, every
 // client-facing message body, and this project's forwarding extension.
 //
-// The normative reference is shared/protocol/WIRE_V1.md; section numbers in
-// comments (§N) point into it. Byte compatibility with the existing Fibril
-// client SDKs is the whole point of this package, so layouts follow the spec
-// exactly and are pinned by the 36 vectors of wire_vectors.json (§20).
+// This package is the byte layout: each body's AppendTo and Decode are its
+// definition, and docs/protocol.md says what the broker does with them.
+// Byte compatibility with the existing Fibril client SDKs is the whole
+// point of this package, so the layouts are pinned by the 36 vectors the
+// SDKs share (vectors_test.go reads ../shared/protocol/wire_vectors.json).
 //
 // # Layers
 //
-//   - Frames (§2): a fixed 20-byte header ([FrameHeader]) followed by an
+//   - Frames (docs/protocol.md#frames): a fixed 20-byte header ([FrameHeader]) followed by an
 //     op-specific body. [ReadFrame] reads one frame and enforces the
 //     broker's body-size cap before allocating; [AppendFrame] writes one.
 //     Version and flags are written as 1 and 0 and never checked on
-//     receipt (§2.1 Requirement).
-//   - Primitives (§3) and composites (§4): big-endian integers, u32-prefixed
+//     receipt (docs/protocol.md#frames).
+//   - Primitives and composites: big-endian integers, u32-prefixed
 //     strings and byte strings, 16-byte UUIDs, u8-tagged options, u32-counted
 //     lists. They live in primitives.go so every body decodes and encodes the
 //     same way.
-//   - Bodies (§6, §22): one struct per op, each an [Encoder] (AppendTo writes
+//   - Bodies (docs/protocol.md#extensions): one struct per op, each an [Encoder] (AppendTo writes
 //     magic plus fields) and a [Body] (Decode parses magic plus fields).
-//     Node-only replication bodies (§18) are out of scope; their op codes are
+//     Node-only replication bodies (docs/protocol.md#replication-ops) are out of scope; their op codes are
 //     defined so that they are recognised as known ops.
 //
 // # Decoding discipline
 //
-// Decoders are strict (§3): the op selects the body, the 4-byte magic is
+// Decoders are strict: the op selects the body, the 4-byte magic is
 // checked first, fields are read in order, bools and option tags must be 0
 // or 1, enum8 values must be inside their table, strings must be valid
 // UTF-8, and bytes left over are an error — except for the three tolerant
-// tails of §3.1 (PUBLISH ttl_ms, DECLARE_QUEUE default_message_ttl_ms,
+// tails (PUBLISH ttl_ms, DECLARE_QUEUE default_message_ttl_ms,
 // RECONCILE_RESULT codes), which may be missing entirely. Failures are
 // reported as *[DecodeError], which unwraps to one of the sentinel errors
 // (ErrTruncated, ErrBadMagic, ...), so callers can use errors.Is.
@@ -36,7 +37,7 @@
 // Decoders never panic and never trust a count or length from the wire
 // further than the bytes actually present: a list whose count times its
 // minimum element size exceeds the remaining bytes is rejected as truncated
-// before anything is allocated (§3 safety note).
+// before anything is allocated.
 //
 // # Ownership and allocation
 //

@@ -12,7 +12,7 @@ func enumString(names []string, typ string, v int) string {
 	return typ + "(" + strconv.Itoa(v) + ")"
 }
 
-// ResumeOutcome is the HELLO_OK resume_outcome enum8 (§6.2, §8.4).
+// ResumeOutcome is the HELLO_OK resume_outcome enum8 (docs/protocol.md#resume).
 type ResumeOutcome uint8
 
 const (
@@ -29,10 +29,10 @@ func (v ResumeOutcome) String() string {
 	return enumString(resumeOutcomeNames, "ResumeOutcome", int(v))
 }
 
-// Valid reports whether v is in the §6.2 table.
+// Valid reports whether v is in the table.
 func (v ResumeOutcome) Valid() bool { return int(v) < len(resumeOutcomeNames) }
 
-// ReconcilePolicy is the RECONCILE_CLIENT policy enum8 (§6.20, §16.2).
+// ReconcilePolicy is the RECONCILE_CLIENT policy enum8 (docs/protocol.md#reconcile).
 type ReconcilePolicy uint8
 
 const (
@@ -46,10 +46,10 @@ func (v ReconcilePolicy) String() string {
 	return enumString(reconcilePolicyNames, "ReconcilePolicy", int(v))
 }
 
-// Valid reports whether v is in the §6.20 table.
+// Valid reports whether v is in the table.
 func (v ReconcilePolicy) Valid() bool { return int(v) < len(reconcilePolicyNames) }
 
-// ReconcileAction is the RECONCILE_RESULT entry action enum8 (§6.22).
+// ReconcileAction is the RECONCILE_RESULT entry action enum8.
 type ReconcileAction uint8
 
 const (
@@ -65,10 +65,10 @@ func (v ReconcileAction) String() string {
 	return enumString(reconcileActionNames, "ReconcileAction", int(v))
 }
 
-// Valid reports whether v is in the §6.22 table.
+// Valid reports whether v is in the table.
 func (v ReconcileAction) Valid() bool { return int(v) < len(reconcileActionNames) }
 
-// Durability is the DECLARE_PLEXUS durability enum8 (§6.17).
+// Durability is the DECLARE_PLEXUS durability enum8.
 type Durability uint8
 
 const (
@@ -81,10 +81,10 @@ var durabilityNames = []string{"ephemeral", "speculative", "durable"}
 
 func (v Durability) String() string { return enumString(durabilityNames, "Durability", int(v)) }
 
-// Valid reports whether v is in the §6.17 table.
+// Valid reports whether v is in the table.
 func (v Durability) Valid() bool { return int(v) < len(durabilityNames) }
 
-// StreamStartKind is the §4.8 StreamStart kind enum8.
+// StreamStartKind is the StreamStart kind enum8.
 type StreamStartKind uint8
 
 const (
@@ -101,14 +101,14 @@ func (v StreamStartKind) String() string {
 	return enumString(streamStartKindNames, "StreamStartKind", int(v))
 }
 
-// Valid reports whether v is in the §4.8 table.
+// Valid reports whether v is in the table.
 func (v StreamStartKind) Valid() bool { return int(v) < len(streamStartKindNames) }
 
 // HasValue reports whether the kind is followed by a u64 on the wire
 // (offset, n_back, by_time).
 func (v StreamStartKind) HasValue() bool { return v >= StartOffset }
 
-// DLQKind is the §4.10 DlqPolicy kind enum8.
+// DLQKind is the DlqPolicy kind enum8.
 type DLQKind uint8
 
 const (
@@ -121,10 +121,10 @@ var dlqKindNames = []string{"discard", "broker_dlq", "named"}
 
 func (v DLQKind) String() string { return enumString(dlqKindNames, "DLQKind", int(v)) }
 
-// Valid reports whether v is in the §4.10 table.
+// Valid reports whether v is in the table.
 func (v DLQKind) Valid() bool { return int(v) < len(dlqKindNames) }
 
-// Reason is the §17 reason code shared by RECONCILE_RESULT and
+// Reason is the reason code (docs/protocol.md#reason-codes) shared by RECONCILE_RESULT and
 // SUBSCRIPTION_CLOSED. It is an open enum: decoders keep unknown values.
 type Reason uint16
 
@@ -164,7 +164,8 @@ var reasonNames = map[Reason]string{
 	ReasonServerError:         "server_error",
 }
 
-// String returns the §17 name, or "reason(N)" for a value not in the table.
+// String returns the reason's name (docs/protocol.md#reason-codes), or
+// "reason(N)" for a value not in the table.
 func (r Reason) String() string {
 	if s, ok := reasonNames[r]; ok {
 		return s
@@ -172,7 +173,7 @@ func (r Reason) String() string {
 	return "reason(" + strconv.Itoa(int(r)) + ")"
 }
 
-// Known reports whether r is one of the §17 named codes.
+// Known reports whether r is one of the named codes (docs/protocol.md#reason-codes).
 func (r Reason) Known() bool {
 	_, ok := reasonNames[r]
 	return ok

@@ -9,32 +9,32 @@ import (
 // the body went wrong; test for them with errors.Is.
 var (
 	// ErrTruncated: the body ended before a field, or a count/length asks
-	// for more bytes than remain (§3 rule 3 and the §3 safety note).
+	// for more bytes than remain (a length is never trusted past the body).
 	ErrTruncated = errors.New("truncated")
-	// ErrTrailingBytes: bytes left after the last field (§3 rule 4).
+	// ErrTrailingBytes: bytes left after the last field.
 	ErrTrailingBytes = errors.New("trailing bytes")
-	// ErrBadMagic: the first four bytes are not the op's magic (§5).
+	// ErrBadMagic: the first four bytes are not the op's magic.
 	ErrBadMagic = errors.New("bad magic")
-	// ErrBadBool: a bool byte other than 0 or 1 (§3).
+	// ErrBadBool: a bool byte other than 0 or 1.
 	ErrBadBool = errors.New("invalid bool")
-	// ErrBadOptionTag: an option presence tag other than 0 or 1 (§3).
+	// ErrBadOptionTag: an option presence tag other than 0 or 1.
 	ErrBadOptionTag = errors.New("invalid option tag")
-	// ErrBadEnum: an enum8 or content-type tag outside its table (§3, §4.3).
+	// ErrBadEnum: an enum8 or content-type tag outside its table.
 	ErrBadEnum = errors.New("enum value out of range")
-	// ErrInvalidUTF8: a str field that is not valid UTF-8 (§3).
+	// ErrInvalidUTF8: a str field that is not valid UTF-8.
 	ErrInvalidUTF8 = errors.New("invalid UTF-8")
 	// ErrUnknownOp: DecodeBody or NewBody was given an op this package does
 	// not know. The session layer answers ERROR 400 "unknown opcode N"
-	// (§8.9).
+	// (docs/protocol.md#malformed).
 	ErrUnknownOp = errors.New("unknown opcode")
 	// ErrUnsupportedOp: the op is known but its body is not implemented here
-	// (the node-only replication ops of §18).
+	// (the node-only replication ops of docs/protocol.md#replication-ops).
 	ErrUnsupportedOp = errors.New("no body codec for op")
 	// ErrFrameTooLarge: a frame header announced a body above the caller's
-	// cap (§2.1 Recommendation, §7.3: answer ERROR 400 and close).
+	// cap (docs/protocol.md#frames: answer ERROR 400 and close).
 	ErrFrameTooLarge = errors.New("frame too large")
 	// ErrBadHopCount is not produced by any decoder: hop_count is a semantic
-	// check made by the owner after a successful decode (§22.3). It is
+	// check made by the owner after a successful decode (docs/protocol.md#owner-side). It is
 	// returned by ForwardedSession.Validate.
 	ErrBadHopCount = errors.New("forwarded session hop count must be 1")
 )
@@ -64,7 +64,7 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 
 // FrameTooLargeError is returned by ReadFrame when a header announces a
 // body larger than the caller's limit. It carries the parsed header so the
-// caller can echo the request id in its ERROR 400 (§7.3).
+// caller can echo the request id in its ERROR 400 (docs/protocol.md#answers).
 type FrameTooLargeError struct {
 	Header FrameHeader
 	Max    uint32
@@ -79,12 +79,12 @@ func (e *FrameTooLargeError) Error() string {
 // Unwrap returns ErrFrameTooLarge.
 func (e *FrameTooLargeError) Unwrap() error { return ErrFrameTooLarge }
 
-// Error codes carried by the FER1 body (§7.2, §7.3, §22.5).
+// Error codes carried by the FER1 body (docs/protocol.md#answers, docs/protocol.md#code-504).
 const (
 	CodeUnsupportedVersion uint16 = 1   // HELLO_ERR: protocol_version ≠ 1
 	CodeBadRequest         uint16 = 400 // malformed or invalid request
 	CodeUnauthorized       uint16 = 401 // authentication required or failed
-	CodeForbidden          uint16 = 403 // node principal required (§18, §22)
+	CodeForbidden          uint16 = 403 // node principal required (docs/protocol.md#replication-ops, docs/protocol.md#extensions)
 	CodeNotFound           uint16 = 404 // queue/stream (partition) unknown
 	CodeConflict           uint16 = 409 // not the owner / conflicting state
 	CodePayloadTooLarge    uint16 = 413 // payload above the message size cap
@@ -95,7 +95,7 @@ const (
 )
 
 // CodeRetryable reports the retry advice every SDK gives for an error code
-// (§7.2): 409 and every code ≥ 500 are retryable; everything else (1, 400,
+// (docs/protocol.md#answers): 409 and every code ≥ 500 are retryable; everything else (1, 400,
 // 401, 403, 404, 413, 426 and unknown codes below 500) is not. REDIRECT and
 // transport failures are retryable too, but they carry no code.
 func CodeRetryable(code uint16) bool {

@@ -49,7 +49,7 @@ func TestBadMagic(t *testing.T) {
 	if !strings.Contains(de.Error(), "SUBSCRIBE_ERR") {
 		t.Errorf("message %q does not name SUBSCRIBE_ERR", de.Error())
 	}
-	// Magic collisions (§5): FSB1 is SUBSCRIBE's magic, not a PUBLISH one.
+	// Magic collisions: FSB1 is SUBSCRIBE's magic, not a PUBLISH one.
 	decodeErr(t, OpPublish, vecs["subscribe"], ErrBadMagic)
 	// A body shorter than a magic is truncated.
 	decodeErr(t, OpPublish, []byte("FP"), ErrTruncated)

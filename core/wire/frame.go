@@ -6,30 +6,30 @@ import (
 	"io"
 )
 
-// HeaderSize is the fixed frame header length (§2.1).
+// HeaderSize is the fixed frame header length (docs/protocol.md#frames).
 const HeaderSize = 20
 
 // ProtocolVersion is the value senders write in the header version field
-// and the only protocol_version HELLO may ask for (§2.1, §6.1).
+// and the only protocol_version HELLO may ask for (docs/protocol.md#frames).
 const ProtocolVersion = 1
 
 // Compliance is the exact 55-byte marker HELLO_OK must carry; every SDK
-// compares it byte for byte and abandons the connection on mismatch (§6.2).
+// compares it byte for byte and abandons the connection on mismatch.
 const Compliance = "v=1;license=MIT;ai_train=disallowed;policy=AI_POLICY.md"
 
-// FrameHeader is the 20-byte §2.1 header.
+// FrameHeader is the 20-byte frame header (docs/protocol.md#frames).
 type FrameHeader struct {
 	BodyLen   uint32 // body bytes after the header
 	Version   uint16 // senders write 1; never checked on receipt
 	Op        Op
 	Flags     uint32 // senders write 0; never checked on receipt
-	RequestID uint64 // correlation id (§2.2)
+	RequestID uint64 // correlation id (docs/protocol.md#request-ids)
 }
 
 // ParseFrameHeader parses the first HeaderSize bytes of b. It fails only if
 // b is shorter than a header: version and flags are deliberately not
-// checked (§2.1 Requirement), and any op code is accepted here — unknown ops
-// are the dispatcher's business (§8.9).
+// checked (docs/protocol.md#frames), and any op code is accepted here — unknown ops
+// are the dispatcher's business (docs/protocol.md#malformed).
 func ParseFrameHeader(b []byte) (FrameHeader, error) {
 	if len(b) < HeaderSize {
 		return FrameHeader{}, fmt.Errorf("wire: frame header of %d bytes: %w", len(b), ErrTruncated)
@@ -78,7 +78,7 @@ func AppendFrame(dst []byte, op Op, requestID uint64, body Encoder) []byte {
 // body byte is read or any memory is allocated for it: a header announcing
 // more than maxBody bytes returns the parsed header with a
 // *FrameTooLargeError (errors.Is(err, ErrFrameTooLarge)), so the caller can
-// answer ERROR 400 with that request id and close (§7.3). The stream is not
+// answer ERROR 400 with that request id and close (docs/protocol.md#answers). The stream is not
 // resynchronised. maxBody is taken literally: 0 admits only empty bodies,
 // math.MaxUint32 means no cap.
 //

@@ -202,7 +202,7 @@ func TestReadFrameBufferReuse(t *testing.T) {
 	}
 }
 
-// Version and flags are never checked (§2.1 Requirement).
+// Version and flags are never checked (docs/protocol.md#frames).
 func TestFrameHeaderVersionFlagsIgnored(t *testing.T) {
 	h := FrameHeader{BodyLen: 0, Version: 7, Op: Op(999), Flags: 0xdeadbeef, RequestID: 1<<64 - 1}
 	b := AppendFrameHeader(nil, h)

@@ -16,7 +16,7 @@ import (
 //   - decoding into a value that already holds another body gives the same
 //     result as decoding into a fresh one (no stale fields);
 //   - if Decode succeeds, AppendTo reproduces the input exactly, except when
-//     the input omitted a §3.1 tolerant tail: then the re-encoding is the
+//     the input omitted a tolerant tail: then the re-encoding is the
 //     input plus the default tail, and decoding it gives the same value.
 
 type bodyPtr[T any] interface {
@@ -128,7 +128,7 @@ func sameValue(a, b reflect.Value) bool {
 }
 
 // tailOmitted reports whether out is in plus the default encoding of a
-// missing tolerant tail (§3.1).
+// missing tolerant tail.
 func tailOmitted(b any, in, out []byte) bool {
 	if !bytes.HasPrefix(out, in) {
 		return false

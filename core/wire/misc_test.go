@@ -18,7 +18,7 @@ func TestOps(t *testing.T) {
 			}
 		}
 	}
-	// 50 upstream ops + 2 extension ops (§5); 16 replication + 2 forwarding.
+	// 50 upstream ops + 2 extension ops; 16 replication + 2 forwarding.
 	if known != 52 || nodeOnly != 18 {
 		t.Errorf("known %d (want 52), node-only %d (want 18)", known, nodeOnly)
 	}
@@ -42,7 +42,7 @@ func TestOps(t *testing.T) {
 			t.Errorf("%v should have an empty body", op)
 		}
 	}
-	// Every client-facing and §22 op has a body type; no other op does.
+	// Every client-facing and docs/protocol.md#extensions op has a body type; no other op does.
 	for i := 0; i < 256; i++ {
 		op := Op(i)
 		_, ok := NewBody(op)
@@ -78,7 +78,7 @@ func TestUUID(t *testing.T) {
 	}
 }
 
-// TestPartitionForKey is the §9.1 table.
+// TestPartitionForKey checks the SDKs' key rule (S-32) against their table of keys.
 func TestPartitionForKey(t *testing.T) {
 	for _, c := range []struct {
 		key        string

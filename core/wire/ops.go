@@ -2,10 +2,10 @@ package wire
 
 import "strconv"
 
-// Op is a frame opcode (§5, §22.1).
+// Op is a frame opcode (docs/protocol.md#extensions).
 type Op uint16
 
-// Client-facing ops (§5, §6).
+// Client-facing ops.
 const (
 	OpHello              Op = 1
 	OpHelloOK            Op = 2
@@ -43,7 +43,7 @@ const (
 	OpError              Op = 255
 )
 
-// Node-only replication ops (§18). Only their codes are defined here; the
+// Node-only replication ops (docs/protocol.md#replication-ops). Only their codes are defined here; the
 // bodies are not decoded by this package.
 const (
 	OpReplicationRead                Op = 80
@@ -64,13 +64,13 @@ const (
 	OpStreamReplicationReadOK        Op = 100
 )
 
-// This project's extension ops (§22.1).
+// This project's extension ops (docs/protocol.md#extensions).
 const (
 	OpForwardedSession   Op = 200
 	OpForwardedSessionOK Op = 201
 )
 
-// opInfo is one row of the §5 table that the codec needs.
+// opInfo is one row of the table that the codec needs.
 type opInfo struct {
 	name     string
 	magic    string // "" for ops whose body is empty
@@ -154,7 +154,7 @@ func (o Op) String() string {
 }
 
 // Known reports whether the op is one of the 50 upstream ops or the two
-// §22 extension ops.
+// docs/protocol.md#extensions extension ops.
 func (o Op) Known() bool {
 	_, ok := o.info()
 	return ok
@@ -165,14 +165,14 @@ func (o Op) Known() bool {
 // TOPOLOGY (90), TOPOLOGY_OK (91) and REDIRECT (92) sit inside the 80–100
 // range numerically but are client-facing, so they are not node-only.
 // The session layer answers node-only ops from a principal other than
-// @node with ERROR 403 (§7.3, §18).
+// @node with ERROR 403 (docs/protocol.md#answers, docs/protocol.md#replication-ops).
 func (o Op) NodeOnly() bool {
 	in, ok := o.info()
 	return ok && in.nodeOnly
 }
 
 // EmptyBody reports whether the op's body is always empty (AUTH_OK, PING,
-// PONG, REPLICATION_STREAM_STOP; §5).
+// PONG, REPLICATION_STREAM_STOP).
 func (o Op) EmptyBody() bool {
 	in, ok := o.info()
 	return ok && in.magic == ""

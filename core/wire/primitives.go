@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 )
 
-// This file holds the §3 primitives, once: a reader used by every body
+// This file holds the primitives, once: a reader used by every body
 // decoder and append-style writers used by every encoder, so that bodies
 // are just lists of fields in spec order.
 
@@ -112,18 +112,18 @@ func (r *reader) take(n int, field string) (int, bool) {
 	return p, true
 }
 
-// more reports whether unread bytes remain; used for the §3.1 tolerant
+// more reports whether unread bytes remain; used for the tolerant
 // tails, which are read only when present.
 func (r *reader) more() bool { return r.err == nil && r.off < len(r.b) }
 
-// end rejects bytes after the last field (§3 rule 4).
+// end rejects bytes after the last field.
 func (r *reader) end() {
 	if r.err == nil && r.off != len(r.b) {
 		r.fail("", r.off, ErrTrailingBytes)
 	}
 }
 
-// magic checks the 4-byte body magic (§3 rule 1).
+// magic checks the 4-byte body magic every body starts with.
 func (r *reader) magic(m string) {
 	if p, ok := r.take(4, "magic"); ok && string(r.b[p:p+4]) != m {
 		r.fail("magic", p, ErrBadMagic)
@@ -131,7 +131,7 @@ func (r *reader) magic(m string) {
 }
 
 // magicOneOf checks for one of two magics and returns 1 or 2 for the one
-// found (0 on failure). Used by FORWARDED_SESSION (FFS1/FFS2, §22.2).
+// found (0 on failure). Used by FORWARDED_SESSION (FFS1/FFS2, docs/protocol.md#forwarded-session).
 func (r *reader) magicOneOf(m1, m2 string) int {
 	p, ok := r.take(4, "magic")
 	if !ok {
@@ -182,7 +182,7 @@ func (r *reader) uuid(field string) (u UUID) {
 	return u
 }
 
-// boolean reads a strict §3 bool: 0 or 1, anything else is malformed (as
+// boolean reads a strict bool: 0 or 1, anything else is malformed (as
 // the upstream broker does).
 func (r *reader) boolean(field string) bool {
 	at := r.off
@@ -205,7 +205,7 @@ func (r *reader) enum8(field string, n uint8) uint8 {
 	return v
 }
 
-// present reads a strict option tag (§3 `opt<T>`).
+// present reads a strict option tag (`opt<T>`).
 func (r *reader) present(field string) bool {
 	at := r.off
 	v := r.u8(field)
@@ -234,7 +234,7 @@ func (r *reader) span(field string) (p, n int, ok bool) {
 	return p, int(l), true
 }
 
-// str reads a §3 `str`. See the pass comment above for how the result is
+// str reads a `str`. See the pass comment above for how the result is
 // materialised.
 func (r *reader) str(field string) string {
 	at := r.off
@@ -259,7 +259,7 @@ func (r *reader) str(field string) string {
 	return ""
 }
 
-// bytes reads a §3 `bytes`. The result aliases the input (capacity-limited
+// bytes reads a `bytes`. The result aliases the input (capacity-limited
 // so appends cannot clobber later bytes); an empty value is nil.
 func (r *reader) bytes(field string) []byte {
 	p, n, ok := r.span(field)
@@ -270,7 +270,7 @@ func (r *reader) bytes(field string) []byte {
 }
 
 // count reads a u32 element count and rejects it as truncated when even
-// minSize bytes per element would not fit in what remains (§3 safety note).
+// minSize bytes per element would not fit in what remains.
 // Callers may therefore allocate count elements safely.
 func (r *reader) count(field string, minSize int) int {
 	at := r.off
@@ -320,7 +320,7 @@ func (r *reader) optUUID(field string) Option[UUID] {
 	return Option[UUID]{}
 }
 
-// contentType reads §4.3: a tag, then a str only for the custom tag.
+// contentType reads a content type: a tag, then a str only for the custom tag.
 func (r *reader) contentType(field string) ContentType {
 	tag := ContentTag(r.enum8(field, uint8(ContentCustom)+1))
 	if tag == ContentCustom {
@@ -329,7 +329,7 @@ func (r *reader) contentType(field string) ContentType {
 	return ContentType{Tag: tag}
 }
 
-// headers reads §4.4 into h, reusing its capacity.
+// headers reads a header list into h, reusing its capacity.
 func (r *reader) headers(field string, h Headers) Headers {
 	h = resize(h, r.count(field, 8))
 	for i := range h {

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestTolerantTails covers §3.1: each of the three bodies cut right before
+// TestTolerantTails covers : each of the three bodies cut right before
 // its tail decodes with the default, re-encodes with the tail written, and a
 // tail followed by extra bytes is rejected.
 func TestTolerantTails(t *testing.T) {

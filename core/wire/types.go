@@ -5,14 +5,14 @@ import (
 	"strconv"
 )
 
-// UUID is 16 raw bytes in the order of its canonical text form (§3 `uuid`).
+// UUID is 16 raw bytes in the order of its canonical text form (`uuid`).
 type UUID [16]byte
 
 const hexDigits = "0123456789abcdef"
 
 // String returns the canonical lowercase hyphenated form
 // (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx), the form FORWARDED_SESSION's
-// client_id carries (§22.2).
+// client_id carries (docs/protocol.md#forwarded-session).
 func (u UUID) String() string {
 	var b [36]byte
 	j := 0
@@ -28,7 +28,7 @@ func (u UUID) String() string {
 	return string(b[:])
 }
 
-// IsZero reports whether every byte is zero (the nil UUID, which §12 forbids
+// IsZero reports whether every byte is zero (the nil UUID, which cohorts forbid
 // as a cohort member id).
 func (u UUID) IsZero() bool { return u == UUID{} }
 
@@ -72,7 +72,7 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// Option is the §3 `opt<T>`: absent (tag 0) or present (tag 1) with a
+// Option is the `opt<T>`: absent (tag 0) or present (tag 1) with a
 // value. A present empty string is distinct from absent — the SDKs keep the
 // two apart, so the codec must too.
 type Option[T any] struct {
@@ -93,11 +93,11 @@ func (o Option[T]) Get() (T, bool) { return o.Value, o.Present }
 // so that decoding then encoding a body reproduces it byte for byte.
 type Header struct{ Key, Value string }
 
-// Headers is the §4.4 header list in wire order.
+// Headers is the header list in wire order.
 type Headers []Header
 
 // Get returns the value of key, using the last entry on duplicates as
-// upstream does (§4.4). Keys are case-sensitive.
+// upstream does. Keys are case-sensitive.
 func (h Headers) Get(key string) (string, bool) {
 	for i := len(h) - 1; i >= 0; i-- {
 		if h[i].Key == key {
@@ -107,10 +107,10 @@ func (h Headers) Get(key string) (string, bool) {
 	return "", false
 }
 
-// ContentTag is the §4.3 content-type tag.
+// ContentTag is the content-type tag.
 type ContentTag uint8
 
-// Content-type tags (§4.3). A tag above ContentCustom is malformed.
+// Content-type tags. A tag above ContentCustom is malformed.
 const (
 	ContentNone    ContentTag = 0
 	ContentMsgPack ContentTag = 1
@@ -119,7 +119,7 @@ const (
 	ContentCustom  ContentTag = 4
 )
 
-// Valid reports whether t is in the §4.3 table.
+// Valid reports whether t is in the table.
 func (t ContentTag) Valid() bool { return t <= ContentCustom }
 
 func (t ContentTag) String() string {
@@ -138,15 +138,15 @@ func (t ContentTag) String() string {
 	return "ContentTag(" + strconv.Itoa(int(t)) + ")"
 }
 
-// ContentType is the §4.3 tag plus, for ContentCustom only, the MIME text.
+// ContentType is the tag plus, for ContentCustom only, the MIME text.
 // Custom is ignored when encoding any other tag.
 type ContentType struct {
 	Tag    ContentTag
 	Custom string
 }
 
-// MIME returns the equivalent content-type header text of §4.3 ("" for
-// ContentNone), as used by the §9.6 normalisation.
+// MIME returns the equivalent content-type header text ("" for
+// ContentNone), as used by the normalisation of docs/protocol.md#publish.
 func (c ContentType) MIME() string {
 	switch c.Tag {
 	case ContentMsgPack:
@@ -161,7 +161,7 @@ func (c ContentType) MIME() string {
 	return ""
 }
 
-// AdvertisedAddress is one §4.5 endpoint. Host may be a DNS name, an IPv4
+// AdvertisedAddress is one endpoint (docs/protocol.md#endpoints). Host may be a DNS name, an IPv4
 // literal or a bracketed IPv6 literal.
 type AdvertisedAddress struct {
 	Host string
@@ -169,12 +169,12 @@ type AdvertisedAddress struct {
 	Tags []string
 }
 
-// String returns host:port, the form the SDKs dial (§14.1).
+// String returns host:port, the form the SDKs dial (docs/protocol.md#topology).
 func (a AdvertisedAddress) String() string {
 	return a.Host + ":" + strconv.FormatUint(uint64(a.Port), 10)
 }
 
-// ResumeIdentity is the §4.6 triple a client presents to resume a session.
+// ResumeIdentity is the triple a client presents to resume a session.
 type ResumeIdentity struct {
 	OwnerID     UUID
 	ClientID    UUID

@@ -97,7 +97,7 @@ type vector struct {
 	want Body
 }
 
-// expectedVectors spells out the decoded values of §20, field by field.
+// expectedVectors spells out the decoded values of , field by field.
 var expectedVectors = map[string]vector{
 	"hello": {OpHello, &Hello{
 		ClientName: "py-client", ClientVersion: "0.1.0", ProtocolVersion: 1,
@@ -268,7 +268,7 @@ func TestVectors(t *testing.T) {
 	}
 }
 
-// TestWorkedFrames checks the §2.3 frames, header and body together.
+// TestWorkedFrames checks the docs/protocol.md#frames frames, header and body together.
 func TestWorkedFrames(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -323,7 +323,7 @@ func TestWorkedFrames(t *testing.T) {
 	}
 }
 
-// TestForwardedSessionExample checks the §22.4 FFS2 and FFO1 bytes.
+// TestForwardedSessionExample checks the docs/protocol.md#forwarded-session FFS2 and FFO1 bytes.
 func TestForwardedSessionExample(t *testing.T) {
 	ffs2 := mustHex(t, "46465332 00000004 67772d31 01 00000005 616c696365 "+
 		"00000024 30313930633064652d303030302d373030302d383030302d303030303030303030303031 "+

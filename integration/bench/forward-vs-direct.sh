@@ -1,5 +1,5 @@
 #!/bin/bash
-# Direct vs forwarded confirmed publish (issue 6 "Performance"): a 2-broker
+# Direct vs forwarded confirmed publish (the cost docs/cluster.md reports): a 2-broker
 # `fibril dev` cluster on loopback where node-2 owns a 1-partition queue.
 # "direct": both brokers public, the client talks to node-2. "forwarded":
 # node-2 is private and the client talks to node-1, which forwards every
