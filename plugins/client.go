@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fibrilgo/fibril/core"
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
 // connector yields the connection calls go to. The supervised one (an

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
 // describeVersions is how many API versions Describe offers. A describe

@@ -8,7 +8,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/fibrilgo/fibril/core"
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
 // The go-plugin handshake. The cookie is not a secret: it only stops a

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/fibrilgo/fibril/core"
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
 // ErrUnknownPlugin is wrapped by the error of a backend name that is

@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
 // coordPlugin is the go-plugin face of the coordination kind: on the

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fibrilgo/fibril/core"
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
 // LeaseAttacher is the optional ability of a coordination backend to take

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fibrilgo/fibril/core"
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
 // transportPlugin is the go-plugin face of the transport kind, like

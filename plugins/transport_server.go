@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fibrilgo/fibril/core"
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
 // claimTimeout bounds how long a stream waits for the host to claim its

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
 // fakeTransport opens streams that are one end of a net.Pipe and records

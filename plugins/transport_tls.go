@@ -5,7 +5,7 @@ import (
 	"crypto/x509"
 
 	"github.com/fibrilgo/fibril/core"
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
 // A stream's TLS handshake happens in the plugin, so the host cannot hand

@@ -1298,7 +1298,7 @@ const file_coordination_proto_rawDesc = "" +
 	"RenewLease\x12\x1e.fibril.plugin.v1.LeaseRequest\x1a$.fibril.plugin.v1.RenewLeaseResponse\x12T\n" +
 	"\vRevokeLease\x12\x1e.fibril.plugin.v1.LeaseRequest\x1a%.fibril.plugin.v1.RevokeLeaseResponse\x12P\n" +
 	"\bCampaign\x12!.fibril.plugin.v1.CampaignRequest\x1a\x1f.fibril.plugin.v1.CampaignEvent0\x01\x12K\n" +
-	"\x06Resign\x12\x1f.fibril.plugin.v1.ResignRequest\x1a .fibril.plugin.v1.ResignResponseB3Z1github.com/fibrilgo/fibril/plugins/proto;pluginpbb\x06proto3"
+	"\x06Resign\x12\x1f.fibril.plugin.v1.ResignRequest\x1a .fibril.plugin.v1.ResignResponseB6Z4github.com/fibrilgo/fibril/plugins/pluginpb;pluginpbb\x06proto3"
 
 var (
 	file_coordination_proto_rawDescOnce sync.Once

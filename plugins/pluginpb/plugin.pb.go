@@ -298,7 +298,7 @@ const file_plugin_proto_rawDesc = "" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason2a\n" +
 	"\x06Plugin\x12W\n" +
 	"\n" +
-	"PluginInfo\x12#.fibril.plugin.v1.PluginInfoRequest\x1a$.fibril.plugin.v1.PluginInfoResponseB3Z1github.com/fibrilgo/fibril/plugins/proto;pluginpbb\x06proto3"
+	"PluginInfo\x12#.fibril.plugin.v1.PluginInfoRequest\x1a$.fibril.plugin.v1.PluginInfoResponseB6Z4github.com/fibrilgo/fibril/plugins/pluginpb;pluginpbb\x06proto3"
 
 var (
 	file_plugin_proto_rawDescOnce sync.Once

@@ -9,7 +9,7 @@
 //	GOBIN=/tmp/protobin go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 //	GOBIN=/tmp/protobin go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.3.0
 //
-// then run `go generate ./plugins/proto` (protoc 3.21 or later on PATH).
+// then run `go generate ./plugins/pluginpb` (protoc 3.21 or later on PATH).
 package pluginpb
 
 //go:generate env PATH=/tmp/protobin:$PATH protoc --proto_path=. --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative plugin.proto coordination.proto transport.proto

@@ -1025,7 +1025,7 @@ const file_transport_proto_rawDesc = "" +
 	"\tCloseLink\x12+.fibril.plugin.v1.TransportCloseLinkRequest\x1a,.fibril.plugin.v1.TransportCloseLinkResponse\x12[\n" +
 	"\x06Accept\x12(.fibril.plugin.v1.TransportAcceptRequest\x1a%.fibril.plugin.v1.TransportStreamInfo0\x01\x12]\n" +
 	"\x06Health\x12(.fibril.plugin.v1.TransportHealthRequest\x1a).fibril.plugin.v1.TransportHealthResponse\x12Z\n" +
-	"\x05Stats\x12'.fibril.plugin.v1.TransportStatsRequest\x1a(.fibril.plugin.v1.TransportStatsResponseB3Z1github.com/fibrilgo/fibril/plugins/proto;pluginpbb\x06proto3"
+	"\x05Stats\x12'.fibril.plugin.v1.TransportStatsRequest\x1a(.fibril.plugin.v1.TransportStatsResponseB6Z4github.com/fibrilgo/fibril/plugins/pluginpb;pluginpbb\x06proto3"
 
 var (
 	file_transport_proto_rawDescOnce sync.Once
