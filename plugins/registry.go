@@ -1,7 +1,3 @@
-// Package plugins is the plugin SDK and host: the registry of built-in
-// plugins, the run-time catalog of external ones, the go-plugin handshake
-// and per-kind API versions, and the lifecycle of external plugin
-// processes. Plugin authors import only this package and core.
 package plugins
 
 import (

@@ -19,10 +19,13 @@
 //	}})
 //
 // Every call then crosses gRPC exactly as it does between the broker and a
-// plugin process (and every stream's bytes the plugin's unix data socket) (encoding, error mapping, lease and election streams), so
-// what passes here fails in production only for process-level reasons
-// (start, handshake, restarts), which the plugins package's own tests and
-// `fibrilctl plugins describe` cover.
+// plugin process (encoding, error mapping, lease and election streams),
+// and every transport stream's bytes cross the plugin's unix data socket
+// in frames, so what passes here fails in production only for
+// process-level reasons (start, handshake, restarts), which the tests of
+// plugins/host and `fibrilctl plugins describe` cover. The broker's side
+// of each call is plugins/host's client, so this kit imports the host; the
+// SDK itself does not.
 package plugintest
 
 import (
@@ -38,6 +41,7 @@ import (
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/host"
 )
 
 // Env is a CoordinationEnv for a test node: its own data directory (removed
@@ -129,7 +133,7 @@ func Dial(t testing.TB, path string, env plugins.CoordinationEnv) core.Coordinat
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := plugins.ConnectCoordination(ctx, dialGRPC(t, path), env)
+	c, err := host.ConnectCoordination(ctx, dialGRPC(t, path), env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +161,7 @@ func Transport(t testing.TB, factory plugins.TransportFactory, info plugins.Info
 	path := serveGRPC(t, SocketDir(t), "t", srv.Register, srv.CloseBackend)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tr, err := plugins.ConnectTransport(ctx, dialGRPC(t, path), env)
+	tr, err := host.ConnectTransport(ctx, dialGRPC(t, path), env)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/internal/contract"
 	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
@@ -235,13 +237,13 @@ func (s *supervisor) launch(ctx context.Context) (*launched, error) {
 	}
 	sum, _ := hex.DecodeString(e.SHA256)
 	cmd := exec.Command(e.Command, e.Args...)
-	cmd.Env = []string{EnvLogLevel + "=" + levelName(lowestLevel(s.log))}
+	cmd.Env = []string{contract.EnvLogLevel + "=" + contract.LevelName(lowestLevel(s.log))}
 	versions := map[int]plugin.PluginSet{}
-	for _, v := range APIVersions(s.kind) {
-		versions[v] = plugin.PluginSet{s.kind: s.kindPlugin, infoPluginName: &infoPlugin{}}
+	for _, v := range plugins.APIVersions(s.kind) {
+		versions[v] = plugin.PluginSet{s.kind: s.kindPlugin, contract.InfoPluginName: &contract.Info{}}
 	}
 	pc := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  handshake,
+		HandshakeConfig:  contract.Handshake,
 		VersionedPlugins: versions,
 		Cmd:              cmd,
 		// Verify hashed the file already and named both digests on a
@@ -251,9 +253,9 @@ func (s *supervisor) launch(ctx context.Context) (*launched, error) {
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		StartTimeout:     s.opts.startTimeout,
-		Logger:           newHCLogBridge(s.log),
-		SyncStdout:       &lineLogger{log: s.log, level: slog.LevelInfo, msg: "plugin stdout"},
-		SyncStderr:       &lineLogger{log: s.log, level: slog.LevelInfo, msg: "plugin stderr"},
+		Logger:           plugins.HCLog(s.log, ""),
+		SyncStdout:       contract.NewLineLogger(s.log, slog.LevelInfo, "plugin stdout"),
+		SyncStderr:       contract.NewLineLogger(s.log, slog.LevelInfo, "plugin stderr"),
 	})
 	fail := func(err error) (*launched, error) {
 		pc.Kill()
@@ -267,7 +269,7 @@ func (s *supervisor) launch(ctx context.Context) (*launched, error) {
 	if rc := pc.ReattachConfig(); rc != nil {
 		p.pid = rc.Pid
 	}
-	raw, err := rpc.Dispense(infoPluginName)
+	raw, err := rpc.Dispense(contract.InfoPluginName)
 	if err != nil {
 		return fail(fmt.Errorf("%s plugin %q: %w", s.kind, e.Name, err))
 	}
@@ -306,7 +308,7 @@ func (s *supervisor) startError(err error) error {
 	e := s.entry
 	if m := pluginVersionRE.FindStringSubmatch(err.Error()); m != nil {
 		return fmt.Errorf("%s: %w: %s serves %s API version %s, this broker supports %v; use a plugin release built for one of those",
-			e.where(), ErrIncompatibleAPIVersion, e.Command, s.kind, m[1], APIVersions(s.kind))
+			e.where(), ErrIncompatibleAPIVersion, e.Command, s.kind, m[1], plugins.APIVersions(s.kind))
 	}
 	return fmt.Errorf("%s: start %s: %w", e.where(), e.Command, err)
 }
@@ -443,7 +445,7 @@ func (s *supervisor) close() {
 // lowestLevel is the lowest slog level l keeps, passed to the plugin so
 // that it formats only lines the broker will keep.
 func lowestLevel(l *slog.Logger) slog.Level {
-	for _, lv := range []slog.Level{levelTrace, slog.LevelDebug, slog.LevelInfo, slog.LevelWarn} {
+	for _, lv := range []slog.Level{contract.LevelTrace, slog.LevelDebug, slog.LevelInfo, slog.LevelWarn} {
 		if l.Enabled(context.Background(), lv) {
 			return lv
 		}

@@ -1,4 +1,4 @@
-package plugins_test
+package host_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/host"
 	"github.com/fibrilgo/fibril/plugins/plugintest"
 	"github.com/fibrilgo/fibril/transport/tcp"
 )
@@ -124,7 +125,7 @@ func TestTransportOrderlyThroughProtocol(t *testing.T) {
 	if _, err := out.Write([]byte("x")); err == nil {
 		t.Fatal("Write after CloseWrite succeeded")
 	}
-	st, err := a.(plugins.TransportStatser).TransportStats(ctx)
+	st, err := a.(host.TransportStatser).TransportStats(ctx)
 	if err != nil || st.OpensOK != 1 || st.BytesOut < uint64(len(big)) || st.BytesIn < uint64(len(big)) {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
@@ -155,7 +156,7 @@ func TestTransportAbortThroughProtocol(t *testing.T) {
 		}
 	}
 	waitFor(t, 30*time.Second, "the aborts counted", func() bool {
-		st, err := b.(plugins.TransportStatser).TransportStats(ctx)
+		st, err := b.(host.TransportStatser).TransportStats(ctx)
 		return err == nil && st.Aborts >= 2 && st.StreamsOpenIn == 0
 	})
 }
@@ -205,7 +206,7 @@ func TestTransportRefusedThroughProtocol(t *testing.T) {
 	if _, err := l.OpenStream(ctx); !errors.Is(err, core.ErrPeerRefused) {
 		t.Fatalf("OpenStream to a closed port: %v, want ErrPeerRefused", err)
 	}
-	st, err := a.(plugins.TransportStatser).TransportStats(ctx)
+	st, err := a.(host.TransportStatser).TransportStats(ctx)
 	if err != nil || st.OpensRefused != 1 {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
@@ -296,7 +297,7 @@ func TestTransportAbortWhilePeerNotReading(t *testing.T) {
 	// The peer still reads nothing: the plugin must end the stream on its
 	// own (reading lets the stuck write go on, which would hide the bug).
 	waitFor(t, 30*time.Second, "the plugin to abort the stream", func() bool {
-		st, err := a.(plugins.TransportStatser).TransportStats(ctx)
+		st, err := a.(host.TransportStatser).TransportStats(ctx)
 		return err == nil && st.StreamsOpenOut == 0 && st.Aborts >= 1
 	})
 	_ = in.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -328,7 +329,7 @@ func TestTransportCloseDuringBlockedWrite(t *testing.T) {
 		wrote <- err
 	}()
 	waitFor(t, 30*time.Second, "bytes reaching the plugin", func() bool {
-		st, err := a.(plugins.TransportStatser).TransportStats(ctx)
+		st, err := a.(host.TransportStatser).TransportStats(ctx)
 		return err == nil && st.BytesOut > 1<<20 // past the "hi" of connect: the Write runs
 	})
 	closed := make(chan error, 1)

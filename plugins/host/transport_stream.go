@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/plugins/internal/frame"
 	"github.com/fibrilgo/fibril/transport/coalesce"
 )
 
@@ -44,7 +45,7 @@ var errWriteAfterCloseWrite = errors.New("transport stream: write after CloseWri
 // the connection's own write, so a frame is never cut on the wire by a
 // deadline; a Write cut short mid-frame keeps the rest of its frame (tail)
 // to queue first next time. The read deadline is the connection's, and
-// the decoder is safe against it (frameReader). Either way a passed
+// the decoder is safe against it (frame.Reader). Either way a passed
 // deadline is an ordinary timeout and the stream stays usable.
 type hostStream struct {
 	c            net.Conn
@@ -56,7 +57,7 @@ type hostStream struct {
 	releaseOnce sync.Once
 
 	rmu sync.Mutex
-	fr  *frameReader
+	fr  *frame.Reader
 	// rerr is the read side's end, once reached: io.EOF after FIN, an
 	// ErrStreamAborted error after RESET or a lost connection.
 	rerr error
@@ -66,7 +67,7 @@ type hostStream struct {
 	wdeadline atomic.Pointer[time.Time]
 
 	wmu sync.Mutex
-	hdr [frameHeaderLen]byte
+	hdr [frame.HeaderLen]byte
 	// tail is the rest of a frame a Write could not queue whole before its
 	// deadline: it is queued before anything else, so the framing stays
 	// whole.
@@ -92,7 +93,7 @@ func newHostStream(c net.Conn, peer core.NodeID, laddr, raddr net.Addr, release 
 		raddr = netAddr{network: "fibril-transport"}
 	}
 	return &hostStream{
-		c: c, cw: coalesce.New(c, hostCoalesceLimit), fr: newFrameReader(c),
+		c: c, cw: coalesce.New(c, hostCoalesceLimit), fr: frame.NewReader(c),
 		peer: peer, laddr: laddr, raddr: raddr, release: release,
 	}
 }
@@ -113,26 +114,26 @@ func (s *hostStream) Read(p []byte) (int, error) {
 	// Each pass consumes a frame header from the connection, so the loop
 	// is bounded by the input (it only repeats on empty DATA frames).
 	for {
-		if s.fr.remaining > 0 {
-			n, err := s.fr.readData(p)
+		if s.fr.Remaining() > 0 {
+			n, err := s.fr.ReadData(p)
 			if n > 0 {
 				return n, nil // an error reappears on the next Read
 			}
 			return 0, s.readFailed(err)
 		}
-		typ, n, reason, err := s.fr.next()
+		typ, n, reason, err := s.fr.Next()
 		if err != nil {
 			return 0, s.readFailed(err)
 		}
 		switch typ {
-		case frameData:
+		case frame.Data:
 			if n == 0 {
 				continue
 			}
-		case frameFIN:
+		case frame.FIN:
 			s.rerr = io.EOF
 			return 0, io.EOF
-		case frameReset:
+		case frame.Reset:
 			s.peerAborted.Store(true)
 			if reason == "" {
 				reason = "no reason given"
@@ -151,9 +152,9 @@ func (s *hostStream) readFailed(err error) error {
 		return core.Errorf(core.ErrStreamAborted, "transport stream: aborted on this side")
 	case s.closed.Load():
 		return fmt.Errorf("transport stream: %w", net.ErrClosed)
-	case isTimeout(err):
+	case frame.IsTimeout(err):
 		return err
-	case errors.Is(err, errMalformedFrame):
+	case errors.Is(err, frame.ErrMalformed):
 		s.rerr = core.Errorf(core.ErrStreamAborted, "transport stream: %v", err)
 		_ = s.Abort()
 		return s.rerr
@@ -176,8 +177,8 @@ func (s *hostStream) Write(p []byte) (int, error) {
 	}
 	written := 0
 	for len(p) > 0 {
-		chunk := p[:min(len(p), maxFramePayload)]
-		putFrameHeader(s.hdr[:], frameData, len(chunk))
+		chunk := p[:min(len(p), frame.MaxPayload)]
+		frame.PutHeader(s.hdr[:], frame.Data, len(chunk))
 		// Two queued writes, contiguous: wmu keeps other Writes out.
 		n, err := s.cw.Write(s.hdr[:])
 		if err == nil {
@@ -186,7 +187,7 @@ func (s *hostStream) Write(p []byte) (int, error) {
 			n += m
 		}
 		if err != nil {
-			if n > 0 && isTimeout(err) {
+			if n > 0 && frame.IsTimeout(err) {
 				s.keepTail(n, chunk)
 				written += len(chunk)
 			}
@@ -217,12 +218,12 @@ func (s *hostStream) writable() error {
 // which n bytes were queued. The chunk then counts as written: its bytes
 // are committed to leave before any later ones.
 func (s *hostStream) keepTail(n int, chunk []byte) {
-	tail := make([]byte, 0, frameHeaderLen+len(chunk)-n)
-	if n < frameHeaderLen {
+	tail := make([]byte, 0, frame.HeaderLen+len(chunk)-n)
+	if n < frame.HeaderLen {
 		tail = append(tail, s.hdr[n:]...)
 		tail = append(tail, chunk...)
 	} else {
-		tail = append(tail, chunk[n-frameHeaderLen:]...)
+		tail = append(tail, chunk[n-frame.HeaderLen:]...)
 	}
 	s.tail = tail
 }
@@ -251,7 +252,7 @@ func (s *hostStream) writeFailed(err error) error {
 		return fmt.Errorf("transport stream: %w", net.ErrClosed)
 	case errors.Is(err, core.ErrStreamAborted):
 		return err
-	case isTimeout(err):
+	case frame.IsTimeout(err):
 		return &net.OpError{Op: "write", Net: s.laddr.Network(), Addr: s.raddr, Err: os.ErrDeadlineExceeded}
 	}
 	// The plugin closed the connection: the peer aborted the stream, or
@@ -285,7 +286,7 @@ func (s *hostStream) CloseWrite() error {
 		return s.writeFailed(err)
 	}
 	if n, err := s.cw.Write(fin[:]); err != nil {
-		if n > 0 && isTimeout(err) {
+		if n > 0 && frame.IsTimeout(err) {
 			s.tail = append([]byte(nil), fin[n:]...)
 		}
 		return s.writeFailed(err)
@@ -364,7 +365,7 @@ func (s *hostStream) Abort() error {
 		// CloseWrite flushed and closed the coalescer: its flusher is
 		// gone and the connection sits at a frame boundary.
 		_ = s.c.SetWriteDeadline(time.Now().Add(abortWriteTimeout))
-		_ = writeControlFrame(s.c, frameReset, "aborted by the broker")
+		_ = frame.WriteControl(s.c, frame.Reset, "aborted by the broker")
 	}
 	_ = s.c.Close()
 	s.done()
@@ -396,6 +397,9 @@ func (s *hostStream) SetWriteDeadline(t time.Time) error {
 	s.cw.SetDeadline(t)
 	return nil
 }
+
+// fin is a FIN frame.
+var fin = [frame.HeaderLen]byte{frame.FIN}
 
 // netAddr is a net.Addr described by the plugin.
 type netAddr struct{ network, address string }

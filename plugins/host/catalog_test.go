@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fibrilgo/fibril/plugins"
 )
 
 const goodSHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" // sha256("test")
@@ -31,7 +33,7 @@ sha256 = "` + goodSHA + `"
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, ok := c.Lookup(KindCoordination, "etcd")
+	e, ok := c.Lookup(plugins.KindCoordination, "etcd")
 	if !ok {
 		t.Fatal("etcd not found")
 	}
@@ -41,14 +43,14 @@ sha256 = "` + goodSHA + `"
 	if e.SHA256 != goodSHA || strings.Join(e.Args, " ") != "--quiet -v" || e.Version != "1.2.0" {
 		t.Errorf("entry %+v", e)
 	}
-	if _, ok := c.Lookup(KindCoordination, "udp"); ok {
+	if _, ok := c.Lookup(plugins.KindCoordination, "udp"); ok {
 		t.Error("lookup ignores the kind")
 	}
-	if got := c.Names(KindTransport); len(got) != 1 || got[0] != "udp" {
+	if got := c.Names(plugins.KindTransport); len(got) != 1 || got[0] != "udp" {
 		t.Errorf("Names(transport) = %v", got)
 	}
 	var nilCat *Catalog
-	if _, ok := nilCat.Lookup(KindCoordination, "etcd"); ok || nilCat.Names(KindCoordination) != nil {
+	if _, ok := nilCat.Lookup(plugins.KindCoordination, "etcd"); ok || nilCat.Names(plugins.KindCoordination) != nil {
 		t.Error("a nil catalog is not empty")
 	}
 	if c, err := LoadCatalog(""); err != nil || len(c.Plugins) != 0 {

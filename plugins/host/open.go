@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/internal/contract"
 	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
@@ -27,11 +29,11 @@ var ErrUnknownPlugin = errors.New("unknown plugin")
 // dies it is restarted with backoff (100 ms doubling to 5 s), Configure is
 // sent again and the leases still held are re-attached by id; meanwhile
 // every call fails with an error wrapping core.ErrCoordinationUnavailable.
-// The result then also implements PluginHealth and LeaseAttacher. Closing
+// The result then also implements PluginHealth and core.LeaseAttacher. Closing
 // it stops the process.
 //
 // env.Logger is set from log when nil; log may be nil (slog.Default).
-func OpenCoordination(ctx context.Context, name string, env CoordinationEnv, catalog *Catalog, log *slog.Logger, opts ...Option) (core.Coordinator, error) {
+func OpenCoordination(ctx context.Context, name string, env plugins.CoordinationEnv, catalog *Catalog, log *slog.Logger, opts ...Option) (core.Coordinator, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -40,8 +42,8 @@ func OpenCoordination(ctx context.Context, name string, env CoordinationEnv, cat
 			return nil, fmt.Errorf("coordination %q: data dir: %w", name, err)
 		}
 	}
-	f, builtin := BuiltinCoordination(name)
-	e, err := resolvePlugin(KindCoordination, "coordination backend", name, builtin, BuiltinCoordinationNames(), catalog, log)
+	f, builtin := plugins.BuiltinCoordination(name)
+	e, err := resolvePlugin(plugins.KindCoordination, "coordination backend", name, builtin, plugins.BuiltinCoordinationNames(), catalog, log)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +53,7 @@ func OpenCoordination(ctx context.Context, name string, env CoordinationEnv, cat
 		}
 		return f(ctx, env)
 	}
-	return openExternalCoordination(ctx, e, env, log.With("plugin_kind", KindCoordination, "plugin", e.Name), applyOptions(opts))
+	return openExternalCoordination(ctx, e, env, log.With("plugin_kind", plugins.KindCoordination, "plugin", e.Name), applyOptions(opts))
 }
 
 // resolvePlugin finds what serves name among the plugins of kind. When
@@ -102,8 +104,8 @@ type externalCoordinator struct {
 }
 
 var (
-	_ PluginHealth  = (*externalCoordinator)(nil)
-	_ LeaseAttacher = (*externalCoordinator)(nil)
+	_ PluginHealth       = (*externalCoordinator)(nil)
+	_ core.LeaseAttacher = (*externalCoordinator)(nil)
 )
 
 // Health implements PluginHealth.
@@ -137,20 +139,41 @@ func unavailableAs(sentinel error, kind, name string) func(lastErr error) error 
 	}
 }
 
-func openExternalCoordination(ctx context.Context, e *CatalogEntry, env CoordinationEnv, log *slog.Logger, o options) (*externalCoordinator, error) {
+func openExternalCoordination(ctx context.Context, e *CatalogEntry, env plugins.CoordinationEnv, log *slog.Logger, o options) (*externalCoordinator, error) {
 	env.Logger = nil // the plugin logs through its stderr
 	sup := &supervisor{
-		kind: KindCoordination, entry: e, log: log, opts: o, m: metricsFor(o.reg),
-		kindPlugin: &coordPlugin{},
+		kind: plugins.KindCoordination, entry: e, log: log, opts: o, m: metricsFor(o.reg),
+		kindPlugin: &contract.Coordination{},
 	}
 	rc := newRemoteCoordinator(supervisedConnector[pluginpb.CoordinationClient]{sup})
 	sup.setup = func(ctx context.Context, kindClient any, apiVersion int) error {
 		return rc.setup(ctx, kindClient.(pluginpb.CoordinationClient), apiVersion, env)
 	}
-	sup.unavailable = unavailableAs(core.ErrCoordinationUnavailable, KindCoordination, e.Name)
+	sup.unavailable = unavailableAs(core.ErrCoordinationUnavailable, plugins.KindCoordination, e.Name)
 	if err := sup.start(ctx); err != nil {
 		rc.cancel()
 		return nil, err
 	}
 	return &externalCoordinator{remoteCoordinator: rc, sup: sup}, nil
+}
+
+// OpenTransport opens the transport called name (transport.backend): the
+// built-in registered under that name if there is one, else the
+// catalog's transport entry of that name, run as an external plugin.
+func OpenTransport(ctx context.Context, name string, env plugins.TransportEnv, catalog *Catalog, log *slog.Logger, opts ...Option) (core.Transport, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	f, builtin := plugins.BuiltinTransport(name)
+	e, err := resolvePlugin(plugins.KindTransport, "transport", name, builtin, plugins.BuiltinTransportNames(), catalog, log)
+	if err != nil {
+		return nil, err
+	}
+	if builtin {
+		if env.Logger == nil {
+			env.Logger = log.With("transport", name)
+		}
+		return f(ctx, env)
+	}
+	return openExternalTransport(ctx, e, env, log.With("plugin_kind", plugins.KindTransport, "plugin", e.Name), applyOptions(opts))
 }

@@ -1,4 +1,4 @@
-package plugins_test
+package host_test
 
 import (
 	"fmt"
@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/host"
 )
 
-// testPlugin is the testplugin binary (internal/testplugin), built once
+// testPlugin is the testplugin binary (plugins/internal/testplugin), built once
 // for the package's tests, and testPluginSHA its digest.
 var testPlugin, testPluginSHA string
 
@@ -26,13 +26,13 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	testPlugin = filepath.Join(dir, "testplugin")
-	build := exec.Command("go", "build", "-o", testPlugin, "./internal/testplugin")
+	build := exec.Command("go", "build", "-o", testPlugin, "github.com/fibrilgo/fibril/plugins/internal/testplugin")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build testplugin:", err)
 		return 1
 	}
-	if testPluginSHA, err = plugins.FileSHA256(testPlugin); err != nil {
+	if testPluginSHA, err = host.FileSHA256(testPlugin); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

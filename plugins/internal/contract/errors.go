@@ -1,4 +1,4 @@
-package plugins
+package contract
 
 import (
 	"context"
@@ -47,8 +47,9 @@ var sentinels = []struct {
 	{core.ErrStreamAborted, codes.Aborted, reasonStreamAborted},
 }
 
-// toStatus turns a backend error into the status the plugin answers.
-func toStatus(err error) error {
+// ToStatus turns a backend error into the status the plugin answers
+// (the SDK's servers).
+func ToStatus(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -77,11 +78,12 @@ func reasonStatus(code codes.Code, reason, msg string) error {
 	return st.Err()
 }
 
-// fromStatus turns an RPC error into the error the host's caller sees. A
+// FromStatus turns a coordination RPC error into the error the host's
+// caller sees. A
 // failure of the call itself (the plugin died, the connection broke) is
 // ErrCoordinationUnavailable; a cancelled or expired ctx stays the ctx's
 // error so callers can tell their own deadline from a backend refusal.
-func fromStatus(ctx context.Context, err error) error {
+func FromStatus(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -133,4 +135,38 @@ func fromStatus(ctx context.Context, err error) error {
 		return core.Errorf(core.ErrBadRequest, "%s", msg)
 	}
 	return fmt.Errorf("coordination plugin: %s", msg)
+}
+
+// RefusedError maps the failure of a Dial or OpenStream call: it always
+// wraps ErrPeerRefused (no stream exists), and also the context's error
+// when the caller's deadline or cancellation ended it.
+func RefusedError(ctx context.Context, what string, err error) error {
+	e := TransportFromStatus(ctx, err)
+	if errors.Is(e, core.ErrPeerRefused) {
+		return e
+	}
+	return fmt.Errorf("%w: %s: %w", core.ErrPeerRefused, what, e)
+}
+
+// TransportFromStatus turns a transport RPC error into a host-side error:
+// the sentinel the plugin named (ErrorReason), the caller's context error,
+// or ErrPeerRefused for a call that failed as such (the plugin died, the
+// connection broke).
+func TransportFromStatus(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return core.Errorf(core.ErrPeerRefused, "transport plugin: %v", err)
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*pluginpb.ErrorReason); ok {
+			return FromStatus(ctx, err)
+		}
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("transport plugin: %w", cerr)
+	}
+	return core.Errorf(core.ErrPeerRefused, "transport plugin: %s", st.Message())
 }

@@ -1,4 +1,4 @@
-package plugins_test
+package host_test
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"github.com/fibrilgo/fibril/core/memcoord"
 	"github.com/fibrilgo/fibril/core/metricstest"
 	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/host"
 	"github.com/fibrilgo/fibril/plugins/plugintest"
 )
 
@@ -67,29 +68,29 @@ func entry(name, command, sha string, args ...string) string {
 		name, command, strings.Join(quoted, ", "), sha)
 }
 
-func writeCatalog(t *testing.T, entries ...string) *plugins.Catalog {
+func writeCatalog(t *testing.T, entries ...string) *host.Catalog {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "catalog.toml")
 	if err := os.WriteFile(path, []byte(strings.Join(entries, "")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := plugins.LoadCatalog(path)
+	c, err := host.LoadCatalog(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-func open(t *testing.T, name string, env plugins.CoordinationEnv, cat *plugins.Catalog, opts ...plugins.Option) (core.Coordinator, error) {
+func open(t *testing.T, name string, env plugins.CoordinationEnv, cat *host.Catalog, opts ...host.Option) (core.Coordinator, error) {
 	t.Helper()
-	c, err := plugins.OpenCoordination(bounded(t, time.Minute), name, env, cat, testLog(t), opts...)
+	c, err := host.OpenCoordination(bounded(t, time.Minute), name, env, cat, testLog(t), opts...)
 	if err == nil {
 		t.Cleanup(func() { _ = c.Close() })
 	}
 	return c, err
 }
 
-func mustOpen(t *testing.T, name string, env plugins.CoordinationEnv, cat *plugins.Catalog, opts ...plugins.Option) core.Coordinator {
+func mustOpen(t *testing.T, name string, env plugins.CoordinationEnv, cat *host.Catalog, opts ...host.Option) core.Coordinator {
 	t.Helper()
 	c, err := open(t, name, env, cat, opts...)
 	if err != nil {
@@ -103,7 +104,7 @@ func mustOpen(t *testing.T, name string, env plugins.CoordinationEnv, cat *plugi
 // crosses the real go-plugin boundary and the state outlives the plugin
 // processes. Stop kills a member's process with SIGKILL and closes its
 // host side so that it is not restarted: a crash of that broker.
-func proxiedCluster(t *testing.T, n int, opts ...plugins.Option) *coordtest.Cluster {
+func proxiedCluster(t *testing.T, n int, opts ...host.Option) *coordtest.Cluster {
 	t.Helper()
 	store := memcoord.NewStore(memcoord.Options{MinTTL: 500 * time.Millisecond})
 	dir := plugintest.SocketDir(t)
@@ -119,7 +120,7 @@ func proxiedCluster(t *testing.T, n int, opts ...plugins.Option) *coordtest.Clus
 	}
 	cl.Stop = func(i int) {
 		c := cl.Members[i]
-		if pid := plugins.PluginPID(c); pid > 0 {
+		if pid := host.PluginPID(c); pid > 0 {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		_ = c.Close()
@@ -173,7 +174,7 @@ func TestOpenExternalAnswers(t *testing.T) {
 	if c.MinTTL() != 50*time.Millisecond {
 		t.Fatalf("MinTTL = %v, want the plugin's 50ms", c.MinTTL())
 	}
-	h, ok := c.(plugins.PluginHealth)
+	h, ok := c.(host.PluginHealth)
 	if !ok {
 		t.Fatal("external coordinator does not implement PluginHealth")
 	}
@@ -192,7 +193,7 @@ func TestChecksumMismatchRefused(t *testing.T) {
 	wrong := strings.Repeat("ab", 32)
 	cat := writeCatalog(t, entry("test", testPlugin, wrong))
 	_, err := open(t, "test", plugintest.Env(t, "node-1"), cat)
-	if !errors.Is(err, plugins.ErrChecksumMismatch) {
+	if !errors.Is(err, host.ErrChecksumMismatch) {
 		t.Fatalf("OpenCoordination: %v, want ErrChecksumMismatch", err)
 	}
 	for _, want := range []string{testPlugin, testPluginSHA, wrong, cat.Path} {
@@ -214,7 +215,7 @@ func TestChecksumVerifiedOnRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	cat := writeCatalog(t, entry("test", bin, testPluginSHA))
-	c := mustOpen(t, "test", plugintest.Env(t, "node-1"), cat, plugins.WithRestartBackoff(50*time.Millisecond, 200*time.Millisecond))
+	c := mustOpen(t, "test", plugintest.Env(t, "node-1"), cat, host.WithRestartBackoff(50*time.Millisecond, 200*time.Millisecond))
 	// Swap the file (rename keeps the running process's inode intact).
 	tmp := bin + ".new"
 	if err := os.WriteFile(tmp, append(data, 0), 0o755); err != nil {
@@ -223,13 +224,13 @@ func TestChecksumVerifiedOnRestart(t *testing.T) {
 	if err := os.Rename(tmp, bin); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(plugins.PluginPID(c), syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(host.PluginPID(c), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	h := c.(plugins.PluginHealth)
+	h := c.(host.PluginHealth)
 	waitFor(t, 20*time.Second, "a refused restart", func() bool {
 		_, _, lastErr := h.Health()
-		return errors.Is(lastErr, plugins.ErrChecksumMismatch)
+		return errors.Is(lastErr, host.ErrChecksumMismatch)
 	})
 	if _, err := c.Get(bounded(t, 10*time.Second), "k"); !errors.Is(err, core.ErrCoordinationUnavailable) {
 		t.Fatalf("Get while the plugin cannot start: %v, want ErrCoordinationUnavailable", err)
@@ -239,7 +240,7 @@ func TestChecksumVerifiedOnRestart(t *testing.T) {
 func TestIncompatibleAPIVersionRefused(t *testing.T) {
 	cat := writeCatalog(t, entry("test", testPlugin, testPluginSHA, "--api-versions=99"))
 	_, err := open(t, "test", plugintest.Env(t, "node-1"), cat)
-	if !errors.Is(err, plugins.ErrIncompatibleAPIVersion) {
+	if !errors.Is(err, host.ErrIncompatibleAPIVersion) {
 		t.Fatalf("OpenCoordination: %v, want ErrIncompatibleAPIVersion", err)
 	}
 	msg := err.Error()
@@ -261,7 +262,7 @@ func TestAPIVersionNegotiatedDown(t *testing.T) {
 func TestUnknownBackend(t *testing.T) {
 	cat := writeCatalog(t, entry("alpha", testPlugin, testPluginSHA), entry("beta", testPlugin, testPluginSHA))
 	_, err := open(t, "gamma", plugintest.Env(t, "node-1"), cat)
-	if !errors.Is(err, plugins.ErrUnknownPlugin) {
+	if !errors.Is(err, host.ErrUnknownPlugin) {
 		t.Fatalf("err = %v, want ErrUnknownPlugin", err)
 	}
 	for _, want := range []string{`"gamma"`, "alpha, beta", cat.Path, "built-ins: "} {
@@ -270,7 +271,7 @@ func TestUnknownBackend(t *testing.T) {
 		}
 	}
 	_, err = open(t, "gamma", plugintest.Env(t, "node-1"), nil)
-	if !errors.Is(err, plugins.ErrUnknownPlugin) || !strings.Contains(err.Error(), "plugins.catalog") {
+	if !errors.Is(err, host.ErrUnknownPlugin) || !strings.Contains(err.Error(), "plugins.catalog") {
 		t.Fatalf("without a catalog: %v", err)
 	}
 }
@@ -288,7 +289,7 @@ func TestBuiltinWinsOverCatalog(t *testing.T) {
 	})
 	cat := writeCatalog(t, entry("mem-builtin", testPlugin, testPluginSHA))
 	c := mustOpen(t, "mem-builtin", plugintest.Env(t, "node-1"), cat)
-	if _, ok := c.(plugins.PluginHealth); ok {
+	if _, ok := c.(host.PluginHealth); ok {
 		t.Fatal("the catalog entry was used instead of the built-in")
 	}
 }
@@ -298,7 +299,7 @@ func TestBuiltinWinsOverCatalog(t *testing.T) {
 // keys (re-attached), and the restart is counted.
 func TestRestartAfterKill(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	cl := proxiedCluster(t, 1, plugins.WithRegisterer(reg), plugins.WithRestartBackoff(300*time.Millisecond, time.Second))
+	cl := proxiedCluster(t, 1, host.WithRegisterer(reg), host.WithRestartBackoff(300*time.Millisecond, time.Second))
 	c := cl.Members[0]
 	ctx := bounded(t, time.Minute)
 	l, err := c.GrantLease(ctx, 10*time.Second)
@@ -309,7 +310,7 @@ func TestRestartAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantMetric(t, reg, "fibril_plugin_up", 1)
-	pid := plugins.PluginPID(c)
+	pid := host.PluginPID(c)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -326,10 +327,10 @@ func TestRestartAfterKill(t *testing.T) {
 	if !sawDown {
 		t.Fatal("no call failed with ErrCoordinationUnavailable while the plugin was dead")
 	}
-	if p := plugins.PluginPID(c); p == pid || p == 0 {
+	if p := host.PluginPID(c); p == pid || p == 0 {
 		t.Fatalf("plugin pid %d after restart (was %d)", p, pid)
 	}
-	up, restarts, lastErr := c.(plugins.PluginHealth).Health()
+	up, restarts, lastErr := c.(host.PluginHealth).Health()
 	if !up || restarts < 1 || lastErr == nil {
 		t.Fatalf("Health = %v %d %v, want up after ≥1 restart with the exit as last error", up, restarts, lastErr)
 	}
@@ -355,13 +356,13 @@ func TestRestartLosesUnattachableLease(t *testing.T) {
 	cat := writeCatalog(t, entry("test", testPlugin, testPluginSHA))
 	env := plugintest.Env(t, "node-1")
 	env.Config["min_ttl_ms"] = "1000"
-	c := mustOpen(t, "test", env, cat, plugins.WithRestartBackoff(50*time.Millisecond, 200*time.Millisecond))
+	c := mustOpen(t, "test", env, cat, host.WithRestartBackoff(50*time.Millisecond, 200*time.Millisecond))
 	ctx := bounded(t, time.Minute)
 	l, err := c.GrantLease(ctx, 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(plugins.PluginPID(c), syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(host.PluginPID(c), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -378,7 +379,7 @@ func TestRestartLosesUnattachableLease(t *testing.T) {
 }
 
 func TestDescribe(t *testing.T) {
-	info, err := plugins.Describe(bounded(t, 30*time.Second), testPlugin, []string{"--name=described", "--version=1.2.3"}, testLog(t))
+	info, err := host.Describe(bounded(t, 30*time.Second), testPlugin, []string{"--name=described", "--version=1.2.3"}, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,11 +393,11 @@ func TestDescribe(t *testing.T) {
 		t.Fatalf("config schema %+v", info.Config)
 	}
 	// A plugin this broker cannot use is still described.
-	info, err = plugins.Describe(bounded(t, 30*time.Second), testPlugin, []string{"--api-versions=99"}, nil)
+	info, err = host.Describe(bounded(t, 30*time.Second), testPlugin, []string{"--api-versions=99"}, nil)
 	if err != nil || fmt.Sprint(info.APIVersions) != "[99]" {
 		t.Fatalf("describe of a v99 plugin: %+v, %v", info, err)
 	}
-	if _, err := plugins.Describe(bounded(t, 30*time.Second), "/bin/true", nil, nil); err == nil {
+	if _, err := host.Describe(bounded(t, 30*time.Second), "/bin/true", nil, nil); err == nil {
 		t.Fatal("describing a non-plugin succeeded")
 	}
 }

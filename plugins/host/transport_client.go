@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"context"
@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/internal/contract"
+	"github.com/fibrilgo/fibril/plugins/internal/frame"
 	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
@@ -80,7 +82,7 @@ type remoteTransport struct {
 	// env is what Configure sends; after the first Configure its Bind is
 	// pinned to the bound address when it asked for any port, so that a
 	// restarted plugin listens where peers were told to dial.
-	env  TransportEnv
+	env  plugins.TransportEnv
 	addr net.Addr
 
 	accepted chan core.Stream
@@ -101,7 +103,7 @@ var (
 	_ TransportStatser = (*remoteTransport)(nil)
 )
 
-func newRemoteTransport(conn transportConnector, env TransportEnv, log *slog.Logger) *remoteTransport {
+func newRemoteTransport(conn transportConnector, env plugins.TransportEnv, log *slog.Logger) *remoteTransport {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -123,7 +125,7 @@ func newRemoteTransport(conn transportConnector, env TransportEnv, log *slog.Log
 // server but leaves conn open. plugintest uses it to run a transport
 // through the protocol without a process. The result also implements
 // TransportStatser.
-func ConnectTransport(ctx context.Context, conn grpc.ClientConnInterface, env TransportEnv) (core.Transport, error) {
+func ConnectTransport(ctx context.Context, conn grpc.ClientConnInterface, env plugins.TransportEnv) (core.Transport, error) {
 	c := pluginpb.NewTransportClient(conn)
 	r := newRemoteTransport(staticTransportConnector{c}, env, env.Logger)
 	if err := r.setup(ctx, c, core.TransportAPIVersion); err != nil {
@@ -142,7 +144,7 @@ func (r *remoteTransport) setup(ctx context.Context, c pluginpb.TransportClient,
 	}
 	resp, err := c.Configure(ctx, &pluginpb.TransportConfigureRequest{EnvJson: data, ApiVersion: int32(apiVersion)})
 	if err != nil {
-		return fmt.Errorf("transport plugin: configure: %w", transportFromStatus(ctx, err))
+		return fmt.Errorf("transport plugin: configure: %w", contract.TransportFromStatus(ctx, err))
 	}
 	if resp.GetDataSocket() == "" {
 		return errors.New("transport plugin: configure: no data socket in the answer")
@@ -231,7 +233,7 @@ func (r *remoteTransport) acceptLoop(s *transportSession) {
 // claim connects to the session's data socket, presents the stream's
 // token and returns the stream.
 func (r *remoteTransport) claim(ctx context.Context, s *transportSession, info *pluginpb.TransportStreamInfo, l *remoteLink) (core.Stream, error) {
-	if len(info.GetToken()) != tokenLen {
+	if len(info.GetToken()) != frame.TokenLen {
 		return nil, fmt.Errorf("transport plugin: announced a %d byte token", len(info.GetToken()))
 	}
 	d := net.Dialer{Timeout: claimDialTimeout}
@@ -300,7 +302,7 @@ func (r *remoteTransport) Dial(ctx context.Context, peer core.Peer) (core.Link, 
 	}
 	resp, err := s.client.Dial(ctx, &pluginpb.TransportDialRequest{PeerId: string(peer.ID), PeerAddr: peer.Addr})
 	if err != nil {
-		return nil, refusedError(ctx, "dial", err)
+		return nil, contract.RefusedError(ctx, "dial", err)
 	}
 	l := &remoteLink{r: r, peer: peer, gen: s.gen, id: resp.GetLinkId(), streams: make(map[*hostStream]struct{})}
 	r.mu.Lock()
@@ -373,7 +375,7 @@ func (r *remoteTransport) TransportStats(ctx context.Context) (TransportStats, e
 	}
 	resp, err := s.client.Stats(ctx, &pluginpb.TransportStatsRequest{})
 	if err != nil {
-		return TransportStats{}, transportFromStatus(ctx, err)
+		return TransportStats{}, contract.TransportFromStatus(ctx, err)
 	}
 	return TransportStats{
 		StreamsOpenIn: resp.GetStreamsOpenIn(), StreamsOpenOut: resp.GetStreamsOpenOut(),
@@ -417,7 +419,7 @@ func (l *remoteLink) OpenStream(ctx context.Context) (core.Stream, error) {
 	}
 	info, err := s.client.OpenStream(ctx, &pluginpb.TransportOpenStreamRequest{LinkId: id})
 	if err != nil {
-		return nil, refusedError(ctx, "open stream", err)
+		return nil, contract.RefusedError(ctx, "open stream", err)
 	}
 	hs, err := l.r.claim(ctx, s, info, l)
 	if err != nil {
@@ -445,7 +447,7 @@ func (l *remoteLink) linkIn(ctx context.Context, s *transportSession) (string, e
 	}
 	resp, err := s.client.Dial(ctx, &pluginpb.TransportDialRequest{PeerId: string(l.peer.ID), PeerAddr: l.peer.Addr})
 	if err != nil {
-		return "", refusedError(ctx, "dial", err)
+		return "", contract.RefusedError(ctx, "dial", err)
 	}
 	l.r.mu.Lock()
 	l.gen, l.id = s.gen, resp.GetLinkId()
@@ -480,40 +482,6 @@ func (l *remoteLink) Close() error {
 		}
 	}
 	return nil
-}
-
-// refusedError maps the failure of a Dial or OpenStream call: it always
-// wraps ErrPeerRefused (no stream exists), and also the context's error
-// when the caller's deadline or cancellation ended it.
-func refusedError(ctx context.Context, what string, err error) error {
-	e := transportFromStatus(ctx, err)
-	if errors.Is(e, core.ErrPeerRefused) {
-		return e
-	}
-	return fmt.Errorf("%w: %s: %w", core.ErrPeerRefused, what, e)
-}
-
-// transportFromStatus turns an RPC error into a host-side error: the
-// sentinel the plugin named (ErrorReason), the caller's context error, or
-// ErrPeerRefused for a call that failed as such (the plugin died, the
-// connection broke).
-func transportFromStatus(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return core.Errorf(core.ErrPeerRefused, "transport plugin: %v", err)
-	}
-	for _, d := range st.Details() {
-		if _, ok := d.(*pluginpb.ErrorReason); ok {
-			return fromStatus(ctx, err)
-		}
-	}
-	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("transport plugin: %w", cerr)
-	}
-	return core.Errorf(core.ErrPeerRefused, "transport plugin: %s", st.Message())
 }
 
 // addrFromProto is the net.Addr a plugin described (nil: absent).

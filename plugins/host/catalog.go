@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/fibrilgo/fibril/plugins"
 )
 
 // ErrChecksumMismatch is wrapped by the error that refuses to launch a
@@ -76,10 +78,10 @@ type rawEntry struct {
 var (
 	namePattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 	sha256Pattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	catalogKinds  = []string{KindCoordination, KindTransport}
+	catalogKinds  = []string{plugins.KindCoordination, plugins.KindTransport}
 	// reservedNames are values of coordination.backend / transport.backend
 	// that never name a plugin.
-	reservedNames = map[string][]string{KindCoordination: {"none"}}
+	reservedNames = map[string][]string{plugins.KindCoordination: {"none"}}
 )
 
 // LoadCatalog reads and validates the catalog file at path. An empty path

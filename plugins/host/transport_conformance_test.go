@@ -1,4 +1,4 @@
-package plugins_test
+package host_test
 
 import (
 	"context"

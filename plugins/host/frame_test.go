@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"bytes"
@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/plugins/internal/frame"
 )
 
-// frame encodes one frame.
-func frame(typ byte, payload []byte) []byte {
-	b := make([]byte, frameHeaderLen+len(payload))
-	putFrameHeader(b, typ, len(payload))
-	copy(b[frameHeaderLen:], payload)
+// encodeFrame encodes one frame.
+func encodeFrame(typ byte, payload []byte) []byte {
+	b := make([]byte, frame.HeaderLen+len(payload))
+	frame.PutHeader(b, typ, len(payload))
+	copy(b[frame.HeaderLen:], payload)
 	return b
 }
 
@@ -24,29 +25,29 @@ func frame(typ byte, payload []byte) []byte {
 // whether FIN and RESET were seen, and the error. Bounded: every frame
 // consumes at least a header.
 func decodeAll(t testing.TB, data []byte) (out []byte, fins, resets int, err error) {
-	fr := newFrameReader(bytes.NewReader(data))
+	fr := frame.NewReader(bytes.NewReader(data))
 	buf := make([]byte, 7) // small, so payloads arrive piecewise
-	for range len(data)/frameHeaderLen + 1 {
-		typ, n, reason, err := fr.next()
+	for range len(data)/frame.HeaderLen + 1 {
+		typ, n, reason, err := fr.Next()
 		if err != nil {
 			return out, fins, resets, err
 		}
 		switch typ {
-		case frameData:
-			if n > maxFramePayload {
+		case frame.Data:
+			if n > frame.MaxPayload {
 				t.Fatalf("DATA of %d bytes accepted", n)
 			}
-			for fr.remaining > 0 {
-				m, err := fr.readData(buf)
+			for fr.Remaining() > 0 {
+				m, err := fr.ReadData(buf)
 				out = append(out, buf[:m]...)
 				if err != nil {
 					return out, fins, resets, err
 				}
 			}
-		case frameFIN:
+		case frame.FIN:
 			fins++
-		case frameReset:
-			if len(reason) > maxResetReason {
+		case frame.Reset:
+			if len(reason) > frame.MaxResetReason {
 				t.Fatalf("reason of %d bytes accepted", len(reason))
 			}
 			resets++
@@ -59,38 +60,38 @@ func decodeAll(t testing.TB, data []byte) (out []byte, fins, resets int, err err
 
 func TestFrameRoundTrip(t *testing.T) {
 	var in bytes.Buffer
-	in.Write(frame(frameData, []byte("hello ")))
-	in.Write(frame(frameData, nil))
-	in.Write(frame(frameData, bytes.Repeat([]byte("x"), maxFramePayload)))
-	in.Write(frame(frameFIN, nil))
-	in.Write(frame(frameReset, []byte("why")))
+	in.Write(encodeFrame(frame.Data, []byte("hello ")))
+	in.Write(encodeFrame(frame.Data, nil))
+	in.Write(encodeFrame(frame.Data, bytes.Repeat([]byte("x"), frame.MaxPayload)))
+	in.Write(encodeFrame(frame.FIN, nil))
+	in.Write(encodeFrame(frame.Reset, []byte("why")))
 	out, fins, resets, err := decodeAll(t, in.Bytes())
-	if !errors.Is(err, io.EOF) || fins != 1 || resets != 1 || len(out) != 6+maxFramePayload || string(out[:6]) != "hello " {
+	if !errors.Is(err, io.EOF) || fins != 1 || resets != 1 || len(out) != 6+frame.MaxPayload || string(out[:6]) != "hello " {
 		t.Fatalf("decoded %d bytes, %d FIN, %d RESET, %v", len(out), fins, resets, err)
 	}
 }
 
 func TestFrameMalformed(t *testing.T) {
-	big := frame(frameData, nil)
-	putFrameHeader(big, frameData, maxFramePayload+1)
-	longFIN := frame(frameFIN, []byte("x"))
-	longReset := frame(frameReset, nil)
-	putFrameHeader(longReset, frameReset, maxResetReason+1)
+	big := encodeFrame(frame.Data, nil)
+	frame.PutHeader(big, frame.Data, frame.MaxPayload+1)
+	longFIN := encodeFrame(frame.FIN, []byte("x"))
+	longReset := encodeFrame(frame.Reset, nil)
+	frame.PutHeader(longReset, frame.Reset, frame.MaxResetReason+1)
 	for name, data := range map[string][]byte{
 		"oversized DATA":  big,
 		"FIN payload":     longFIN,
 		"oversized RESET": longReset,
-		"unknown type":    frame(9, nil),
-		"zero type":       make([]byte, frameHeaderLen),
+		"unknown type":    encodeFrame(9, nil),
+		"zero type":       make([]byte, frame.HeaderLen),
 	} {
-		if _, _, _, err := decodeAll(t, data); !errors.Is(err, errMalformedFrame) {
-			t.Errorf("%s: %v, want errMalformedFrame", name, err)
+		if _, _, _, err := decodeAll(t, data); !errors.Is(err, frame.ErrMalformed) {
+			t.Errorf("%s: %v, want frame.ErrMalformed", name, err)
 		}
 	}
 	for name, data := range map[string][]byte{
-		"short header":  {frameData, 0, 0},
-		"short payload": frame(frameData, []byte("abc"))[:frameHeaderLen+1],
-		"short reason":  frame(frameReset, []byte("abc"))[:frameHeaderLen+1],
+		"short header":  {frame.Data, 0, 0},
+		"short payload": encodeFrame(frame.Data, []byte("abc"))[:frame.HeaderLen+1],
+		"short reason":  encodeFrame(frame.Reset, []byte("abc"))[:frame.HeaderLen+1],
 	} {
 		if _, _, _, err := decodeAll(t, data); !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("%s: %v, want io.ErrUnexpectedEOF", name, err)
@@ -125,17 +126,17 @@ func readStream(t testing.TB, data []byte) ([]byte, error) {
 // The reader's end says how the stream ended: io.EOF only after FIN, an
 // abort after RESET, a lost connection or garbage.
 func TestHostStreamEnds(t *testing.T) {
-	ok := append(frame(frameData, []byte("abc")), frame(frameFIN, nil)...)
+	ok := append(encodeFrame(frame.Data, []byte("abc")), encodeFrame(frame.FIN, nil)...)
 	if out, err := readStream(t, ok); err != io.EOF || string(out) != "abc" {
 		t.Fatalf("FIN: %q, %v", out, err)
 	}
 	for name, data := range map[string][]byte{
-		"RESET":       append(frame(frameData, []byte("abc")), frame(frameReset, []byte("peer gone"))...),
-		"lost":        frame(frameData, []byte("abc")),
-		"cut":         frame(frameData, []byte("abc"))[:6],
-		"garbage":     append(frame(frameData, []byte("abc")), 0xff, 1, 2, 3, 4),
+		"RESET":       append(encodeFrame(frame.Data, []byte("abc")), encodeFrame(frame.Reset, []byte("peer gone"))...),
+		"lost":        encodeFrame(frame.Data, []byte("abc")),
+		"cut":         encodeFrame(frame.Data, []byte("abc"))[:6],
+		"garbage":     append(encodeFrame(frame.Data, []byte("abc")), 0xff, 1, 2, 3, 4),
 		"nothing":     nil,
-		"bytes after": append(frame(frameData, []byte("abc")), 1),
+		"bytes after": append(encodeFrame(frame.Data, []byte("abc")), 1),
 	} {
 		out, err := readStream(t, data)
 		if !errors.Is(err, core.ErrStreamAborted) {
@@ -156,11 +157,11 @@ func TestHostStreamDeadlineKeepsFraming(t *testing.T) {
 	s := newHostStream(b, "", nil, nil, nil)
 	defer s.Close()
 	defer a.Close() // first: the FIN of Close then fails at once
-	data := append(frame(frameData, []byte("hello")), frame(frameFIN, nil)...)
+	data := append(encodeFrame(frame.Data, []byte("hello")), encodeFrame(frame.FIN, nil)...)
 	go func() { _, _ = a.Write(data[:3]) }() // half a header
 	_ = s.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	buf := make([]byte, 10)
-	if _, err := s.Read(buf); !isTimeout(err) || errors.Is(err, core.ErrStreamAborted) {
+	if _, err := s.Read(buf); !frame.IsTimeout(err) || errors.Is(err, core.ErrStreamAborted) {
 		t.Fatalf("Read past the deadline: %v, want a timeout", err)
 	}
 	go func() { _, _ = a.Write(data[3:]) }()
@@ -196,16 +197,16 @@ func TestHostStreamWriteDeadlineKeepsFraming(t *testing.T) {
 			return
 		}
 		<-partial
-		fr := newFrameReader(io.MultiReader(bytes.NewReader(prefix), a))
+		fr := frame.NewReader(io.MultiReader(bytes.NewReader(prefix), a))
 		var out []byte
 		buf := make([]byte, 4096)
 		for range 100000 {
-			typ, _, _, err := fr.next()
-			if err != nil || typ == frameFIN {
+			typ, _, _, err := fr.Next()
+			if err != nil || typ == frame.FIN {
 				break
 			}
-			for fr.remaining > 0 {
-				n, err := fr.readData(buf)
+			for fr.Remaining() > 0 {
+				n, err := fr.ReadData(buf)
 				out = append(out, buf[:n]...)
 				if err != nil {
 					break
@@ -216,7 +217,7 @@ func TestHostStreamWriteDeadlineKeepsFraming(t *testing.T) {
 	}()
 	_ = s.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
 	n, err := s.Write(payload)
-	if !isTimeout(err) || n >= len(payload) || errors.Is(err, core.ErrStreamAborted) {
+	if !frame.IsTimeout(err) || n >= len(payload) || errors.Is(err, core.ErrStreamAborted) {
 		t.Fatalf("stalled Write: %d of %d, %v; want a timeout", n, len(payload), err)
 	}
 	close(partial)
@@ -244,10 +245,10 @@ func TestHostStreamWriteDeadlineKeepsFraming(t *testing.T) {
 // host stream: nothing panics, limits hold, and io.EOF comes only after a
 // FIN.
 func FuzzTransportFrames(f *testing.F) {
-	f.Add(append(frame(frameData, []byte("abc")), frame(frameFIN, nil)...))
-	f.Add(frame(frameReset, []byte("reason")))
-	f.Add([]byte{frameData, 0xff, 0xff, 0xff, 0xff})
-	f.Add([]byte{frameReset, 0, 0, 4, 1})
+	f.Add(append(encodeFrame(frame.Data, []byte("abc")), encodeFrame(frame.FIN, nil)...))
+	f.Add(encodeFrame(frame.Reset, []byte("reason")))
+	f.Add([]byte{frame.Data, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{frame.Reset, 0, 0, 4, 1})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, fins, _, _ := decodeAll(t, data)

@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/internal/contract"
 	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
@@ -56,8 +58,8 @@ type remoteCoordinator struct {
 }
 
 var (
-	_ core.Coordinator = (*remoteCoordinator)(nil)
-	_ LeaseAttacher    = (*remoteCoordinator)(nil)
+	_ core.Coordinator   = (*remoteCoordinator)(nil)
+	_ core.LeaseAttacher = (*remoteCoordinator)(nil)
 )
 
 func newRemoteCoordinator(conn connector) *remoteCoordinator {
@@ -76,8 +78,8 @@ func newRemoteCoordinator(conn connector) *remoteCoordinator {
 // sends Close to the server but leaves conn open. Plugin authors rarely
 // need it: plugintest uses it to run a backend through the protocol
 // without a process, and a plugin can use it to proxy to another server.
-// The result also implements LeaseAttacher.
-func ConnectCoordination(ctx context.Context, conn grpc.ClientConnInterface, env CoordinationEnv) (core.Coordinator, error) {
+// The result also implements core.LeaseAttacher.
+func ConnectCoordination(ctx context.Context, conn grpc.ClientConnInterface, env plugins.CoordinationEnv) (core.Coordinator, error) {
 	c := pluginpb.NewCoordinationClient(conn)
 	r := newRemoteCoordinator(staticConnector{c})
 	if err := r.setup(ctx, c, core.CoordinationAPIVersion, env); err != nil {
@@ -91,17 +93,17 @@ func ConnectCoordination(ctx context.Context, conn grpc.ClientConnInterface, env
 // MinTTL, and re-attaching every lease still held. A lease the new
 // process cannot attach is lost (its Done closes); a failure to reach the
 // backend leaves the lease alone, and the next Renew attaches it lazily.
-func (r *remoteCoordinator) setup(ctx context.Context, c pluginpb.CoordinationClient, apiVersion int, env CoordinationEnv) error {
+func (r *remoteCoordinator) setup(ctx context.Context, c pluginpb.CoordinationClient, apiVersion int, env plugins.CoordinationEnv) error {
 	data, err := json.Marshal(env)
 	if err != nil {
 		return fmt.Errorf("coordination plugin: encode environment: %w", err)
 	}
 	if _, err := c.Configure(ctx, &pluginpb.ConfigureRequest{EnvJson: data, ApiVersion: int32(apiVersion)}); err != nil {
-		return fmt.Errorf("coordination plugin: configure: %w", fromStatus(ctx, err))
+		return fmt.Errorf("coordination plugin: configure: %w", contract.FromStatus(ctx, err))
 	}
 	resp, err := c.MinTTL(ctx, &pluginpb.MinTTLRequest{})
 	if err != nil {
-		return fmt.Errorf("coordination plugin: MinTTL: %w", fromStatus(ctx, err))
+		return fmt.Errorf("coordination plugin: MinTTL: %w", contract.FromStatus(ctx, err))
 	}
 	r.minTTL.Store(resp.GetTtlNanos())
 	r.mu.Lock()
@@ -113,7 +115,7 @@ func (r *remoteCoordinator) setup(ctx context.Context, c pluginpb.CoordinationCl
 	for _, l := range held {
 		sent := time.Now()
 		_, err := c.AttachLease(ctx, &pluginpb.LeaseRequest{Id: l.id})
-		switch err = fromStatus(ctx, err); {
+		switch err = contract.FromStatus(ctx, err); {
 		case err == nil:
 			l.extend(sent)
 		case errors.Is(err, core.ErrLeaseLost):
@@ -127,7 +129,7 @@ func (r *remoteCoordinator) setup(ctx context.Context, c pluginpb.CoordinationCl
 // plugin under it reports ErrClosed, as the contract wants of calls that
 // Close unblocks, rather than a transient unavailability.
 func (r *remoteCoordinator) failed(ctx context.Context, err error) error {
-	err = fromStatus(ctx, err)
+	err = contract.FromStatus(ctx, err)
 	if err != nil && r.closed.Load() && !errors.Is(err, core.ErrClosed) && ctx.Err() == nil {
 		return fmt.Errorf("%w (%v)", core.ErrClosed, err)
 	}
@@ -226,7 +228,7 @@ func (r *remoteCoordinator) GrantLease(ctx context.Context, ttl time.Duration) (
 	return r.track(resp, sent), nil
 }
 
-// AttachLease implements LeaseAttacher by asking the server to attach id.
+// AttachLease implements core.LeaseAttacher by asking the server to attach id.
 func (r *remoteCoordinator) AttachLease(ctx context.Context, id string) (core.Lease, error) {
 	c, err := r.client()
 	if err != nil {
@@ -341,7 +343,7 @@ func (r *remoteCoordinator) Close() error {
 	if c, cerr := r.conn.client(); cerr == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		_, err = c.Close(ctx, &pluginpb.CloseRequest{})
-		err = fromStatus(ctx, err)
+		err = contract.FromStatus(ctx, err)
 		cancel()
 		if errors.Is(err, core.ErrClosed) || errors.Is(err, core.ErrCoordinationUnavailable) {
 			err = nil // nothing left to close
@@ -560,4 +562,9 @@ func (l *remoteLeadership) Resign(ctx context.Context) error {
 	}
 	l.markLost()
 	return nil
+}
+
+// kvFromProto is the core.KV a plugin answered.
+func kvFromProto(p *pluginpb.KV) core.KV {
+	return core.KV{Key: p.GetKey(), Value: p.GetValue(), Version: p.GetVersion(), Lease: p.GetLease()}
 }

@@ -1,4 +1,4 @@
-package plugins_test
+package host_test
 
 import (
 	"errors"
@@ -15,6 +15,7 @@ import (
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/metricstest"
 	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/host"
 )
 
 // buildTCPWrap builds contrib/transport-tcpwrap into the test's temporary
@@ -26,7 +27,7 @@ func buildTCPWrap(t *testing.T) (path, sha string) {
 	if err != nil {
 		t.Fatalf("build tcpwrap: %v\n%s", err, out)
 	}
-	if sha, err = plugins.FileSHA256(path); err != nil {
+	if sha, err = host.FileSHA256(path); err != nil {
 		t.Fatal(err)
 	}
 	return path, sha
@@ -36,9 +37,9 @@ func transportEntry(name, command, sha string) string {
 	return fmt.Sprintf("[[plugin]]\nkind = \"transport\"\nname = %q\nversion = \"0.1.0\"\ncommand = %q\nsha256 = %q\n\n", name, command, sha)
 }
 
-func openTransport(t *testing.T, node string, cat *plugins.Catalog, opts ...plugins.Option) core.Transport {
+func openTransport(t *testing.T, node string, cat *host.Catalog, opts ...host.Option) core.Transport {
 	t.Helper()
-	tr, err := plugins.OpenTransport(bounded(t, time.Minute), "tcpwrap", tcpEnv(t, node), cat, testLog(t), opts...)
+	tr, err := host.OpenTransport(bounded(t, time.Minute), "tcpwrap", tcpEnv(t, node), cat, testLog(t), opts...)
 	if err != nil {
 		t.Fatalf("OpenTransport(%s): %v", node, err)
 	}
@@ -56,15 +57,15 @@ func TestTransportPluginProcess(t *testing.T) {
 		t.Skip("builds and starts plugin processes")
 	}
 	bin, sha := buildTCPWrap(t)
-	if _, err := plugins.Describe(bounded(t, 30*time.Second), bin, nil, nil); err != nil {
+	if _, err := host.Describe(bounded(t, 30*time.Second), bin, nil, nil); err != nil {
 		t.Fatalf("describe: %v", err)
 	}
 	cat := writeCatalog(t, transportEntry("tcpwrap", bin, sha))
 	reg := prometheus.NewRegistry()
-	a := openTransport(t, "node-a", cat, plugins.WithRegisterer(reg), plugins.WithRestartBackoff(time.Second, 2*time.Second))
+	a := openTransport(t, "node-a", cat, host.WithRegisterer(reg), host.WithRestartBackoff(time.Second, 2*time.Second))
 	b := openTransport(t, "node-b", cat)
 	ctx := bounded(t, 2*time.Minute)
-	if h, ok := a.(plugins.PluginHealth); !ok {
+	if h, ok := a.(host.PluginHealth); !ok {
 		t.Fatal("external transport does not implement PluginHealth")
 	} else if up, restarts, lastErr := h.Health(); !up || restarts != 0 || lastErr != nil {
 		t.Fatalf("Health = %v %d %v", up, restarts, lastErr)
@@ -114,7 +115,7 @@ func TestTransportPluginProcess(t *testing.T) {
 		s, err := a.Accept(ctx)
 		accepted <- acceptResult{s, err}
 	}()
-	pid := plugins.TransportPluginPID(a)
+	pid := host.TransportPluginPID(a)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestTransportPluginProcess(t *testing.T) {
 	}
 	// The supervisor notices within its poll interval and waits a second
 	// before relaunching: calls meanwhile are refused, saying why.
-	h := a.(plugins.PluginHealth)
+	h := a.(host.PluginHealth)
 	waitFor(t, 30*time.Second, "the plugin reported down", func() bool {
 		up, _, _ := h.Health()
 		return !up
@@ -145,7 +146,7 @@ func TestTransportPluginProcess(t *testing.T) {
 		t.Fatalf("OpenStream after the restart: %v", err)
 	}
 	defer s.Close()
-	if p := plugins.TransportPluginPID(a); p == pid || p == 0 {
+	if p := host.TransportPluginPID(a); p == pid || p == 0 {
 		t.Fatalf("plugin pid %d after the restart (was %d)", p, pid)
 	}
 	if a.Addr().String() != addr {

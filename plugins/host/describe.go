@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 
+	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/internal/contract"
 	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
@@ -30,29 +32,29 @@ func Describe(ctx context.Context, path string, args []string, log *slog.Logger)
 	}
 	versions := map[int]plugin.PluginSet{}
 	for v := 1; v <= describeVersions; v++ {
-		versions[v] = plugin.PluginSet{infoPluginName: &infoPlugin{}}
+		versions[v] = plugin.PluginSet{contract.InfoPluginName: &contract.Info{}}
 	}
 	cmd := exec.Command(path, args...)
-	cmd.Env = []string{EnvLogLevel + "=" + levelName(lowestLevel(log))}
+	cmd.Env = []string{contract.EnvLogLevel + "=" + contract.LevelName(lowestLevel(log))}
 	start := 30 * time.Second
 	if d, ok := ctx.Deadline(); ok {
 		start = max(time.Until(d), time.Millisecond)
 	}
 	pc := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  handshake,
+		HandshakeConfig:  contract.Handshake,
 		VersionedPlugins: versions,
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		StartTimeout:     start,
-		Logger:           newHCLogBridge(log),
+		Logger:           plugins.HCLog(log, ""),
 	})
 	defer pc.Kill()
 	rpc, err := pc.Client()
 	if err != nil {
 		return PluginInfo{}, fmt.Errorf("start %s: %w (is it a Fibril plugin binary?)", path, err)
 	}
-	raw, err := rpc.Dispense(infoPluginName)
+	raw, err := rpc.Dispense(contract.InfoPluginName)
 	if err != nil {
 		return PluginInfo{}, fmt.Errorf("%s: %w", path, err)
 	}
@@ -61,4 +63,32 @@ func Describe(ctx context.Context, path string, args []string, log *slog.Logger)
 		return PluginInfo{}, fmt.Errorf("%s: PluginInfo: %w", path, err)
 	}
 	return pluginInfoFromProto(resp), nil
+}
+
+// PluginInfo is what a running plugin says about itself (the PluginInfo
+// RPC).
+type PluginInfo struct {
+	Name        string
+	Kind        string
+	Version     string
+	APIVersions []int
+	Config      []plugins.ConfigKey
+	SDKVersion  string
+}
+
+// String is one line for logs: name kind version api versions.
+func (p PluginInfo) String() string {
+	return fmt.Sprintf("%s (%s plugin, version %s, API versions %v, SDK %s)", p.Name, p.Kind, p.Version, p.APIVersions, p.SDKVersion)
+}
+
+// pluginInfoFromProto is the PluginInfo a plugin answered.
+func pluginInfoFromProto(p *pluginpb.PluginInfoResponse) PluginInfo {
+	out := PluginInfo{Name: p.GetName(), Kind: p.GetKind(), Version: p.GetVersion(), SDKVersion: p.GetSdkVersion()}
+	for _, v := range p.GetApiVersions() {
+		out.APIVersions = append(out.APIVersions, int(v))
+	}
+	for _, k := range p.GetConfig() {
+		out.Config = append(out.Config, plugins.ConfigKey{Name: k.GetName(), Type: k.GetType(), Default: k.GetDefault(), Doc: k.GetDoc(), Required: k.GetRequired()})
+	}
+	return out
 }
