@@ -141,15 +141,14 @@ func TestConformanceThroughPluginProcess(t *testing.T) {
 // TestConformanceInProcess runs the suite through plugintest, as a plugin
 // author would.
 func TestConformanceInProcess(t *testing.T) {
-	coordtest.Run(t, func(t *testing.T, n int) *coordtest.Cluster {
+	plugintest.CoordinationConformance(t, plugins.Info{Name: "mem", Version: "test"}, func(t *testing.T, n int) []plugins.CoordinationFactory {
 		store := memcoord.NewStore(memcoord.Options{MinTTL: 200 * time.Millisecond})
-		cl := &coordtest.Cluster{}
+		var members []plugins.CoordinationFactory
 		for i := range n {
 			id := fmt.Sprintf("node-%d", i+1)
-			member := func(context.Context, plugins.CoordinationEnv) (core.Coordinator, error) { return store.Member(id), nil }
-			cl.Members = append(cl.Members, plugintest.Coordination(t, member, plugins.Info{Name: "mem", Version: "test"}, plugintest.Env(t, id)))
+			members = append(members, func(context.Context, plugins.CoordinationEnv) (core.Coordinator, error) { return store.Member(id), nil })
 		}
-		return cl
+		return members
 	})
 }
 

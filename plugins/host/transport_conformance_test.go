@@ -39,7 +39,7 @@ var inProcess = transporttest.Config{
 // tcp does linked in, it does the same behind the boundary (ends, aborts,
 // deadlines, backpressure, faults, peer identity).
 func TestTransportConformanceThroughProtocol(t *testing.T) {
-	transporttest.Run(t, external)
+	plugintest.TransportConformance(t, tcp.Open, tcpwrapInfo, "tcp", true)
 }
 
 // The ratio of these pairs is the cost of the boundary (target: external
