@@ -21,7 +21,7 @@ const (
 // PeerTLS locates the inter-broker TLS material (PEM files). A backend that
 // talks to peers uses it to serve and dial with mutual TLS; a peer's
 // certificate must verify against CAFile and name the peer's node id in a
-// SAN (DESIGN.md §8 "Identity").
+// SAN (urn:fibril:node:<id>): ids, not addresses, identify brokers.
 type PeerTLS struct {
 	CAFile   string `json:"ca_file"`
 	CertFile string `json:"cert_file"`

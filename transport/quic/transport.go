@@ -395,7 +395,7 @@ func (t *Transport) peerConns(id core.NodeID) *peerConns {
 
 // preferred is the connection new streams to the peer use: among live
 // connections that are not retired, one dialed by the smaller of the two
-// node ids (DESIGN.md §8 "Identity"), the newest if several; else the
+// node ids (so both ends keep the same one), the newest if several; else the
 // newest live one. Both ends apply the same rule, so after a simultaneous
 // dial both use the same connection. Called with t.mu held.
 func (t *Transport) preferred(pc *peerConns) *conn {

@@ -155,9 +155,9 @@ func testHalfClose(t *testing.T, s *suite) {
 	wantEOF(t, sa)
 }
 
-// DESIGN.md §8 orderly close: Close sends every byte written before it,
-// then the peer reads io.EOF — even when Close follows the writes at once
-// and the bytes still sit in the transport's buffers.
+// Orderly close (core.Stream, core/transport.go): Close sends every byte
+// written before it, then the peer reads io.EOF — even when Close follows
+// the writes at once and the bytes still sit in the transport's buffers.
 func testCloseSendsEverything(t *testing.T, s *suite) {
 	a, b := s.open(t, "a"), s.open(t, "b")
 	sa, sb := pair(t, a, b, "b")
@@ -296,7 +296,8 @@ func testDialRefused(t *testing.T, s *suite) {
 }
 
 // Link.OpenStream: "a certificate that does not name the peer" refuses
-// (DESIGN.md §8 Identity: a peer's node id must match its certificate).
+// (a peer's node id must match its certificate, or a stolen address
+// could impersonate a node).
 // Dialing "b" where "c" listens fails, and c accepts nothing; dialing c as
 // "c" works (so the failure is the name, not the setup).
 func testWrongNode(t *testing.T, s *suite) {
