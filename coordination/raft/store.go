@@ -12,7 +12,7 @@ import (
 
 // boltStore is raft's LogStore and StableStore in one bbolt file. It
 // exists because raft-boltdb/v2 cannot be built with raft v1.8.0 (see
-// DESIGN.md "Log store"). Every Update transaction fsyncs before it
+// coordination/raft/DESIGN.md#log-store-our-own-on-bbolt). Every Update transaction fsyncs before it
 // returns (NoSync is false), which is what raft requires: a log entry or a
 // vote it was told is stored must survive a power loss.
 type boltStore struct {
