@@ -133,7 +133,7 @@ func TestTransportServerUnclaimedTokenExpires(t *testing.T) {
 // Unknown tokens, short tokens and silence close the data connection; a
 // valid token after them still works.
 func TestTransportServerRejectsBadClaims(t *testing.T) {
-	srv, _, sock := configuredServer(t, time.Second)
+	_, _, sock := configuredServer(t, time.Second)
 	unknown := make([]byte, frame.TokenLen)
 	_, _ = rand.Read(unknown)
 	for name, send := range map[string][]byte{"unknown token": unknown, "short token": unknown[:5], "nothing": nil} {
