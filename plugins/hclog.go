@@ -1,14 +1,14 @@
 package plugins
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log"
 	"log/slog"
-	"sync"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/fibrilgo/fibril/plugins/internal/contract"
 )
 
 // slogHCLog is hclog.Logger on top of a slog.Logger: go-plugin logs (its
@@ -30,8 +30,6 @@ func (h *slogHCLog) logger() *slog.Logger {
 
 var _ hclog.Logger = (*slogHCLog)(nil)
 
-func newHCLogBridge(l *slog.Logger) hclog.Logger { return HCLog(l, "") }
-
 // HCLog returns an hclog.Logger that writes to l, for the hashicorp
 // libraries the broker embeds (go-plugin, raft): their lines share the
 // broker's format and level. A non-empty name becomes the "logger"
@@ -45,7 +43,7 @@ func HCLog(l *slog.Logger, name string) hclog.Logger {
 func slogLevel(l hclog.Level) slog.Level {
 	switch l {
 	case hclog.Trace:
-		return levelTrace
+		return contract.LevelTrace
 	case hclog.Debug:
 		return slog.LevelDebug
 	case hclog.Warn:
@@ -134,49 +132,5 @@ func (h *slogHCLog) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logge
 }
 
 func (h *slogHCLog) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
-	return &lineLogger{log: h.logger(), level: slog.LevelInfo}
-}
-
-// lineLogger logs each line written to it. It receives what a plugin
-// prints on its stdout/stderr after the handshake (go-plugin forwards it)
-// and what go-plugin's standard loggers write.
-type lineLogger struct {
-	log   *slog.Logger
-	level slog.Level
-	msg   string
-
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (w *lineLogger) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			break
-		}
-		line := string(bytes.TrimRight(w.buf[:i], "\r"))
-		w.buf = w.buf[i+1:]
-		if line != "" {
-			w.emit(line)
-		}
-	}
-	// A line longer than this without a newline is logged in pieces
-	// rather than buffered without bound.
-	if len(w.buf) > 64<<10 {
-		w.emit(string(w.buf))
-		w.buf = w.buf[:0]
-	}
-	return len(p), nil
-}
-
-func (w *lineLogger) emit(line string) {
-	if w.msg == "" {
-		w.log.Log(context.Background(), w.level, line)
-		return
-	}
-	w.log.Log(context.Background(), w.level, w.msg, "line", line)
+	return contract.NewLineLogger(h.logger(), slog.LevelInfo, "")
 }

@@ -5,35 +5,13 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/hashicorp/go-plugin"
-
 	"github.com/fibrilgo/fibril/core"
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
-
-// The go-plugin handshake. The cookie is not a secret: it only stops a
-// plugin binary from being run by hand (it then prints a hint and exits)
-// and stops the host from talking to an executable that is not a Fibril
-// plugin. It never changes; compatibility is carried by the per-kind API
-// versions instead, so ProtocolVersion stays 1 for ever.
-const (
-	MagicCookieKey   = "FIBRIL_PLUGIN"
-	MagicCookieValue = "fibril-plugin-3b1f9c0e6a4d4e2f"
-)
-
-var handshake = plugin.HandshakeConfig{
-	ProtocolVersion:  1,
-	MagicCookieKey:   MagicCookieKey,
-	MagicCookieValue: MagicCookieValue,
-}
 
 // SDKVersion is the version of this plugin SDK, reported by PluginInfo so
 // that an operator can tell which SDK a third-party binary was built with.
 const SDKVersion = "0.1.0"
-
-// infoPluginName is the go-plugin name under which every plugin serves
-// the Plugin service (PluginInfo), whatever its kind.
-const infoPluginName = "info"
 
 // apiVersions are the API versions of each kind this build implements, on
 // both sides: the host offers them, and the SDK serves them. go-plugin
@@ -79,22 +57,6 @@ type ConfigKey struct {
 	Default  string `json:"default"`
 	Doc      string `json:"doc"`
 	Required bool   `json:"required"`
-}
-
-// PluginInfo is what a running plugin says about itself (the PluginInfo
-// RPC).
-type PluginInfo struct {
-	Name        string
-	Kind        string
-	Version     string
-	APIVersions []int
-	Config      []ConfigKey
-	SDKVersion  string
-}
-
-// String is one line for logs: name kind version api versions.
-func (p PluginInfo) String() string {
-	return fmt.Sprintf("%s (%s plugin, version %s, API versions %v, SDK %s)", p.Name, p.Kind, p.Version, p.APIVersions, p.SDKVersion)
 }
 
 var configTypes = []string{"string", "int", "bool", "duration", "list"}
@@ -150,17 +112,6 @@ func (i Info) toProto(kind string) *pluginpb.PluginInfoResponse {
 	}
 	for _, k := range i.Config {
 		out.Config = append(out.Config, &pluginpb.ConfigKey{Name: k.Name, Type: k.Type, Default: k.Default, Doc: k.Doc, Required: k.Required})
-	}
-	return out
-}
-
-func pluginInfoFromProto(p *pluginpb.PluginInfoResponse) PluginInfo {
-	out := PluginInfo{Name: p.GetName(), Kind: p.GetKind(), Version: p.GetVersion(), SDKVersion: p.GetSdkVersion()}
-	for _, v := range p.GetApiVersions() {
-		out.APIVersions = append(out.APIVersions, int(v))
-	}
-	for _, k := range p.GetConfig() {
-		out.Config = append(out.Config, ConfigKey{Name: k.GetName(), Type: k.GetType(), Default: k.GetDefault(), Doc: k.GetDoc(), Required: k.GetRequired()})
 	}
 	return out
 }

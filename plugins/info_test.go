@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/fibrilgo/fibril/plugins/internal/contract"
 )
 
 func TestInfoValidate(t *testing.T) {
@@ -34,9 +36,11 @@ func TestInfoValidate(t *testing.T) {
 	if err := ok.validate("storage"); err == nil {
 		t.Error("unknown kind accepted")
 	}
-	p := pluginInfoFromProto(Info{Name: "x", Version: "2", APIVersions: []int{3, 1, 3}, Config: ok.Config}.toProto(KindCoordination))
-	if p.Name != "x" || p.Kind != KindCoordination || p.Version != "2" || len(p.APIVersions) != 2 || p.APIVersions[0] != 1 || p.Config[0].Name != "addr" || p.SDKVersion != SDKVersion {
-		t.Fatalf("round trip: %+v", p)
+	// The host half of the round trip (back from proto) is tested in
+	// plugins/host.
+	p := Info{Name: "x", Version: "2", APIVersions: []int{3, 1, 3}, Config: ok.Config}.toProto(KindCoordination)
+	if p.GetName() != "x" || p.GetKind() != KindCoordination || p.GetVersion() != "2" || len(p.GetApiVersions()) != 2 || p.GetApiVersions()[0] != 1 || p.GetConfig()[0].GetName() != "addr" || p.GetSdkVersion() != SDKVersion {
+		t.Fatalf("to proto: %+v", p)
 	}
 }
 
@@ -46,7 +50,7 @@ func TestPluginLogFormat(t *testing.T) {
 	var buf bytes.Buffer
 	l := slog.New(newPluginLogHandler(&buf, slog.LevelDebug))
 	l.Debug("hello", "k", 1)
-	l.Log(context.Background(), levelTrace, "dropped")
+	l.Log(context.Background(), contract.LevelTrace, "dropped")
 	var m map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
 		t.Fatalf("%q: %v", buf.String(), err)
@@ -64,7 +68,7 @@ func TestPluginLogFormat(t *testing.T) {
 
 func TestHCLogBridge(t *testing.T) {
 	var buf bytes.Buffer
-	h := newHCLogBridge(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	h := HCLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), "")
 	if h.GetLevel() != hclog.Info || h.IsDebug() || !h.IsWarn() {
 		t.Fatalf("level %v", h.GetLevel())
 	}

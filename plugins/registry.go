@@ -1,7 +1,3 @@
-// Package plugins is the plugin SDK and host: the registry of built-in
-// plugins, the run-time catalog of external ones, the go-plugin handshake
-// and per-kind API versions, and the lifecycle of external plugin
-// processes. Plugin authors import only this package and core.
 package plugins
 
 import (
@@ -25,7 +21,7 @@ const (
 // PeerTLS locates the inter-broker TLS material (PEM files). A backend that
 // talks to peers uses it to serve and dial with mutual TLS; a peer's
 // certificate must verify against CAFile and name the peer's node id in a
-// SAN (DESIGN.md §8 "Identity").
+// SAN (urn:fibril:node:<id>): ids, not addresses, identify brokers.
 type PeerTLS struct {
 	CAFile   string `json:"ca_file"`
 	CertFile string `json:"cert_file"`

@@ -1,7 +1,6 @@
 package plugins
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,48 +10,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
-	"google.golang.org/grpc"
 
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/internal/contract"
 )
-
-// coordPlugin is the go-plugin face of the coordination kind: on the
-// plugin side it registers the server, on the host side it hands out the
-// generated client. Only gRPC is spoken.
-type coordPlugin struct {
-	plugin.NetRPCUnsupportedPlugin
-	srv *CoordinationServer // nil on the host side
-}
-
-func (p *coordPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	pluginpb.RegisterCoordinationServer(s, p.srv)
-	return nil
-}
-
-func (p *coordPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return pluginpb.NewCoordinationClient(c), nil
-}
-
-// infoPlugin serves PluginInfo in every plugin set, whatever the kind, so
-// a host can describe a binary before (or without) using its kind.
-type infoPlugin struct {
-	plugin.NetRPCUnsupportedPlugin
-	srv pluginpb.PluginServer // nil on the host side
-}
-
-func (p *infoPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	pluginpb.RegisterPluginServer(s, p.srv)
-	return nil
-}
-
-func (p *infoPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return pluginpb.NewPluginClient(c), nil
-}
-
-// EnvLogLevel is the environment variable through which the host tells a
-// plugin the lowest level it will keep (trace, debug, info, warn, error),
-// so the plugin does not format lines that would be dropped.
-const EnvLogLevel = "FIBRIL_PLUGIN_LOG_LEVEL"
 
 // parentCheckInterval is how often a plugin checks that its host is still
 // its parent: go-plugin does not stop a plugin whose host was killed, and
@@ -82,7 +42,7 @@ func ServeCoordination(factory CoordinationFactory, info Info) {
 	}
 	servePlugin(KindCoordination, info, func(log *slog.Logger) (plugin.Plugin, func() error) {
 		srv := NewCoordinationServer(factory, info, log)
-		return &coordPlugin{srv: srv}, srv.CloseBackend
+		return &contract.Coordination{Impl: srv}, srv.CloseBackend
 	})
 }
 
@@ -94,12 +54,12 @@ func servePlugin(kind string, info Info, open func(log *slog.Logger) (plugin.Plu
 	// Capture stderr now: plugin.Serve later points os.Stderr at a pipe of
 	// its own, while the host reads log lines from the real one.
 	stderr := os.Stderr
-	level := parseLevel(os.Getenv(EnvLogLevel))
+	level := parseLevel(os.Getenv(contract.EnvLogLevel))
 	log := slog.New(newPluginLogHandler(stderr, level)).With("plugin", info.Name)
 	kindPlugin, closeBackend := open(log)
 	set := plugin.PluginSet{
-		kind:           kindPlugin,
-		infoPluginName: &infoPlugin{srv: &infoServer{info: info, kind: kind}},
+		kind:                    kindPlugin,
+		contract.InfoPluginName: &contract.Info{Impl: &infoServer{info: info, kind: kind}},
 	}
 	versions := map[int]plugin.PluginSet{}
 	for _, v := range info.servedVersions(kind) {
@@ -107,7 +67,7 @@ func servePlugin(kind string, info Info, open func(log *slog.Logger) (plugin.Plu
 	}
 	go watchParent(closeBackend, log)
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig:  handshake,
+		HandshakeConfig:  contract.Handshake,
 		VersionedPlugins: versions,
 		GRPCServer:       plugin.DefaultGRPCServer,
 		Logger: hclog.New(&hclog.LoggerOptions{
@@ -147,7 +107,7 @@ func newPluginLogHandler(w io.Writer, level slog.Level) slog.Handler {
 				return slog.String("@timestamp", a.Value.Time().Format("2006-01-02T15:04:05.000000Z07:00"))
 			case slog.LevelKey:
 				lv, _ := a.Value.Any().(slog.Level)
-				return slog.String("@level", levelName(lv))
+				return slog.String("@level", contract.LevelName(lv))
 			case slog.MessageKey:
 				return slog.String("@message", a.Value.String())
 			}
@@ -156,27 +116,10 @@ func newPluginLogHandler(w io.Writer, level slog.Level) slog.Handler {
 	})
 }
 
-// levelTrace is hclog's trace level in slog terms.
-const levelTrace = slog.LevelDebug - 4
-
-func levelName(l slog.Level) string {
-	switch {
-	case l < slog.LevelDebug:
-		return "trace"
-	case l < slog.LevelInfo:
-		return "debug"
-	case l < slog.LevelWarn:
-		return "info"
-	case l < slog.LevelError:
-		return "warn"
-	}
-	return "error"
-}
-
 func parseLevel(s string) slog.Level {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "trace":
-		return levelTrace
+		return contract.LevelTrace
 	case "debug":
 		return slog.LevelDebug
 	case "warn", "warning":

@@ -14,21 +14,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fibrilgo/fibril/core"
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/internal/contract"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
-
-// LeaseAttacher is the optional ability of a coordination backend to take
-// over a live lease by id. The plugin process keeps the leases it granted
-// in memory; after the host restarts a crashed plugin, the new process
-// knows none of them, and asks the backend for each id the host still
-// holds. AttachLease returns a handle on the live lease, renewing it (its
-// ValidUntil is the call time plus its TTL), or an error wrapping
-// core.ErrLeaseLost when it already ended. A backend without this ability
-// loses its leases with its process: the host then reports ErrLeaseLost
-// and the broker re-registers.
-type LeaseAttacher interface {
-	AttachLease(ctx context.Context, id string) (core.Lease, error)
-}
 
 // resignTimeout bounds the resign the server does on a term its host can
 // no longer use.
@@ -109,22 +97,22 @@ func (s *CoordinationServer) Configure(ctx context.Context, req *pluginpb.Config
 	done, closed := s.backend != nil, s.closed
 	s.mu.Unlock()
 	if closed {
-		return nil, toStatus(core.Errorf(core.ErrClosed, "coordination plugin: closed"))
+		return nil, contract.ToStatus(core.Errorf(core.ErrClosed, "coordination plugin: closed"))
 	}
 	if done {
 		return &pluginpb.ConfigureResponse{}, nil
 	}
 	if v := int(req.GetApiVersion()); !containsInt(s.info.servedVersions(KindCoordination), v) {
-		return nil, toStatus(core.Errorf(core.ErrBadRequest, "coordination plugin: API version %d not served (serving %v)", v, s.info.servedVersions(KindCoordination)))
+		return nil, contract.ToStatus(core.Errorf(core.ErrBadRequest, "coordination plugin: API version %d not served (serving %v)", v, s.info.servedVersions(KindCoordination)))
 	}
 	var env CoordinationEnv
 	if err := json.Unmarshal(req.GetEnvJson(), &env); err != nil {
-		return nil, toStatus(core.Errorf(core.ErrBadRequest, "coordination plugin: malformed environment: %v", err))
+		return nil, contract.ToStatus(core.Errorf(core.ErrBadRequest, "coordination plugin: malformed environment: %v", err))
 	}
 	env.Logger = s.log
 	b, err := s.factory(ctx, env)
 	if err != nil {
-		return nil, toStatus(fmt.Errorf("open backend: %w", err))
+		return nil, contract.ToStatus(fmt.Errorf("open backend: %w", err))
 	}
 	s.mu.Lock()
 	s.backend = b
@@ -135,18 +123,18 @@ func (s *CoordinationServer) Configure(ctx context.Context, req *pluginpb.Config
 
 // Close implements pluginpb.CoordinationServer.
 func (s *CoordinationServer) Close(ctx context.Context, _ *pluginpb.CloseRequest) (*pluginpb.CloseResponse, error) {
-	return &pluginpb.CloseResponse{}, toStatus(s.CloseBackend())
+	return &pluginpb.CloseResponse{}, contract.ToStatus(s.CloseBackend())
 }
 
 // Get implements pluginpb.CoordinationServer.
 func (s *CoordinationServer) Get(ctx context.Context, req *pluginpb.GetRequest) (*pluginpb.GetResponse, error) {
 	b, err := s.get()
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	kv, err := b.Get(ctx, req.GetKey())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	return &pluginpb.GetResponse{Kv: kvToProto(kv)}, nil
 }
@@ -155,11 +143,11 @@ func (s *CoordinationServer) Get(ctx context.Context, req *pluginpb.GetRequest) 
 func (s *CoordinationServer) List(ctx context.Context, req *pluginpb.ListRequest) (*pluginpb.ListResponse, error) {
 	b, err := s.get()
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	kvs, idx, err := b.List(ctx, req.GetPrefix())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	return listToProto(kvs, idx), nil
 }
@@ -169,11 +157,11 @@ func (s *CoordinationServer) List(ctx context.Context, req *pluginpb.ListRequest
 func (s *CoordinationServer) Watch(ctx context.Context, req *pluginpb.WatchRequest) (*pluginpb.ListResponse, error) {
 	b, err := s.get()
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	kvs, idx, err := b.Watch(ctx, req.GetPrefix(), req.GetAfter())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	return listToProto(kvs, idx), nil
 }
@@ -182,11 +170,11 @@ func (s *CoordinationServer) Watch(ctx context.Context, req *pluginpb.WatchReque
 func (s *CoordinationServer) CompareAndSet(ctx context.Context, req *pluginpb.CompareAndSetRequest) (*pluginpb.CompareAndSetResponse, error) {
 	b, err := s.get()
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	v, err := b.CompareAndSet(ctx, req.GetKey(), req.GetValue(), req.GetVersion())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	return &pluginpb.CompareAndSetResponse{Version: v}, nil
 }
@@ -195,10 +183,10 @@ func (s *CoordinationServer) CompareAndSet(ctx context.Context, req *pluginpb.Co
 func (s *CoordinationServer) CompareAndDelete(ctx context.Context, req *pluginpb.CompareAndDeleteRequest) (*pluginpb.CompareAndDeleteResponse, error) {
 	b, err := s.get()
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	if err := b.CompareAndDelete(ctx, req.GetKey(), req.GetVersion()); err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	return &pluginpb.CompareAndDeleteResponse{}, nil
 }
@@ -207,7 +195,7 @@ func (s *CoordinationServer) CompareAndDelete(ctx context.Context, req *pluginpb
 func (s *CoordinationServer) MinTTL(ctx context.Context, _ *pluginpb.MinTTLRequest) (*pluginpb.MinTTLResponse, error) {
 	b, err := s.get()
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	return &pluginpb.MinTTLResponse{TtlNanos: int64(b.MinTTL())}, nil
 }
@@ -216,11 +204,11 @@ func (s *CoordinationServer) MinTTL(ctx context.Context, _ *pluginpb.MinTTLReque
 func (s *CoordinationServer) GrantLease(ctx context.Context, req *pluginpb.GrantLeaseRequest) (*pluginpb.LeaseInfo, error) {
 	b, err := s.get()
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	l, err := b.GrantLease(ctx, time.Duration(req.GetTtlNanos()))
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	s.keepLease(l)
 	return &pluginpb.LeaseInfo{Id: l.ID(), TtlNanos: int64(l.TTL())}, nil
@@ -246,7 +234,7 @@ func (s *CoordinationServer) forgetLease(l core.Lease) {
 }
 
 // lease finds the lease id: granted or attached by this process, else
-// attached now through the backend's LeaseAttacher (the renew that comes
+// attached now through the backend's core.LeaseAttacher (the renew that comes
 // with attaching is harmless for every caller). attached says whether the
 // attach already renewed it.
 func (s *CoordinationServer) lease(ctx context.Context, id string) (l core.Lease, attached bool, err error) {
@@ -260,7 +248,7 @@ func (s *CoordinationServer) lease(ctx context.Context, id string) (l core.Lease
 	if l != nil {
 		return l, false, nil
 	}
-	a, ok := b.(LeaseAttacher)
+	a, ok := b.(core.LeaseAttacher)
 	if !ok {
 		return nil, false, core.Errorf(core.ErrLeaseLost,
 			"coordination plugin: lease %s is unknown to this plugin process and the backend cannot re-attach leases", id)
@@ -278,7 +266,7 @@ func (s *CoordinationServer) leaseErr(l core.Lease, err error) error {
 	if errors.Is(err, core.ErrLeaseLost) {
 		s.forgetLease(l)
 	}
-	return toStatus(err)
+	return contract.ToStatus(err)
 }
 
 // AttachLease implements pluginpb.CoordinationServer. A lease this process
@@ -287,7 +275,7 @@ func (s *CoordinationServer) leaseErr(l core.Lease, err error) error {
 func (s *CoordinationServer) AttachLease(ctx context.Context, req *pluginpb.LeaseRequest) (*pluginpb.LeaseInfo, error) {
 	l, attached, err := s.lease(ctx, req.GetId())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	if !attached {
 		if err := l.Renew(ctx); err != nil {
@@ -301,7 +289,7 @@ func (s *CoordinationServer) AttachLease(ctx context.Context, req *pluginpb.Leas
 func (s *CoordinationServer) LeasePut(ctx context.Context, req *pluginpb.LeasePutRequest) (*pluginpb.CompareAndSetResponse, error) {
 	l, _, err := s.lease(ctx, req.GetId())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	v, err := l.Put(ctx, req.GetKey(), req.GetValue(), req.GetVersion())
 	if err != nil {
@@ -314,7 +302,7 @@ func (s *CoordinationServer) LeasePut(ctx context.Context, req *pluginpb.LeasePu
 func (s *CoordinationServer) RenewLease(ctx context.Context, req *pluginpb.LeaseRequest) (*pluginpb.RenewLeaseResponse, error) {
 	l, attached, err := s.lease(ctx, req.GetId())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	if !attached {
 		if err := l.Renew(ctx); err != nil {
@@ -332,7 +320,7 @@ func (s *CoordinationServer) RevokeLease(ctx context.Context, req *pluginpb.Leas
 		return &pluginpb.RevokeLeaseResponse{}, nil
 	}
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	if err := l.Revoke(ctx); err != nil {
 		return nil, s.leaseErr(l, err)
@@ -348,12 +336,12 @@ func (s *CoordinationServer) RevokeLease(ctx context.Context, req *pluginpb.Leas
 func (s *CoordinationServer) Campaign(req *pluginpb.CampaignRequest, stream pluginpb.Coordination_CampaignServer) error {
 	b, err := s.get()
 	if err != nil {
-		return toStatus(err)
+		return contract.ToStatus(err)
 	}
 	ctx := stream.Context()
 	l, err := b.Campaign(ctx, req.GetElection())
 	if err != nil {
-		return toStatus(err)
+		return contract.ToStatus(err)
 	}
 	id := randomID()
 	s.mu.Lock()
@@ -373,7 +361,7 @@ func (s *CoordinationServer) Campaign(req *pluginpb.CampaignRequest, stream plug
 		return nil
 	case <-ctx.Done():
 		s.resign(l)
-		return toStatus(ctx.Err())
+		return contract.ToStatus(ctx.Err())
 	}
 }
 
@@ -389,7 +377,7 @@ func (s *CoordinationServer) resign(l core.Leadership) {
 // that already ended: nothing to do.
 func (s *CoordinationServer) Resign(ctx context.Context, req *pluginpb.ResignRequest) (*pluginpb.ResignResponse, error) {
 	if _, err := s.get(); err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	s.mu.Lock()
 	l := s.leaderships[req.GetLeadershipId()]
@@ -398,7 +386,7 @@ func (s *CoordinationServer) Resign(ctx context.Context, req *pluginpb.ResignReq
 		return &pluginpb.ResignResponse{}, nil
 	}
 	if err := l.Resign(ctx); err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	return &pluginpb.ResignResponse{}, nil
 }
@@ -416,10 +404,6 @@ func (i *infoServer) PluginInfo(context.Context, *pluginpb.PluginInfoRequest) (*
 
 func kvToProto(kv core.KV) *pluginpb.KV {
 	return &pluginpb.KV{Key: kv.Key, Value: kv.Value, Version: kv.Version, Lease: kv.Lease}
-}
-
-func kvFromProto(p *pluginpb.KV) core.KV {
-	return core.KV{Key: p.GetKey(), Value: p.GetValue(), Version: p.GetVersion(), Lease: p.GetLease()}
 }
 
 func listToProto(kvs []core.KV, idx uint64) *pluginpb.ListResponse {

@@ -78,24 +78,3 @@ func BuiltinTransportNames() []string {
 	sort.Strings(out)
 	return out
 }
-
-// OpenTransport opens the transport called name (transport.backend): the
-// built-in registered under that name if there is one, else the
-// catalog's transport entry of that name, run as an external plugin.
-func OpenTransport(ctx context.Context, name string, env TransportEnv, catalog *Catalog, log *slog.Logger, opts ...Option) (core.Transport, error) {
-	if log == nil {
-		log = slog.Default()
-	}
-	f, builtin := BuiltinTransport(name)
-	e, err := resolvePlugin(KindTransport, "transport", name, builtin, BuiltinTransportNames(), catalog, log)
-	if err != nil {
-		return nil, err
-	}
-	if builtin {
-		if env.Logger == nil {
-			env.Logger = log.With("transport", name)
-		}
-		return f(ctx, env)
-	}
-	return openExternalTransport(ctx, e, env, log.With("plugin_kind", KindTransport, "plugin", e.Name), applyOptions(opts))
-}

@@ -20,7 +20,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fibrilgo/fibril/core"
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/internal/contract"
+	"github.com/fibrilgo/fibril/plugins/internal/frame"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
 // claimTimeout bounds how long a stream waits for the host to claim its
@@ -50,7 +52,7 @@ type TransportServer struct {
 	dir       string
 	ln        net.Listener
 	links     map[string]core.Link
-	pending   map[[tokenLen]byte]*pendingStream
+	pending   map[[frame.TokenLen]byte]*pendingStream
 	live      map[*pump]struct{}
 	conns     map[net.Conn]struct{} // data connections, claimed or not
 	wg        sync.WaitGroup        // data socket goroutines
@@ -82,7 +84,7 @@ func NewTransportServer(factory TransportFactory, info Info, log *slog.Logger) *
 	return &TransportServer{
 		factory: factory, info: info, log: log, claimTimeout: claimTimeout,
 		links:   make(map[string]core.Link),
-		pending: make(map[[tokenLen]byte]*pendingStream),
+		pending: make(map[[frame.TokenLen]byte]*pendingStream),
 		live:    make(map[*pump]struct{}),
 		conns:   make(map[net.Conn]struct{}),
 	}
@@ -108,7 +110,7 @@ func (s *TransportServer) CloseBackend() error {
 	links := s.links
 	s.links = map[string]core.Link{}
 	pending := s.pending
-	s.pending = map[[tokenLen]byte]*pendingStream{}
+	s.pending = map[[frame.TokenLen]byte]*pendingStream{}
 	live := make([]*pump, 0, len(s.live))
 	for p := range s.live {
 		live = append(live, p)
@@ -168,17 +170,17 @@ func (s *TransportServer) Configure(ctx context.Context, req *pluginpb.Transport
 	resp, closed := s.resp, s.closed
 	s.mu.Unlock()
 	if closed {
-		return nil, toStatus(core.Errorf(core.ErrClosed, "transport plugin: closed"))
+		return nil, contract.ToStatus(core.Errorf(core.ErrClosed, "transport plugin: closed"))
 	}
 	if resp != nil {
 		return resp, nil
 	}
 	if v := int(req.GetApiVersion()); !containsInt(s.info.servedVersions(KindTransport), v) {
-		return nil, toStatus(core.Errorf(core.ErrBadRequest, "transport plugin: API version %d not served (serving %v)", v, s.info.servedVersions(KindTransport)))
+		return nil, contract.ToStatus(core.Errorf(core.ErrBadRequest, "transport plugin: API version %d not served (serving %v)", v, s.info.servedVersions(KindTransport)))
 	}
 	var env TransportEnv
 	if err := json.Unmarshal(req.GetEnvJson(), &env); err != nil {
-		return nil, toStatus(core.Errorf(core.ErrBadRequest, "transport plugin: malformed environment: %v", err))
+		return nil, contract.ToStatus(core.Errorf(core.ErrBadRequest, "transport plugin: malformed environment: %v", err))
 	}
 	env.Logger = s.log
 	dir, err := os.MkdirTemp("", "fibril-tr-")
@@ -194,7 +196,7 @@ func (s *TransportServer) Configure(ctx context.Context, req *pluginpb.Transport
 	if err != nil {
 		ln.Close()
 		os.RemoveAll(dir)
-		return nil, toStatus(fmt.Errorf("open transport: %w", err))
+		return nil, contract.ToStatus(fmt.Errorf("open transport: %w", err))
 	}
 	resp = &pluginpb.TransportConfigureResponse{DataSocket: ln.Addr().String(), ListenAddr: addrToProto(tr.Addr())}
 	s.mu.Lock()
@@ -203,7 +205,7 @@ func (s *TransportServer) Configure(ctx context.Context, req *pluginpb.Transport
 		ln.Close()
 		os.RemoveAll(dir)
 		_ = tr.Close()
-		return nil, toStatus(core.Errorf(core.ErrClosed, "transport plugin: closed"))
+		return nil, contract.ToStatus(core.Errorf(core.ErrClosed, "transport plugin: closed"))
 	}
 	s.tr, s.ln, s.dir, s.resp = tr, ln, dir, resp
 	s.wg.Add(1)
@@ -215,25 +217,25 @@ func (s *TransportServer) Configure(ctx context.Context, req *pluginpb.Transport
 
 // Close implements pluginpb.TransportServer.
 func (s *TransportServer) Close(context.Context, *pluginpb.TransportCloseRequest) (*pluginpb.TransportCloseResponse, error) {
-	return &pluginpb.TransportCloseResponse{}, toStatus(s.CloseBackend())
+	return &pluginpb.TransportCloseResponse{}, contract.ToStatus(s.CloseBackend())
 }
 
 // Dial implements pluginpb.TransportServer.
 func (s *TransportServer) Dial(ctx context.Context, req *pluginpb.TransportDialRequest) (*pluginpb.TransportDialResponse, error) {
 	tr, err := s.get()
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	l, err := tr.Dial(ctx, core.Peer{ID: core.NodeID(req.GetPeerId()), Addr: req.GetPeerAddr()})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	id := randomID()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		_ = l.Close()
-		return nil, toStatus(core.Errorf(core.ErrClosed, "transport plugin: closed"))
+		return nil, contract.ToStatus(core.Errorf(core.ErrClosed, "transport plugin: closed"))
 	}
 	s.links[id] = l
 	s.mu.Unlock()
@@ -243,23 +245,23 @@ func (s *TransportServer) Dial(ctx context.Context, req *pluginpb.TransportDialR
 // OpenStream implements pluginpb.TransportServer.
 func (s *TransportServer) OpenStream(ctx context.Context, req *pluginpb.TransportOpenStreamRequest) (*pluginpb.TransportStreamInfo, error) {
 	if _, err := s.get(); err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	s.mu.Lock()
 	l := s.links[req.GetLinkId()]
 	s.mu.Unlock()
 	if l == nil {
-		return nil, toStatus(core.Errorf(core.ErrPeerRefused, "transport plugin: unknown link %q", req.GetLinkId()))
+		return nil, contract.ToStatus(core.Errorf(core.ErrPeerRefused, "transport plugin: unknown link %q", req.GetLinkId()))
 	}
 	st, err := l.OpenStream(ctx)
 	if err != nil {
 		s.stats.opensRefused.Add(1)
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	s.stats.opensOK.Add(1)
 	info, err := s.announce(st, false)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, contract.ToStatus(err)
 	}
 	return info, nil
 }
@@ -272,7 +274,7 @@ func (s *TransportServer) CloseLink(_ context.Context, req *pluginpb.TransportCl
 	s.mu.Unlock()
 	if l != nil {
 		if err := l.Close(); err != nil {
-			return nil, toStatus(err)
+			return nil, contract.ToStatus(err)
 		}
 	}
 	return &pluginpb.TransportCloseLinkResponse{}, nil
@@ -284,17 +286,17 @@ func (s *TransportServer) CloseLink(_ context.Context, req *pluginpb.TransportCl
 func (s *TransportServer) Accept(_ *pluginpb.TransportAcceptRequest, stream pluginpb.Transport_AcceptServer) error {
 	tr, err := s.get()
 	if err != nil {
-		return toStatus(err)
+		return contract.ToStatus(err)
 	}
 	ctx := stream.Context()
 	for {
 		st, err := tr.Accept(ctx)
 		if err != nil {
-			return toStatus(err)
+			return contract.ToStatus(err)
 		}
 		info, err := s.announce(st, true)
 		if err != nil {
-			return toStatus(err)
+			return contract.ToStatus(err)
 		}
 		if err := stream.Send(info); err != nil {
 			s.drop(info.GetToken())
@@ -324,7 +326,7 @@ func (s *TransportServer) Stats(context.Context, *pluginpb.TransportStatsRequest
 // announce registers st under a fresh token and describes it; the stream
 // is aborted unless the host claims the token within claimTimeout.
 func (s *TransportServer) announce(st core.Stream, in bool) (*pluginpb.TransportStreamInfo, error) {
-	var tok [tokenLen]byte
+	var tok [frame.TokenLen]byte
 	_, _ = rand.Read(tok[:]) // crypto/rand.Read never fails (Go 1.24+)
 	p := &pendingStream{s: st, in: in}
 	s.mu.Lock()
@@ -355,7 +357,7 @@ func (s *TransportServer) announce(st core.Stream, in bool) (*pluginpb.Transport
 }
 
 // take removes and returns the pending stream of tok (nil if none).
-func (s *TransportServer) take(tok [tokenLen]byte) *pendingStream {
+func (s *TransportServer) take(tok [frame.TokenLen]byte) *pendingStream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.pending[tok]
@@ -365,7 +367,7 @@ func (s *TransportServer) take(tok [tokenLen]byte) *pendingStream {
 
 // drop aborts an announced stream the host will never claim.
 func (s *TransportServer) drop(token []byte) {
-	var tok [tokenLen]byte
+	var tok [frame.TokenLen]byte
 	copy(tok[:], token)
 	if p := s.take(tok); p != nil {
 		p.expiry.Stop()
@@ -420,7 +422,7 @@ func (s *TransportServer) serveData(ln net.Listener) {
 // claim reads a data connection's token and runs its stream; a token that
 // is late, short or unknown closes the connection.
 func (s *TransportServer) claim(c net.Conn) {
-	var tok [tokenLen]byte
+	var tok [frame.TokenLen]byte
 	_ = c.SetReadDeadline(time.Now().Add(s.claimTimeout))
 	if _, err := io.ReadFull(c, tok[:]); err != nil {
 		c.Close()
@@ -451,224 +453,6 @@ func (s *TransportServer) claim(c net.Conn) {
 	s.mu.Lock()
 	delete(s.live, pu)
 	s.mu.Unlock()
-}
-
-// pump copies one stream between the host's data connection (framed) and
-// the transport's stream, mapping ends both ways: FIN ⇄ CloseWrite/EOF,
-// RESET ⇄ Abort/aborted read, and a data connection lost without either is
-// an abort.
-type pump struct {
-	srv *TransportServer
-	c   net.Conn
-	s   core.Stream
-	in  bool
-
-	// wdl is the write deadline the pump keeps on the stream while it
-	// writes to it (zero: none set); see writeInner. Only fromHost's
-	// goroutine (run) touches it.
-	wdl time.Time
-
-	aborted atomic.Bool
-	// over is set once run has decided how the stream ends: toHost then
-	// leaves quietly instead of reporting its failing read as an abort.
-	over atomic.Bool
-	// wmu serialises frames written to c (stream bytes, FIN, RESET);
-	// broken records a frame only partly written, after which a RESET
-	// would be read as payload and must not be sent.
-	wmu    sync.Mutex
-	broken bool
-}
-
-func (p *pump) run() {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.toHost()
-	}()
-	orderly := p.fromHost()
-	// The host's side is over: release the connection first, so that
-	// toHost fails its next write rather than block, then the stream.
-	p.over.Store(true)
-	p.c.Close()
-	p.clearDeadline()
-	if orderly && !p.aborted.Load() {
-		_ = p.s.Close()
-	} else {
-		p.aborted.Store(true)
-		_ = p.s.Abort()
-	}
-	<-done
-	p.srv.ended(p.in, p.aborted.Load())
-}
-
-// fromHost applies the host's frames to the stream until the connection
-// ends; orderly is whether the host's direction had ended with FIN (its
-// connection closing afterwards is then Close, not Abort).
-func (p *pump) fromHost() (orderly bool) {
-	fr := newFrameReader(p.c)
-	buf := make([]byte, maxFramePayload)
-	finSeen := false
-	for {
-		typ, n, reason, err := fr.next()
-		if err != nil {
-			if !finSeen && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
-				p.srv.log.Debug("data connection ended without FIN", "error", err)
-			}
-			return finSeen
-		}
-		switch typ {
-		case frameData:
-			if finSeen {
-				p.srv.log.Warn("host sent DATA after FIN; aborting the stream")
-				return false
-			}
-			for n > 0 {
-				m, err := fr.readData(buf[:min(n, len(buf))])
-				if m > 0 {
-					if werr := p.writeInner(buf[:m]); werr != nil {
-						// The stream is gone under us (peer abort; toHost
-						// reports it to the host when its read fails), or
-						// the host is.
-						return false
-					}
-				}
-				n -= m
-				if err != nil {
-					return false
-				}
-			}
-		case frameFIN:
-			if !finSeen {
-				finSeen = true
-				p.clearDeadline()
-				if err := p.s.CloseWrite(); err != nil {
-					return false
-				}
-			}
-		case frameReset:
-			p.srv.log.Debug("host aborted the stream", "reason", reason)
-			return false
-		}
-	}
-}
-
-// innerWriteCheck is how long a write to the transport's stream may block
-// (its peer does not read) before the pump checks that the host is still
-// there. Without the check, a host that aborted such a stream would leave
-// the pump blocked in that write, and the abort would never reach the
-// peer: the RESET waits unread behind the bytes the pump cannot deliver.
-const innerWriteCheck = time.Second
-
-// errHostGone ends a write to the stream whose host closed its side.
-var errHostGone = errors.New("the host closed the data connection")
-
-// writeInner writes b to the stream. It keeps a write deadline on the
-// stream, moved forward at most twice per innerWriteCheck (a deadline per
-// frame would cost more than the frame), so a write blocked by a peer that
-// does not read wakes up to check the host; a passed deadline leaves the
-// stream usable and the write resumes. The loop ends when b is written,
-// the stream fails, or the host is gone.
-func (p *pump) writeInner(b []byte) error {
-	for {
-		if now := time.Now(); p.wdl.IsZero() || now.After(p.wdl.Add(-innerWriteCheck/2)) {
-			p.wdl = now.Add(innerWriteCheck)
-			_ = p.s.SetWriteDeadline(p.wdl)
-		}
-		n, err := p.s.Write(b)
-		p.srv.stats.bytesOut.Add(uint64(n))
-		b = b[n:]
-		switch {
-		case err == nil:
-			return nil
-		case !isTimeout(err):
-			return err
-		case !p.hostAlive():
-			return errHostGone
-		}
-	}
-}
-
-// clearDeadline removes the pump's write deadline before an orderly end,
-// which a transport bounds by the write deadline when one is set.
-func (p *pump) clearDeadline() {
-	if !p.wdl.IsZero() {
-		p.wdl = time.Time{}
-		_ = p.s.SetWriteDeadline(time.Time{})
-	}
-}
-
-// emptyData is a DATA frame without payload: the host's reader skips it.
-var emptyData = [frameHeaderLen]byte{frameData}
-
-// hostAlive writes an empty DATA frame, which fails once the host closed
-// the connection. It may wait for toHost's write in progress, or for a
-// host that does not read; both end when the host closes.
-func (p *pump) hostAlive() bool {
-	return p.write(emptyData[:])
-}
-
-// toHost copies the stream's bytes to the host until the stream's read
-// side ends: with FIN after io.EOF, with RESET (and the connection closed,
-// so that fromHost ends too) after anything else.
-func (p *pump) toHost() {
-	buf := make([]byte, frameHeaderLen+maxFramePayload)
-	for {
-		n, err := p.s.Read(buf[frameHeaderLen:])
-		if n > 0 {
-			putFrameHeader(buf, frameData, n)
-			if !p.write(buf[:frameHeaderLen+n]) {
-				// The host closed its side; fromHost sees that too and
-				// decides between Close and Abort.
-				return
-			}
-			p.srv.stats.bytesIn.Add(uint64(n))
-		}
-		switch {
-		case err == nil:
-			continue
-		case p.over.Load():
-		case errors.Is(err, io.EOF):
-			p.write(fin[:])
-		default:
-			p.abort(err.Error())
-		}
-		return
-	}
-}
-
-// fin is a FIN frame.
-var fin = [frameHeaderLen]byte{frameFIN}
-
-// write writes one whole frame, or marks the connection broken.
-func (p *pump) write(frame []byte) bool {
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	if p.broken {
-		return false
-	}
-	if _, err := p.c.Write(frame); err != nil {
-		p.broken = true
-		return false
-	}
-	return true
-}
-
-// abort sends RESET to the host, aborts the stream and closes the data
-// connection.
-func (p *pump) abort(reason string) {
-	if p.aborted.Swap(true) {
-		return
-	}
-	// A writer stuck on a host that does not read must not hold the RESET
-	// back for ever.
-	_ = p.c.SetWriteDeadline(time.Now().Add(time.Second))
-	p.wmu.Lock()
-	if !p.broken {
-		_ = writeControlFrame(p.c, frameReset, reason)
-	}
-	p.wmu.Unlock()
-	_ = p.s.Abort()
-	p.c.Close()
 }
 
 // addrToProto describes a net.Addr (nil: absent).

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
-	pluginpb "github.com/fibrilgo/fibril/plugins/proto"
+	"github.com/fibrilgo/fibril/plugins/internal/contract"
+	"github.com/fibrilgo/fibril/plugins/internal/frame"
+	"github.com/fibrilgo/fibril/plugins/pluginpb"
 )
 
 // fakeTransport opens streams that are one end of a net.Pipe and records
@@ -82,7 +84,7 @@ func configuredServer(t *testing.T, claim time.Duration) (*TransportServer, *fak
 	if h, _ := srv.Health(ctx, nil); h.GetOk() {
 		t.Fatal("healthy before Configure")
 	}
-	if _, err := srv.Configure(ctx, &pluginpb.TransportConfigureRequest{EnvJson: []byte(`{}`), ApiVersion: 99}); !errors.Is(fromStatus(ctx, err), core.ErrBadRequest) {
+	if _, err := srv.Configure(ctx, &pluginpb.TransportConfigureRequest{EnvJson: []byte(`{}`), ApiVersion: 99}); !errors.Is(contract.FromStatus(ctx, err), core.ErrBadRequest) {
 		t.Fatalf("Configure at API version 99: %v", err)
 	}
 	env, _ := json.Marshal(TransportEnv{NodeID: "n1"})
@@ -131,8 +133,8 @@ func TestTransportServerUnclaimedTokenExpires(t *testing.T) {
 // Unknown tokens, short tokens and silence close the data connection; a
 // valid token after them still works.
 func TestTransportServerRejectsBadClaims(t *testing.T) {
-	srv, _, sock := configuredServer(t, time.Second)
-	unknown := make([]byte, tokenLen)
+	_, _, sock := configuredServer(t, time.Second)
+	unknown := make([]byte, frame.TokenLen)
 	_, _ = rand.Read(unknown)
 	for name, send := range map[string][]byte{"unknown token": unknown, "short token": unknown[:5], "nothing": nil} {
 		c, err := net.Dial("unix", sock)
@@ -158,11 +160,14 @@ func TestTransportServerRejectsBadClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	hs := newHostStream(c, "", nil, nil, nil)
 	if _, err := c.Write(info.GetToken()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := hs.Write([]byte("ping")); err != nil {
+	// One DATA frame, as the host's stream writes it.
+	ping := make([]byte, frame.HeaderLen+4)
+	frame.PutHeader(ping, frame.Data, 4)
+	copy(ping[frame.HeaderLen:], "ping")
+	if _, err := c.Write(ping); err != nil {
 		t.Fatal(err)
 	}
 	far := ft.opened[0].far
@@ -188,10 +193,10 @@ func TestTransportServerRejectsBadClaims(t *testing.T) {
 func TestTransportServerErrors(t *testing.T) {
 	srv, _, _ := configuredServer(t, time.Second)
 	ctx := context.Background()
-	if _, err := openFake(t, srv, "refuse"); !errors.Is(refusedError(ctx, "open", err), core.ErrPeerRefused) {
+	if _, err := openFake(t, srv, "refuse"); !errors.Is(contract.RefusedError(ctx, "open", err), core.ErrPeerRefused) {
 		t.Fatalf("refused OpenStream: %v", err)
 	}
-	if _, err := srv.OpenStream(ctx, &pluginpb.TransportOpenStreamRequest{LinkId: "nope"}); !errors.Is(refusedError(ctx, "open", err), core.ErrPeerRefused) {
+	if _, err := srv.OpenStream(ctx, &pluginpb.TransportOpenStreamRequest{LinkId: "nope"}); !errors.Is(contract.RefusedError(ctx, "open", err), core.ErrPeerRefused) {
 		t.Fatalf("unknown link: %v", err)
 	}
 	st, _ := srv.Stats(ctx, nil)
@@ -205,25 +210,7 @@ func TestTransportServerErrors(t *testing.T) {
 		t.Fatal("healthy after Close")
 	}
 	_, err := srv.Dial(ctx, &pluginpb.TransportDialRequest{PeerId: "n2"})
-	if err := refusedError(ctx, "dial", err); !errors.Is(err, core.ErrClosed) || !errors.Is(err, core.ErrPeerRefused) {
+	if err := contract.RefusedError(ctx, "dial", err); !errors.Is(err, core.ErrClosed) || !errors.Is(err, core.ErrPeerRefused) {
 		t.Fatalf("Dial after Close: %v, want ErrClosed and ErrPeerRefused", err)
-	}
-}
-
-func TestTransportErrorMapping(t *testing.T) {
-	ctx := context.Background()
-	for _, sentinel := range []error{core.ErrPeerRefused, core.ErrStreamAborted, core.ErrClosed} {
-		out := transportFromStatus(ctx, toStatus(core.Errorf(sentinel, "plugin says")))
-		if !errors.Is(out, sentinel) || out.Error() != "plugin says" {
-			t.Errorf("%v came back as %v", sentinel, out)
-		}
-	}
-	if out := transportFromStatus(ctx, errors.New("conn broke")); !errors.Is(out, core.ErrPeerRefused) {
-		t.Errorf("a broken call maps to %v", out)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if out := refusedError(cctx, "open", toStatus(context.Canceled)); !errors.Is(out, context.Canceled) || !errors.Is(out, core.ErrPeerRefused) {
-		t.Errorf("cancelled open maps to %v", out)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/host"
 )
 
 // pluginRow is one line of `plugins list`.
@@ -62,13 +63,13 @@ func runPlugins(ctx context.Context, g *globals, e *env, args []string) error {
 // mismatch, a missing binary) makes the command fail after printing, so it
 // doubles as a check in deployment scripts.
 func pluginsList(e *env, catalogPath string, asJSON bool) error {
-	cat, err := plugins.LoadCatalog(catalogPath)
+	cat, err := host.LoadCatalog(catalogPath)
 	if err != nil {
 		return err
 	}
 	var rows []pluginRow
 	builtin := map[string]bool{}
-	for _, b := range plugins.DeclaredBuiltins() {
+	for _, b := range host.DeclaredBuiltins() {
 		builtin[b.Kind+"/"+b.Name] = true
 		rows = append(rows, pluginRow{Kind: b.Kind, Name: b.Name, Source: "builtin", Package: b.Package, Status: "ok"})
 	}
@@ -149,11 +150,11 @@ func pluginsList(e *env, catalogPath string, asJSON bool) error {
 
 // pluginsDescribe launches the binary, asks PluginInfo and prints it.
 func pluginsDescribe(ctx context.Context, e *env, path string, args []string, asJSON bool) error {
-	info, err := plugins.Describe(ctx, path, args, nil)
+	info, err := host.Describe(ctx, path, args, nil)
 	if err != nil {
 		return err
 	}
-	sum, err := plugins.FileSHA256(path)
+	sum, err := host.FileSHA256(path)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/host"
 )
 
 // buildTestPlugin builds the plugins package's test plugin into the
@@ -28,7 +28,7 @@ func TestPluginsDescribe(t *testing.T) {
 	bin := buildTestPlugin(t)
 	r := ctl(t, "", "plugins", "describe", bin, "--", "--name=demo", "--version=2.0.0")
 	mustOK(t, r, "plugins describe")
-	sum, err := plugins.FileSHA256(bin)
+	sum, err := host.FileSHA256(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestPluginsDescribe(t *testing.T) {
 
 func TestPluginsList(t *testing.T) {
 	bin := buildTestPlugin(t)
-	sum, err := plugins.FileSHA256(bin)
+	sum, err := host.FileSHA256(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ sha256 = "` + sum + `"
 			t.Errorf("catalog line %q lacks %q", memLine, want)
 		}
 	}
-	for _, b := range plugins.DeclaredBuiltins() {
+	for _, b := range host.DeclaredBuiltins() {
 		if !strings.Contains(r.stdout, b.Name) || !strings.Contains(r.stdout, b.Package) {
 			t.Errorf("built-in %s missing:\n%s", b.Name, r.stdout)
 		}

@@ -67,7 +67,7 @@ func parseCompose(t *testing.T, path string) []*service {
 	return out
 }
 
-// Issue 6 §10: every broker's environment is a valid configuration; only
+// The example must deploy as written: every broker's environment is a valid configuration; only
 // the public broker publishes a port; node ids and peer addresses are
 // distinct; every broker lists the same raft peers.
 func TestComposeExample(t *testing.T) {

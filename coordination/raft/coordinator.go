@@ -63,7 +63,7 @@ var (
 
 // Open starts a member: it opens the log store in DataDir, binds the
 // listener, starts raft, and then bootstraps or joins in the background
-// (DESIGN.md "Membership"). It does not wait for a leader: calls made
+// (coordination/raft/DESIGN.md#membership). It does not wait for a leader: calls made
 // before one exists retry until their context ends.
 func Open(ctx context.Context, o Options) (c *Coordinator, err error) {
 	if o, err = o.withDefaults(); err != nil {
@@ -278,7 +278,7 @@ func (c *Coordinator) Addr() string { return c.advertise }
 
 // MinTTL implements core.Coordinator: twice raft's heartbeat timeout, so
 // that a lease renewed just before a leader fails survives the election
-// of the next one (DESIGN.md "Leases").
+// of the next one (coordination/raft/DESIGN.md#leases-expiry-by-the-leader-renewal-is-not-a-write).
 func (c *Coordinator) MinTTL() time.Duration { return c.opts.minTTL() }
 
 func (c *Coordinator) check() error {

@@ -225,7 +225,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 	}
 	// A new leader does not know when holders last renewed, so every lease
 	// starts a full TTL from now: never earlier than any ValidUntil a
-	// previous leader promised (DESIGN.md "Leases").
+	// previous leader promised (coordination/raft/DESIGN.md#leases-expiry-by-the-leader-renewal-is-not-a-write).
 	c.keeper.start(term, c.fsm.leaseTTLs(), time.Now())
 	c.readyTerm.Store(term)
 	defer func() {

@@ -15,7 +15,7 @@ import (
 // leader, which extends the deadline after confirming it still leads; only
 // grant, revoke and expiry are log writes. An idle cluster whose nodes
 // heartbeat every second therefore writes nothing to disk for it
-// (DESIGN.md "Leases").
+// (coordination/raft/DESIGN.md#leases-expiry-by-the-leader-renewal-is-not-a-write).
 
 // leaseKeeper holds the leader's deadlines for one term.
 type leaseKeeper struct {

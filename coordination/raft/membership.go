@@ -11,7 +11,7 @@ import (
 
 // membership runs once at start: a new cluster's bootstrapper bootstraps
 // it, every other member makes sure it is in the configuration (joining,
-// or fixing a stale entry of its id). See DESIGN.md "Membership".
+// or fixing a stale entry of its id). See coordination/raft/DESIGN.md#membership.
 func (c *Coordinator) membership(hasState bool) {
 	if !hasState && c.opts.bootstrapper() {
 		if c.bootstrap() {

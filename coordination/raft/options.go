@@ -35,7 +35,7 @@ type Options struct {
 	// Peers are the initial voters, this node included when it is one.
 	Peers []Peer
 	// BootstrapExpect > 0 lets the smallest id among Peers bootstrap a new
-	// cluster once that many members answer (DESIGN.md "Bootstrap").
+	// cluster once that many members answer (coordination/raft/DESIGN.md#membership).
 	BootstrapExpect int
 	// NonVoter joins as a non-voting member (coordination.raft.voter =
 	// false): it replicates and serves reads and watches but never votes.

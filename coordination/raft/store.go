@@ -8,11 +8,12 @@ import (
 
 	hraft "github.com/hashicorp/raft"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // boltStore is raft's LogStore and StableStore in one bbolt file. It
 // exists because raft-boltdb/v2 cannot be built with raft v1.8.0 (see
-// DESIGN.md "Log store"). Every Update transaction fsyncs before it
+// coordination/raft/DESIGN.md#log-store-our-own-on-bbolt). Every Update transaction fsyncs before it
 // returns (NoSync is false), which is what raft requires: a log entry or a
 // vote it was told is stored must survive a power loss.
 type boltStore struct {
@@ -36,7 +37,7 @@ const logFormat = 1
 func openBoltStore(path string, lockWait time.Duration) (*boltStore, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait, NoSync: false})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("open %s: another process holds it (is a second broker using this data directory?)", path)
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)

@@ -27,6 +27,7 @@ import (
 	"github.com/fibrilgo/fibril/core/routing"
 	"github.com/fibrilgo/fibril/core/wire"
 	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/host"
 )
 
 // clusterJoinTimeout bounds joining the cluster at start (the coordinator
@@ -73,7 +74,7 @@ func (b *Broker) startCluster() error {
 	if b.peer, err = b.loadPeerTLS(id); err != nil {
 		return err
 	}
-	catalog, err := plugins.LoadCatalog(cfg.Plugins.Catalog)
+	catalog, err := host.LoadCatalog(cfg.Plugins.Catalog)
 	if err != nil {
 		return err
 	}
@@ -86,11 +87,11 @@ func (b *Broker) startCluster() error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("server.data_dir: %w", err)
 	}
-	coord, err := plugins.OpenCoordination(ctx, cfg.Coordination.Backend, plugins.CoordinationEnv{
+	coord, err := host.OpenCoordination(ctx, cfg.Coordination.Backend, plugins.CoordinationEnv{
 		NodeID: id, DataDir: dir, Config: coordinationConfig(cfg),
 		ClusterSecret: string(secret), PeerTLS: peerFiles(b.peer), Logger: b.log.With("component", "coordination"),
 		Registerer: b.registry,
-	}, catalog, b.log.With("component", "plugins"), plugins.WithRegisterer(b.registry))
+	}, catalog, b.log.With("component", "plugins"), host.WithRegisterer(b.registry))
 	if err != nil {
 		return fmt.Errorf("coordination.backend %s: %w", cfg.Coordination.Backend, err)
 	}
@@ -147,7 +148,7 @@ func (c *coordinated) run() {
 			c.warnNoGateway(snap)
 			applied = snap.Index
 		}
-		health, isPlugin := c.coord.(plugins.PluginHealth)
+		health, isPlugin := c.coord.(host.PluginHealth)
 		up := true
 		if isPlugin {
 			up, _, _ = health.Health()

@@ -20,6 +20,7 @@ import (
 	"github.com/fibrilgo/fibril/core/peer"
 	"github.com/fibrilgo/fibril/core/tlsconf"
 	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/host"
 )
 
 // The peer side of a broker in a cluster: where peers reach it, the
@@ -173,7 +174,7 @@ func peerFiles(p *tlsconf.Peer) *plugins.PeerTLS {
 // openTransport opens transport.backend on the planned listener. It runs
 // before the node registers, so that peers never see an address nobody
 // listens on.
-func (b *Broker) openTransport(ctx context.Context, id core.NodeID, catalog *plugins.Catalog) error {
+func (b *Broker) openTransport(ctx context.Context, id core.NodeID, catalog *host.Catalog) error {
 	cfg := b.cfg
 	plan, err := b.planPeers()
 	if err != nil {
@@ -181,10 +182,10 @@ func (b *Broker) openTransport(ctx context.Context, id core.NodeID, catalog *plu
 	}
 	b.peerShared = plan.shared
 	dir := filepath.Join(cfg.Server.DataDir, "transport", cfg.Transport.Backend)
-	tr, err := plugins.OpenTransport(ctx, cfg.Transport.Backend, plugins.TransportEnv{
+	tr, err := host.OpenTransport(ctx, cfg.Transport.Backend, plugins.TransportEnv{
 		NodeID: id, Bind: plan.bind, PeerTLS: peerFiles(b.peer), Config: transportConfig(cfg), DataDir: dir,
 		Logger: b.log.With("component", "transport"), Registerer: b.registry,
-	}, catalog, b.log.With("component", "plugins"), plugins.WithRegisterer(b.registry))
+	}, catalog, b.log.With("component", "plugins"), host.WithRegisterer(b.registry))
 	if err != nil {
 		where := "broker.peer_listener.bind"
 		if plan.bind == "" {

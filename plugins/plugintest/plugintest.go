@@ -1,32 +1,33 @@
 // Package plugintest helps plugin authors test a coordination backend or
 // a transport through the plugin protocol, in one process and without
-// building a binary:
+// building a binary. The conformance suites the built-ins pass run the
+// same way over the boundary:
 //
 //	func TestConformance(t *testing.T) {
-//		coordtest.Run(t, func(t *testing.T, n int) *coordtest.Cluster {
-//			c := &coordtest.Cluster{}
-//			for i := range n {
-//				c.Members = append(c.Members, plugintest.Coordination(t, mybackend.Open, info, plugintest.Env(t, fmt.Sprintf("node-%d", i))))
-//			}
-//			return c
+//		plugintest.CoordinationConformance(t, info, func(t *testing.T, n int) []plugins.CoordinationFactory {
+//			// n factories: the members of one fresh cluster
 //		})
 //	}
 //
-// and, for a transport, with transporttest:
+//	func TestTransportConformance(t *testing.T) {
+//		plugintest.TransportConformance(t, mytransport.Open, info, "tcp", false)
+//	}
 //
-//	transporttest.Run(t, transporttest.Config{Network: "tcp", Open: func(t testing.TB, env plugins.TransportEnv) core.Transport {
-//		return plugintest.Transport(t, mytransport.Open, info, env)
-//	}})
+// Coordination, Transport, Serve and Dial give finer control.
 //
 // Every call then crosses gRPC exactly as it does between the broker and a
-// plugin process (and every stream's bytes the plugin's unix data socket) (encoding, error mapping, lease and election streams), so
-// what passes here fails in production only for process-level reasons
-// (start, handshake, restarts), which the plugins package's own tests and
-// `fibrilctl plugins describe` cover.
+// plugin process (encoding, error mapping, lease and election streams),
+// and every transport stream's bytes cross the plugin's unix data socket
+// in frames, so what passes here fails in production only for
+// process-level reasons (start, handshake, restarts), which the tests of
+// plugins/host and `fibrilctl plugins describe` cover. The broker's side
+// of each call is plugins/host's client, so this kit imports the host; the
+// SDK itself does not.
 package plugintest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -37,7 +38,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/coordtest"
 	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/host"
+	"github.com/fibrilgo/fibril/transport/transporttest"
 )
 
 // Env is a CoordinationEnv for a test node: its own data directory (removed
@@ -129,7 +133,7 @@ func Dial(t testing.TB, path string, env plugins.CoordinationEnv) core.Coordinat
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := plugins.ConnectCoordination(ctx, dialGRPC(t, path), env)
+	c, err := host.ConnectCoordination(ctx, dialGRPC(t, path), env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,10 +161,41 @@ func Transport(t testing.TB, factory plugins.TransportFactory, info plugins.Info
 	path := serveGRPC(t, SocketDir(t), "t", srv.Register, srv.CloseBackend)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tr, err := plugins.ConnectTransport(ctx, dialGRPC(t, path), env)
+	tr, err := host.ConnectTransport(ctx, dialGRPC(t, path), env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tr.Close() })
 	return tr
+}
+
+// CoordinationConformance runs the coordination conformance suite
+// (core/coordtest) through the plugin protocol. For each cluster the
+// suite asks for, members returns the factories of its n members; each is
+// served in-process and reached as a broker would reach it, with the
+// environment of Env(t, "node-<i>") (i from 1).
+func CoordinationConformance(t *testing.T, info plugins.Info, members func(t *testing.T, n int) []plugins.CoordinationFactory) {
+	t.Helper()
+	coordtest.Run(t, func(t *testing.T, n int) *coordtest.Cluster {
+		cl := &coordtest.Cluster{}
+		for i, f := range members(t, n) {
+			cl.Members = append(cl.Members, Coordination(t, f, info, Env(t, fmt.Sprintf("node-%d", i+1))))
+		}
+		return cl
+	})
+}
+
+// TransportConformance runs the transport conformance suite
+// (transport/transporttest) against factory through the plugin protocol.
+// network is the transport's wire ("tcp" or "udp"); plaintext also runs
+// the suite without peer TLS, for a transport that allows it.
+func TransportConformance(t *testing.T, factory plugins.TransportFactory, info plugins.Info, network string, plaintext bool) {
+	t.Helper()
+	transporttest.Run(t, transporttest.Config{
+		Network:   network,
+		Plaintext: plaintext,
+		Open: func(t testing.TB, env plugins.TransportEnv) core.Transport {
+			return Transport(t, factory, info, env)
+		},
+	})
 }

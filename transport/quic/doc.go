@@ -14,6 +14,7 @@
 // (core/tlsconf): a dialer checks that the server names the node it
 // dialed, a listener requires a client certificate naming some node and
 // reports it as Stream.PeerNode. When two brokers dial each other at once
-// the connection dialed by the smaller node id is kept (DESIGN.md §8
-// "Identity"); the other is closed by its dialer once no stream uses it.
+// the connection dialed by the smaller node id is kept (both ends decide
+// alike from the ids alone); the other is closed by its dialer once no
+// stream uses it.
 package quic

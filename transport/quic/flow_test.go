@@ -218,7 +218,7 @@ func TestBackpressure(t *testing.T) {
 	roundTrip(t, s, in)
 }
 
-// Rule (DESIGN.md §8 "Orderly close vs abort"; README "failure
+// Rule (core.Stream's orderly close vs abort, core/transport.go; README "failure
 // behaviour"): when the peer dies, its streams fail with ErrStreamAborted
 // — at once when it closed orderly (CONNECTION_CLOSE), within the idle
 // timeout when it crashed — and nothing leaks.

@@ -23,7 +23,7 @@ import (
 
 // Rule: a stream carries bytes both ways, ends orderly with FIN (io.EOF
 // after the bytes), and PeerNode is the node id of the peer's verified
-// certificate on both ends (core.Stream, DESIGN.md §8 "Identity").
+// certificate on both ends (core.Stream: a peer is the node its certificate names).
 func TestRoundTrip(t *testing.T) {
 	ca := newTestCA(t)
 	a := openNode(t, ca, "a", "", nil)
@@ -296,8 +296,9 @@ func TestStartupErrors(t *testing.T) {
 	}
 }
 
-// Rule (DESIGN.md §8 "Identity"): when two brokers dial each other at
-// once, the connection dialed by the smaller node id is kept; both ends
+// Rule (one connection per broker pair, chosen alike on both ends): when
+// two brokers dial each other at once, the connection dialed by the
+// smaller node id is kept; both ends
 // end up with that one connection and streams work both ways.
 func TestSimultaneousDial(t *testing.T) {
 	ca := newTestCA(t)
@@ -425,7 +426,7 @@ func TestReconnectAfterPeerRestart(t *testing.T) {
 	}
 }
 
-// Rule (core.Stream, DESIGN.md §8 "Orderly close vs abort"): Close ends
+// Rule (core.Stream's orderly close vs abort, core/transport.go): Close ends
 // orderly (the peer reads everything, then io.EOF); Abort resets (the
 // peer's Read fails with ErrStreamAborted); after a local Close or Abort
 // Read fails with ErrStreamAborted; a passed deadline is a timeout and

@@ -1,7 +1,7 @@
 // Command genimports turns the [[builtin]] entries of plugins.toml into
 // the Go that links them: blank imports in cmd/fibril (each built-in
 // registers itself from an init function) and the table of declared
-// built-ins in package plugins (what `fibrilctl plugins list` shows
+// built-ins in package plugins/host (what `fibrilctl plugins list` shows
 // without linking every backend into the CLI).
 //
 // It runs from `go generate ./cmd/fibril` (see cmd/fibril/gen_plugins.go);
@@ -106,11 +106,11 @@ func renderImports(list []builtin) ([]byte, error) {
 	return format.Source(b.Bytes())
 }
 
-// renderTable is package plugins' table of declared built-ins.
+// renderTable is package host's table of declared built-ins.
 func renderTable(list []builtin) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(header)
-	b.WriteString("package plugins\n\n// declaredBuiltins are the built-in plugins plugins.toml links into fibril.\nvar declaredBuiltins = []BuiltinPlugin{\n")
+	b.WriteString("package host\n\n// declaredBuiltins are the built-in plugins plugins.toml links into fibril.\nvar declaredBuiltins = []BuiltinPlugin{\n")
 	for _, e := range list {
 		fmt.Fprintf(&b, "\t{Kind: %q, Name: %q, Package: %q},\n", e.Kind, e.Name, e.Package)
 	}
@@ -121,7 +121,7 @@ func renderTable(list []builtin) ([]byte, error) {
 func main() {
 	in := flag.String("toml", "plugins.toml", "the plugins.toml to read")
 	imports := flag.String("imports", "", "where to write the blank imports (package main)")
-	table := flag.String("table", "", "where to write the table of declared built-ins (package plugins)")
+	table := flag.String("table", "", "where to write the table of declared built-ins (package plugins/host)")
 	flag.Parse()
 	if err := generate(*in, *imports, *table); err != nil {
 		fmt.Fprintln(os.Stderr, "genimports:", err)

@@ -9,7 +9,7 @@ import (
 )
 
 // TestGeneratedFilesMatchPluginsToml fails when cmd/fibril/plugins_gen.go
-// or plugins/builtins_gen.go is not what plugins.toml generates: someone
+// or plugins/host/builtins_gen.go is not what plugins.toml generates: someone
 // edited one without running `go generate ./cmd/fibril`.
 func TestGeneratedFilesMatchPluginsToml(t *testing.T) {
 	root := filepath.Join("..", "..", "..")
@@ -27,7 +27,7 @@ func TestGeneratedFilesMatchPluginsToml(t *testing.T) {
 		render func([]builtin) ([]byte, error)
 	}{
 		{filepath.Join(root, "cmd", "fibril", "plugins_gen.go"), renderImports},
-		{filepath.Join(root, "plugins", "builtins_gen.go"), renderTable},
+		{filepath.Join(root, "plugins", "host", "builtins_gen.go"), renderTable},
 	} {
 		want, err := f.render(list)
 		if err != nil {

@@ -1,4 +1,4 @@
-// Command testplugin is the coordination plugin the plugins package tests
+// Command testplugin is the coordination plugin the plugins/host tests
 // run as a real go-plugin process (and the example of a plugin main).
 //
 // Without configuration it serves an in-memory store of its own (state
@@ -27,6 +27,7 @@ import (
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/memcoord"
 	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/host"
 )
 
 func main() {
@@ -62,7 +63,7 @@ func open(ctx context.Context, env plugins.CoordinationEnv) (core.Coordinator, e
 		if err != nil {
 			return nil, err
 		}
-		c, err := plugins.ConnectCoordination(ctx, conn, env)
+		c, err := host.ConnectCoordination(ctx, conn, env)
 		if err != nil {
 			conn.Close()
 			return nil, err
@@ -82,14 +83,14 @@ func open(ctx context.Context, env plugins.CoordinationEnv) (core.Coordinator, e
 }
 
 // proxy closes its connection with the Coordinator and keeps the
-// LeaseAttacher ability of the protocol client visible.
+// core.LeaseAttacher ability of the protocol client visible.
 type proxy struct {
 	core.Coordinator
 	conn *grpc.ClientConn
 }
 
 func (p *proxy) AttachLease(ctx context.Context, id string) (core.Lease, error) {
-	return p.Coordinator.(plugins.LeaseAttacher).AttachLease(ctx, id)
+	return p.Coordinator.(core.LeaseAttacher).AttachLease(ctx, id)
 }
 
 func (p *proxy) Close() error {
