@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // Cluster timing in these tests: a heartbeat every 250 ms and a 1.5 s
@@ -100,7 +101,7 @@ func startRaftClusterWith(t *testing.T, n int, perNode func(i int) []string, ext
 		nd.waitReady()
 	}
 	for _, nd := range rc.nodes {
-		eventually(t, waitTimeout, nd.id+" ready", func() bool {
+		testkit.Eventually(t, waitTimeout, nd.id+" ready", func() bool {
 			code, _ := httpGet(t, nd.Admin, "/readyz", nil)
 			return code == 200
 		})
@@ -161,7 +162,7 @@ func (rc *raftCluster) node(id string) *clusterNode {
 func (rc *raftCluster) placed(nd *clusterNode, topic string, count int) map[uint32]string {
 	rc.t.Helper()
 	var owners map[uint32]string
-	eventually(rc.t, waitTimeout, topic+" placed", func() bool {
+	testkit.Eventually(rc.t, waitTimeout, topic+" placed", func() bool {
 		owners = map[uint32]string{}
 		for _, p := range rc.topology(nd).Partitions {
 			if p.Topic == topic && p.Owner != "" && p.OwnerLive {
@@ -275,7 +276,7 @@ func TestClusterOwnerKilledThenBack(t *testing.T) {
 	// (retryable, WIRE §7.3), the others keep working.
 	probe := newClient(t, rc.nodes[0].Addr)
 	var detected time.Duration
-	eventually(t, 4*testTTL+waitTimeout, "the dead owner's partition answers 503", func() bool {
+	testkit.Eventually(t, 4*testTTL+waitTimeout, "the dead owner's partition answers 503", func() bool {
 		ctx := ctxT(t, 200*time.Millisecond)
 		_, err := probe.Publisher("orders", client.PublisherOptions{}).PublishConfirmed(ctx,
 			client.Message{Partition: u32(victimPart), Payload: []byte("probe")})
@@ -289,7 +290,7 @@ func TestClusterOwnerKilledThenBack(t *testing.T) {
 		return false
 	})
 	t.Logf("dead-owner detection (kill -9 → 503 through another broker): %v with TTL %v", detected, testTTL)
-	eventually(t, waitTimeout, "the node shown dead", func() bool {
+	testkit.Eventually(t, waitTimeout, "the node shown dead", func() bool {
 		for _, n := range rc.topology(rc.nodes[0]).Nodes {
 			if n.ID == victim.id {
 				return !n.Live
@@ -310,7 +311,7 @@ func TestClusterOwnerKilledThenBack(t *testing.T) {
 		t.Fatalf("written partition %d moved from the dead owner %s to %s", victimPart, victim.id, o)
 	}
 	rc.restart(victim)
-	eventually(t, waitTimeout, victim.id+" ready again", func() bool {
+	testkit.Eventually(t, waitTimeout, victim.id+" ready again", func() bool {
 		code, _ := httpGet(t, victim.Admin, "/readyz", nil)
 		return code == 200
 	})
@@ -336,7 +337,7 @@ func TestClusterOwnerKilledThenBack(t *testing.T) {
 func TestClusterControllerKilled(t *testing.T) {
 	rc := startRaftCluster(t, 3)
 	var ctrl *clusterNode
-	eventually(t, waitTimeout, "a placement controller", func() bool {
+	testkit.Eventually(t, waitTimeout, "a placement controller", func() bool {
 		for _, nd := range rc.nodes {
 			for _, n := range rc.topology(nd).Nodes {
 				if n.ID == nd.id && n.Controller {
@@ -354,7 +355,7 @@ func TestClusterControllerKilled(t *testing.T) {
 			alive = nd
 		}
 	}
-	eventually(t, 4*testTTL+waitTimeout, "the killed controller shown dead", func() bool {
+	testkit.Eventually(t, 4*testTTL+waitTimeout, "the killed controller shown dead", func() bool {
 		for _, n := range rc.topology(alive).Nodes {
 			if n.ID == ctrl.id {
 				return !n.Live
@@ -397,7 +398,7 @@ func TestClusterDrainKeepsData(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("drain: %d %s", code, body)
 	}
-	eventually(t, waitTimeout, "draining visible", func() bool {
+	testkit.Eventually(t, waitTimeout, "draining visible", func() bool {
 		for _, n := range rc.topology(rc.nodes[0]).Nodes {
 			if n.ID == drained.id {
 				return n.Draining
@@ -430,7 +431,7 @@ func TestClusterUsersAndSettingsShared(t *testing.T) {
 	if code != 201 {
 		t.Fatalf("add user: %d %s", code, body)
 	}
-	eventually(t, waitTimeout, "alice logs in at node-3", func() bool {
+	testkit.Eventually(t, waitTimeout, "alice logs in at node-3", func() bool {
 		ctx := ctxT(t, opTimeout)
 		c, err := client.Dial(ctx, client.Options{Addrs: []string{rc.nodes[2].Addr}, Username: "alice",
 			Password: "correct horse battery", Dial: newGuard(t).dial})
@@ -459,7 +460,7 @@ func TestClusterUsersAndSettingsShared(t *testing.T) {
 	// The new default applies at another broker: a queue declared there
 	// without a count gets 5 partitions.
 	c := newClient(t, rc.nodes[2].Addr)
-	eventually(t, waitTimeout, "node-3 applies the new default", func() bool {
+	testkit.Eventually(t, waitTimeout, "node-3 applies the new default", func() bool {
 		_, body := httpGet(t, rc.nodes[2].Admin, "/admin/api/runtime-settings", nil)
 		return strings.Contains(body, `"default_partition_count":5`)
 	})

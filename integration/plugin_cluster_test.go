@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // pluginBuild is one plugin binary built once per test run.
@@ -175,7 +176,7 @@ func TestClusterExternalRaftPlugin(t *testing.T) {
 	if !refused {
 		t.Fatal("the owner never answered 503 while its coordination plugin was down")
 	}
-	eventually(t, waitTimeout, "the owner reports not ready", func() bool {
+	testkit.Eventually(t, waitTimeout, "the owner reports not ready", func() bool {
 		code, _ := httpGet(t, owner.Admin, "/readyz", nil)
 		return code == 503
 	})
@@ -186,7 +187,7 @@ func TestClusterExternalRaftPlugin(t *testing.T) {
 	if err := os.Rename(binary+".tmp", binary); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 4*waitTimeout, "the owner serves again", func() bool {
+	testkit.Eventually(t, 4*waitTimeout, "the owner serves again", func() bool {
 		_, err := oc.Publisher("ext", client.PublisherOptions{}).PublishConfirmed(ctxT(t, time.Second),
 			client.Message{Partition: u32(part), Payload: []byte("after")})
 		return err == nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -277,7 +278,7 @@ func TestInFlightPublishNotReplayed(t *testing.T) {
 	if err := wait(t, tch); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "reconnect counted", func() bool { return c.Stats().Reconnects == 1 })
+	testkit.Eventually(t, stepTimeout, "reconnect counted", func() bool { return c.Stats().Reconnects == 1 })
 }
 
 // An uncorrelated ERROR drops the connection; the client reconnects with
@@ -305,7 +306,7 @@ func TestHeartbeatTimeoutReconnects(t *testing.T) {
 	_ = fc // never answers the PINGs
 	fc2 := fb.next(t)
 	fc2.acceptHello(t, identityA, wire.ResumeResumed)
-	eventually(t, "reconnect", func() bool { return c.Stats().Reconnects >= 1 })
+	testkit.Eventually(t, stepTimeout, "reconnect", func() bool { return c.Stats().Reconnects >= 1 })
 }
 
 // A new identity from the broker replaces the stored one; the next HELLO

@@ -301,19 +301,6 @@ func dialScripted(tb testing.TB, fb *fakeBroker, opts Options, topo wire.Topolog
 	return r.c, fc
 }
 
-// eventually retries cond until it holds or the bounded wait ends; it is
-// the only way these tests wait for asynchronous effects.
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(stepTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // async runs f in a goroutine and returns a channel with its error.
 func async(f func() error) <-chan error {
 	ch := make(chan error, 1)

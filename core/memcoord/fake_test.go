@@ -9,6 +9,7 @@ import (
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/memcoord"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 const ms = time.Millisecond
@@ -25,19 +26,6 @@ func closed(ch <-chan struct{}) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// waitFor polls cond for a goroutine of the test to catch up (with a fake
-// clock, only goroutine scheduling is left to wait for).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -370,5 +358,5 @@ func TestNoGoroutineLeak(t *testing.T) {
 	if !closed(lead.Lost()) {
 		t.Fatal("leadership survived Close")
 	}
-	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	testkit.Eventually(t, 10*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }

@@ -5,9 +5,11 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/storage/faultfs"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -145,7 +147,7 @@ func drain(t *testing.T, m *Manager, q Key) map[string]int {
 			t.Fatal(err)
 		}
 		seen := map[uint64]bool{}
-		eventually(t, func() bool { return p.Depth() == Depth{} })
+		testkit.Eventually(t, 10*time.Second, "every message settled", func() bool { return p.Depth() == Depth{} })
 		for _, d := range r.take() {
 			if seen[d.Offset] {
 				t.Fatalf("%s partition %d: offset %d delivered twice", q, n, d.Offset)

@@ -260,18 +260,6 @@ func withHeaders(h ...string) func(*Message) {
 // goroutine).
 func (e *env) waitDLQ() { e.m.dlqWG.Wait() }
 
-// eventually polls cond (bounded: 10 s) for work finishing on another
-// goroutine, such as a dispatch continuation.
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func header(d *Delivery, key string) (string, bool) { return d.Headers.Get(key) }
 
 func wantCode(t *testing.T, err error, sentinel error) {
