@@ -8,15 +8,16 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/clock"
 	"github.com/fibrilgo/fibril/core/memcoord"
 	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 const ms = time.Millisecond
 
-func fakeStore(t *testing.T) (*memcoord.Store, *memcoord.FakeClock) {
+func fakeStore(t *testing.T) (*memcoord.Store, *clock.Fake) {
 	t.Helper()
-	clock := memcoord.NewFakeClock(time.Time{})
+	clock := clock.NewFake(time.Time{})
 	return memcoord.NewStore(memcoord.Options{Clock: clock, MinTTL: 50 * ms, ElectionTTL: 300 * ms}), clock
 }
 
@@ -26,41 +27,6 @@ func closed(ch <-chan struct{}) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-func TestFakeClockOrder(t *testing.T) {
-	c := memcoord.NewFakeClock(time.Time{})
-	start := c.Now()
-	var got []int
-	var at []time.Duration
-	rec := func(i int) func() {
-		return func() { got = append(got, i); at = append(at, c.Now().Sub(start)) }
-	}
-	c.AfterFunc(30*ms, rec(3))
-	c.AfterFunc(10*ms, rec(1))
-	stopped := c.AfterFunc(20*ms, rec(99))
-	c.AfterFunc(10*ms, func() {
-		rec(2)()
-		c.AfterFunc(15*ms, rec(4)) // due at 25 ms: inside this Advance
-	})
-	if !stopped.Stop() || stopped.Stop() {
-		t.Fatal("Stop should report true once, then false")
-	}
-	c.Advance(29 * ms)
-	want := []int{1, 2, 4}
-	if len(got) != len(want) || got[0] != 1 || got[1] != 2 || got[2] != 4 {
-		t.Fatalf("ran %v, want %v", got, want)
-	}
-	if at[2] != 25*ms {
-		t.Fatalf("nested callback saw Now = +%v, want +25ms", at[2])
-	}
-	if c.Now().Sub(start) != 29*ms || c.Pending() != 1 {
-		t.Fatalf("Now +%v, %d pending", c.Now().Sub(start), c.Pending())
-	}
-	c.Advance(ms)
-	if len(got) != 4 || got[3] != 3 {
-		t.Fatalf("ran %v", got)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fibrilgo/fibril/core/clock"
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/storage/faultfs"
 	"github.com/fibrilgo/fibril/core/testkit"
@@ -44,7 +45,7 @@ func crashOptions(fs *faultfs.FS) Options {
 			Logger:          quietLogger(),
 		},
 		AutoCreate: true,
-		Clock:      newFakeClock(),
+		Clock:      clock.NewFake(t0),
 		Logger:     quietLogger(),
 	}
 }
