@@ -10,7 +10,6 @@ import (
 
 type handshakeResult struct {
 	identity string
-	cert     []byte // leaf the server presented
 	proto    string
 	err      error
 }
