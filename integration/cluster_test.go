@@ -6,9 +6,7 @@ package integration
 import (
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,168 +17,6 @@ import (
 	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/testkit"
 )
-
-// Cluster timing in these tests: a heartbeat every 250 ms and a 1.5 s
-// liveness TTL. FIBRIL_TEST_DEFAULT_TIMING=1 runs them with the defaults
-// (1 s, 4 s) instead — how the dead-owner detection time is measured.
-var (
-	testHeartbeatMS = 250
-	testTTLMS       = 1500
-	testTTL         = time.Duration(testTTLMS) * time.Millisecond
-)
-
-func init() {
-	if os.Getenv("FIBRIL_TEST_DEFAULT_TIMING") == "1" {
-		testHeartbeatMS, testTTLMS = 1000, 4000
-		testTTL = time.Duration(testTTLMS) * time.Millisecond
-	}
-}
-
-type clusterNode struct {
-	*broker
-	id, raft string
-	args     []string
-}
-
-type raftCluster struct {
-	t      *testing.T
-	nodes  []*clusterNode
-	secret string // the cluster secret file every node reads
-}
-
-// freePort returns a loopback port nothing listens on right now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// startRaftCluster starts n brokers forming one raft cluster and waits
-// until every one is ready. extra flags go to every node.
-func startRaftCluster(t *testing.T, n int, extra ...string) *raftCluster {
-	t.Helper()
-	return startRaftClusterWith(t, n, nil, extra...)
-}
-
-// startRaftClusterWith is startRaftCluster with flags for node i (after
-// extra, so they win).
-func startRaftClusterWith(t *testing.T, n int, perNode func(i int) []string, extra ...string) *raftCluster {
-	t.Helper()
-	secret := filepath.Join(t.TempDir(), "cluster.secret")
-	if err := os.WriteFile(secret, []byte("integration-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rc := &raftCluster{t: t, secret: secret}
-	var peers []string
-	for i := range n {
-		nd := &clusterNode{id: fmt.Sprintf("node-%d", i+1), raft: "127.0.0.1:" + strconv.Itoa(freePort(t))}
-		rc.nodes = append(rc.nodes, nd)
-		peers = append(peers, nd.id+"="+nd.raft)
-	}
-	for i, nd := range rc.nodes {
-		nd.args = append([]string{
-			"--coordination.backend=raft",
-			"--coordination.node_id=" + nd.id,
-			"--coordination.secret_path=" + secret,
-			"--coordination.raft.listen=" + nd.raft,
-			"--coordination.raft.peers=" + strings.Join(peers, ","),
-			"--coordination.raft.bootstrap_expect=" + strconv.Itoa(n),
-			"--coordination.heartbeat_interval_ms=" + strconv.Itoa(testHeartbeatMS),
-			"--coordination.liveness_ttl_ms=" + strconv.Itoa(testTTLMS),
-		}, extra...)
-		if perNode != nil {
-			nd.args = append(nd.args, perNode(i)...)
-		}
-		nd.broker = launchBroker(t, t.TempDir(), nd.args...)
-	}
-	for _, nd := range rc.nodes {
-		nd.waitReady()
-	}
-	for _, nd := range rc.nodes {
-		testkit.Eventually(t, waitTimeout, nd.id+" ready", func() bool {
-			code, _ := httpGet(t, nd.Admin, "/readyz", nil)
-			return code == 200
-		})
-	}
-	return rc
-}
-
-// restart starts a stopped node again on its data directory and raft port.
-func (rc *raftCluster) restart(nd *clusterNode) {
-	rc.t.Helper()
-	nd.broker = nd.broker.restart()
-}
-
-// topologyView is GET /admin/api/topology.
-type topologyView struct {
-	Nodes []struct {
-		ID         string `json:"id"`
-		Live       bool   `json:"live"`
-		Draining   bool   `json:"draining"`
-		Controller bool   `json:"controller"`
-	} `json:"nodes"`
-	Partitions []struct {
-		Topic     string   `json:"topic"`
-		Partition uint32   `json:"partition"`
-		Owner     string   `json:"owner"`
-		Epoch     uint64   `json:"epoch"`
-		Written   bool     `json:"written"`
-		OwnerLive bool     `json:"owner_live"`
-		Endpoints []string `json:"client_endpoints"`
-	} `json:"partitions"`
-}
-
-func (rc *raftCluster) topology(nd *clusterNode) topologyView {
-	rc.t.Helper()
-	code, body := httpGet(rc.t, nd.Admin, "/admin/api/topology", nil)
-	if code != 200 {
-		rc.t.Fatalf("%s topology: %d %s", nd.id, code, body)
-	}
-	var v topologyView
-	if err := json.Unmarshal([]byte(body), &v); err != nil {
-		rc.t.Fatal(err)
-	}
-	return v
-}
-
-func (rc *raftCluster) node(id string) *clusterNode {
-	for _, nd := range rc.nodes {
-		if nd.id == id {
-			return nd
-		}
-	}
-	rc.t.Fatalf("no node %s", id)
-	return nil
-}
-
-// placed waits until every partition of topic has a live owner, as nd
-// sees it, and returns partition → owner.
-func (rc *raftCluster) placed(nd *clusterNode, topic string, count int) map[uint32]string {
-	rc.t.Helper()
-	var owners map[uint32]string
-	testkit.Eventually(rc.t, waitTimeout, topic+" placed", func() bool {
-		owners = map[uint32]string{}
-		for _, p := range rc.topology(nd).Partitions {
-			if p.Topic == topic && p.Owner != "" && p.OwnerLive {
-				owners[p.Partition] = p.Owner
-			}
-		}
-		return len(owners) == count
-	})
-	return owners
-}
-
-func brokerCode(err error) int {
-	var be *client.Error
-	if errors.As(err, &be) {
-		return int(be.Code)
-	}
-	return 0
-}
 
 // Three brokers on raft: a queue declared at one broker is served through
 // every broker; clients bootstrapped anywhere publish to every partition
@@ -225,16 +61,6 @@ func TestClusterPublishConsumeEverywhere(t *testing.T) {
 		delete(sent, string(d.Payload))
 		ack(t, d)
 	}
-}
-
-// ownerOf returns the node owning partition p of topic, as nd sees it.
-func (rc *raftCluster) ownerOf(nd *clusterNode, topic string, p uint32) string {
-	for _, x := range rc.topology(nd).Partitions {
-		if x.Topic == topic && x.Partition == p {
-			return x.Owner
-		}
-	}
-	return ""
 }
 
 // kill -9 of a partition owner (DESIGN.md §8 "Ownership safety", D-5):
