@@ -11,16 +11,6 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-func publishAsync(p *Publisher, m Message) (<-chan error, *uint64) {
-	var off uint64
-	ch := async(func() error {
-		o, err := p.PublishConfirmed(context.Background(), m)
-		off = o
-		return err
-	})
-	return ch, &off
-}
-
 // The §9.1 table: FNV-1a-64 of the key mod N.
 func TestPartitionChoiceFNV(t *testing.T) {
 	table := []struct {

@@ -12,48 +12,7 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// answerSubscribe reads one SUBSCRIBE and answers SUBSCRIBE_OK with subID,
-// echoing the request.
-func answerSubscribe(t *testing.T, fc *fakeConn, subID uint64) *wire.Subscribe {
-	t.Helper()
-	f := fc.expect(t, wire.OpSubscribe)
-	s := f.body.(*wire.Subscribe)
-	fc.send(wire.OpSubscribeOK, f.hdr.RequestID, &wire.SubscribeOK{
-		SubID: subID, Topic: s.Topic, Partition: s.Partition, Group: s.Group, Prefetch: s.Prefetch,
-	})
-	return s
-}
-
-// subscribeScripted subscribes and answers one SUBSCRIBE per sub id.
-func subscribeScripted(t *testing.T, c *Client, fc *fakeConn, topic string, opts SubscribeOptions, subIDs ...uint64) *Subscription {
-	t.Helper()
-	var sub *Subscription
-	ch := async(func() error {
-		var err error
-		sub, err = c.Subscribe(context.Background(), topic, opts)
-		return err
-	})
-	for _, id := range subIDs {
-		answerSubscribe(t, fc, id)
-	}
-	if err := wait(t, ch); err != nil {
-		t.Fatalf("Subscribe: %v", err)
-	}
-	t.Cleanup(func() { sub.Close() })
-	return sub
-}
-
 var deliverID uint64 = 1000
-
-func sendDeliver(fc *fakeConn, subID uint64, topic string, partition uint32, tag uint64, payload string) uint64 {
-	deliverID++
-	fc.send(wire.OpDeliver, deliverID, &wire.Deliver{
-		SubID: subID, Topic: topic, Partition: partition, Offset: tag, DeliveryTag: tag,
-		PublishReceived: 1_700_000_000_000, ContentType: wire.ContentType{Tag: wire.ContentText},
-		Headers: wire.Headers{{Key: RetriesHeader, Value: "2"}}, Payload: []byte(payload),
-	})
-	return deliverID
-}
 
 func next(t *testing.T, s *Subscription) *Delivery {
 	t.Helper()

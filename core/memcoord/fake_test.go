@@ -21,15 +21,6 @@ func fakeStore(t *testing.T) (*memcoord.Store, *clock.Fake) {
 	return memcoord.NewStore(memcoord.Options{Clock: clock, MinTTL: 50 * ms, ElectionTTL: 300 * ms}), clock
 }
 
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // The store ends a lease exactly TTL after the last renew, deleting all of
 // its keys in one write; the holder's ValidUntil is the same instant.
 func TestDeterministicExpiry(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/clock"
 	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -197,3 +198,41 @@ func wantPayloads(t *testing.T, ds []*Delivery, want ...string) {
 		t.Fatalf("deliveries %q, want %q", got, want)
 	}
 }
+
+// drain reads every message left in q (auto-ack), checking that no offset
+// is delivered twice.
+func drain(t *testing.T, m *Manager, q Key) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	parts := 1
+	for _, qi := range m.Queues() {
+		if qi.Key == q {
+			parts = int(qi.PartitionCount)
+		}
+	}
+	for n := range uint32(parts) {
+		p, err := m.Partition(q, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &recorder{}
+		s, err := p.Subscribe(r, SubscribeOptions{AutoAck: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[uint64]bool{}
+		testkit.Eventually(t, 10*time.Second, "every message settled", func() bool { return p.Depth() == Depth{} })
+		for _, d := range r.take() {
+			if seen[d.Offset] {
+				t.Fatalf("%s partition %d: offset %d delivered twice", q, n, d.Offset)
+			}
+			seen[d.Offset] = true
+			key := string(d.Payload)
+			out[key]++
+		}
+		s.Close()
+	}
+	return out
+}
+
+var noTime = wire.None[uint64]()

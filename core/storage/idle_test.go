@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,25 +18,6 @@ import (
 // is started when work arrives and exits when none is left, the interval
 // fsync and the MaxAge pass are one-shot timers armed only while they have
 // something to do.
-
-// idle reports whether p has neither a committer nor an armed fsync timer
-// (an armed MaxAge timer is allowed when allowAge).
-func idle(p *storage.Partition, allowAge bool) bool {
-	c, f, a := storage.Scheduled(p)
-	return !c && !f && (allowAge || !a)
-}
-
-// dirtyData lists the log and journal files holding bytes not yet fsynced
-// (index files are never fsynced by design and are left out).
-func dirtyData(fsys *faultfs.FS) []string {
-	var out []string
-	for name, n := range fsys.Unsynced() {
-		if strings.HasSuffix(name, ".log") || strings.HasSuffix(name, ".jnl") {
-			out = append(out, fmt.Sprintf("%s:%d", name, n))
-		}
-	}
-	return out
-}
 
 func goroutineDump() string {
 	buf := make([]byte, 64<<10)

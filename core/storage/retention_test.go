@@ -9,15 +9,6 @@ import (
 	"github.com/fibrilgo/fibril/core/storage"
 )
 
-func appendN(t *testing.T, p *storage.Partition, from, n int, ts func(int) int64) {
-	t.Helper()
-	for i := from; i < from+n; i++ {
-		if _, err := p.Append(payload(i, 100), ts(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 func zeroTS(int) int64 { return 0 }
 
 func TestQueueRetentionDeletesOnlySettledSegments(t *testing.T) {
