@@ -3,14 +3,13 @@ package memcoord_test
 import (
 	"context"
 	"errors"
-	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/clock"
 	"github.com/fibrilgo/fibril/core/memcoord"
-	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 const ms = time.Millisecond
@@ -290,30 +289,34 @@ func TestBadRequests(t *testing.T) {
 }
 
 // Nothing keeps running after the members close: blocked calls return and
-// the package has no goroutines of its own.
+// the package has no goroutines of its own. The test runs in a synctest
+// bubble, which makes both checks exact instead of timed: Wait returns once
+// the three calls are really blocked (no sleep that hopes so), and Test
+// returns only when every goroutine started in the bubble has ended — one
+// left blocked is reported as a deadlock.
 func TestNoGoroutineLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
-	s := memcoord.NewStore(memcoord.Options{})
-	a, b := s.Member("a"), s.Member("b")
-	ctx := context.Background()
-	lead, err := a.Campaign(ctx, "ctl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, _ := b.GrantLease(ctx, time.Second)
-	l.Put(ctx, "n/b", nil, 0)
-	done := make(chan struct{}, 3)
-	go func() { b.Campaign(ctx, "ctl"); done <- struct{}{} }()
-	go func() { b.Watch(ctx, "n/", s.Index()); done <- struct{}{} }()
-	go func() { a.Watch(ctx, "n/", s.Index()); done <- struct{}{} }()
-	time.Sleep(20 * time.Millisecond)
-	a.Close()
-	b.Close()
-	for range 3 {
-		<-done
-	}
-	if !closed(lead.Lost()) {
-		t.Fatal("leadership survived Close")
-	}
-	testkit.Eventually(t, 10*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	synctest.Test(t, func(t *testing.T) {
+		s := memcoord.NewStore(memcoord.Options{})
+		a, b := s.Member("a"), s.Member("b")
+		ctx := context.Background()
+		lead, err := a.Campaign(ctx, "ctl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := b.GrantLease(ctx, time.Second)
+		l.Put(ctx, "n/b", nil, 0)
+		done := make(chan struct{}, 3)
+		go func() { b.Campaign(ctx, "ctl"); done <- struct{}{} }()
+		go func() { b.Watch(ctx, "n/", s.Index()); done <- struct{}{} }()
+		go func() { a.Watch(ctx, "n/", s.Index()); done <- struct{}{} }()
+		synctest.Wait()
+		a.Close()
+		b.Close()
+		for range 3 {
+			<-done
+		}
+		if !closed(lead.Lost()) {
+			t.Fatal("leadership survived Close")
+		}
+	})
 }
