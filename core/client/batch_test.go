@@ -770,14 +770,10 @@ func TestNoGoroutineLeak(t *testing.T) {
 		res.wait(t, 20)
 		fc.close()
 	}()
-	deadline := time.Now().Add(stepTimeout)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.EventuallyReport(t, stepTimeout, func() bool { return runtime.NumGoroutine() <= base }, func() string {
+		buf := make([]byte, 1<<16)
+		return fmt.Sprintf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+	})
 }
 
 // --- benchmarks against a fast fake broker ----------------------------------
