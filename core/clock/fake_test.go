@@ -46,3 +46,48 @@ func TestFakeOrder(t *testing.T) {
 		t.Fatalf("ran %v", got)
 	}
 }
+
+// Set moves the clock without running what fell due; the next Advance
+// runs it, even Advance(0).
+func TestFakeSetRunsNothing(t *testing.T) {
+	c := clock.NewFake(time.Time{})
+	start := c.Now()
+	ran := false
+	c.AfterFunc(10*ms, func() { ran = true })
+	c.Set(start.Add(time.Second))
+	if ran || c.Pending() != 1 {
+		t.Fatalf("Set ran the timer (ran %v, %d pending)", ran, c.Pending())
+	}
+	c.Advance(0)
+	if !ran || c.Now() != start.Add(time.Second) {
+		t.Fatalf("ran %v, Now +%v", ran, c.Now().Sub(start))
+	}
+}
+
+// A callback that keeps re-arming itself for a time already due is a bug
+// the Fake names with a panic instead of spinning forever.
+func TestFakeRearmLoopPanics(t *testing.T) {
+	c := clock.NewFake(time.Time{})
+	var again func()
+	again = func() { c.AfterFunc(0, again) }
+	c.AfterFunc(0, again)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("no panic")
+		}
+	}()
+	c.Advance(0)
+}
+
+func TestRealNowFunc(t *testing.T) {
+	at := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	if got := (clock.Real{NowFunc: func() time.Time { return at }}).Now(); !got.Equal(at) {
+		t.Fatalf("Now = %v", got)
+	}
+	if d := time.Since(clock.Real{}.Now()); d < 0 || d > time.Minute {
+		t.Fatalf("zero Real is %v off the wall clock", d)
+	}
+	fired := make(chan struct{})
+	clock.Real{}.AfterFunc(time.Millisecond, func() { close(fired) })
+	<-fired
+}
