@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // TestAdminEndpoints: /healthz and /readyz answer 200 "ok" on a ready
@@ -41,7 +42,7 @@ func TestAdminEndpoints(t *testing.T) {
 		t.Fatalf("fibril_tcp_connections_open = %v with one client connected, want 1", got)
 	}
 	c.Close()
-	eventually(t, waitTimeout, "fibril_tcp_connections_open to drop to 0", func() bool {
+	testkit.Eventually(t, waitTimeout, "fibril_tcp_connections_open to drop to 0", func() bool {
 		return metric(t, b, "fibril_tcp_connections_open") == 0
 	})
 }

@@ -6,9 +6,7 @@ package integration
 import (
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,169 +15,8 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
-
-// Cluster timing in these tests: a heartbeat every 250 ms and a 1.5 s
-// liveness TTL. FIBRIL_TEST_DEFAULT_TIMING=1 runs them with the defaults
-// (1 s, 4 s) instead — how the dead-owner detection time is measured.
-var (
-	testHeartbeatMS = 250
-	testTTLMS       = 1500
-	testTTL         = time.Duration(testTTLMS) * time.Millisecond
-)
-
-func init() {
-	if os.Getenv("FIBRIL_TEST_DEFAULT_TIMING") == "1" {
-		testHeartbeatMS, testTTLMS = 1000, 4000
-		testTTL = time.Duration(testTTLMS) * time.Millisecond
-	}
-}
-
-type clusterNode struct {
-	*broker
-	id, raft string
-	args     []string
-}
-
-type raftCluster struct {
-	t      *testing.T
-	nodes  []*clusterNode
-	secret string // the cluster secret file every node reads
-}
-
-// freePort returns a loopback port nothing listens on right now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// startRaftCluster starts n brokers forming one raft cluster and waits
-// until every one is ready. extra flags go to every node.
-func startRaftCluster(t *testing.T, n int, extra ...string) *raftCluster {
-	t.Helper()
-	return startRaftClusterWith(t, n, nil, extra...)
-}
-
-// startRaftClusterWith is startRaftCluster with flags for node i (after
-// extra, so they win).
-func startRaftClusterWith(t *testing.T, n int, perNode func(i int) []string, extra ...string) *raftCluster {
-	t.Helper()
-	secret := filepath.Join(t.TempDir(), "cluster.secret")
-	if err := os.WriteFile(secret, []byte("integration-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rc := &raftCluster{t: t, secret: secret}
-	var peers []string
-	for i := range n {
-		nd := &clusterNode{id: fmt.Sprintf("node-%d", i+1), raft: "127.0.0.1:" + strconv.Itoa(freePort(t))}
-		rc.nodes = append(rc.nodes, nd)
-		peers = append(peers, nd.id+"="+nd.raft)
-	}
-	for i, nd := range rc.nodes {
-		nd.args = append([]string{
-			"--coordination.backend=raft",
-			"--coordination.node_id=" + nd.id,
-			"--coordination.secret_path=" + secret,
-			"--coordination.raft.listen=" + nd.raft,
-			"--coordination.raft.peers=" + strings.Join(peers, ","),
-			"--coordination.raft.bootstrap_expect=" + strconv.Itoa(n),
-			"--coordination.heartbeat_interval_ms=" + strconv.Itoa(testHeartbeatMS),
-			"--coordination.liveness_ttl_ms=" + strconv.Itoa(testTTLMS),
-		}, extra...)
-		if perNode != nil {
-			nd.args = append(nd.args, perNode(i)...)
-		}
-		nd.broker = launchBroker(t, t.TempDir(), nd.args...)
-	}
-	for _, nd := range rc.nodes {
-		nd.waitReady()
-	}
-	for _, nd := range rc.nodes {
-		eventually(t, waitTimeout, nd.id+" ready", func() bool {
-			code, _ := httpGet(t, nd.Admin, "/readyz", nil)
-			return code == 200
-		})
-	}
-	return rc
-}
-
-// restart starts a stopped node again on its data directory and raft port.
-func (rc *raftCluster) restart(nd *clusterNode) {
-	rc.t.Helper()
-	nd.broker = nd.broker.restart()
-}
-
-// topologyView is GET /admin/api/topology.
-type topologyView struct {
-	Nodes []struct {
-		ID         string `json:"id"`
-		Live       bool   `json:"live"`
-		Draining   bool   `json:"draining"`
-		Controller bool   `json:"controller"`
-	} `json:"nodes"`
-	Partitions []struct {
-		Topic     string   `json:"topic"`
-		Partition uint32   `json:"partition"`
-		Owner     string   `json:"owner"`
-		Epoch     uint64   `json:"epoch"`
-		Written   bool     `json:"written"`
-		OwnerLive bool     `json:"owner_live"`
-		Endpoints []string `json:"client_endpoints"`
-	} `json:"partitions"`
-}
-
-func (rc *raftCluster) topology(nd *clusterNode) topologyView {
-	rc.t.Helper()
-	code, body := httpGet(rc.t, nd.Admin, "/admin/api/topology", nil)
-	if code != 200 {
-		rc.t.Fatalf("%s topology: %d %s", nd.id, code, body)
-	}
-	var v topologyView
-	if err := json.Unmarshal([]byte(body), &v); err != nil {
-		rc.t.Fatal(err)
-	}
-	return v
-}
-
-func (rc *raftCluster) node(id string) *clusterNode {
-	for _, nd := range rc.nodes {
-		if nd.id == id {
-			return nd
-		}
-	}
-	rc.t.Fatalf("no node %s", id)
-	return nil
-}
-
-// placed waits until every partition of topic has a live owner, as nd
-// sees it, and returns partition → owner.
-func (rc *raftCluster) placed(nd *clusterNode, topic string, count int) map[uint32]string {
-	rc.t.Helper()
-	var owners map[uint32]string
-	eventually(rc.t, waitTimeout, topic+" placed", func() bool {
-		owners = map[uint32]string{}
-		for _, p := range rc.topology(nd).Partitions {
-			if p.Topic == topic && p.Owner != "" && p.OwnerLive {
-				owners[p.Partition] = p.Owner
-			}
-		}
-		return len(owners) == count
-	})
-	return owners
-}
-
-func brokerCode(err error) int {
-	var be *client.Error
-	if errors.As(err, &be) {
-		return int(be.Code)
-	}
-	return 0
-}
 
 // Three brokers on raft: a queue declared at one broker is served through
 // every broker; clients bootstrapped anywhere publish to every partition
@@ -226,16 +63,6 @@ func TestClusterPublishConsumeEverywhere(t *testing.T) {
 	}
 }
 
-// ownerOf returns the node owning partition p of topic, as nd sees it.
-func (rc *raftCluster) ownerOf(nd *clusterNode, topic string, p uint32) string {
-	for _, x := range rc.topology(nd).Partitions {
-		if x.Topic == topic && x.Partition == p {
-			return x.Owner
-		}
-	}
-	return ""
-}
-
 // kill -9 of a partition owner (S-138: only a node holding the log may own it):
 // its written partitions answer 503 through the other brokers while their
 // other partitions are unaffected; once it is back, every confirmed
@@ -275,7 +102,7 @@ func TestClusterOwnerKilledThenBack(t *testing.T) {
 	// (retryable, docs/protocol.md#answers), the others keep working.
 	probe := newClient(t, rc.nodes[0].Addr)
 	var detected time.Duration
-	eventually(t, 4*testTTL+waitTimeout, "the dead owner's partition answers 503", func() bool {
+	testkit.Eventually(t, 4*testTTL+waitTimeout, "the dead owner's partition answers 503", func() bool {
 		ctx := ctxT(t, 200*time.Millisecond)
 		_, err := probe.Publisher("orders", client.PublisherOptions{}).PublishConfirmed(ctx,
 			client.Message{Partition: u32(victimPart), Payload: []byte("probe")})
@@ -289,7 +116,7 @@ func TestClusterOwnerKilledThenBack(t *testing.T) {
 		return false
 	})
 	t.Logf("dead-owner detection (kill -9 → 503 through another broker): %v with TTL %v", detected, testTTL)
-	eventually(t, waitTimeout, "the node shown dead", func() bool {
+	testkit.Eventually(t, waitTimeout, "the node shown dead", func() bool {
 		for _, n := range rc.topology(rc.nodes[0]).Nodes {
 			if n.ID == victim.id {
 				return !n.Live
@@ -310,7 +137,7 @@ func TestClusterOwnerKilledThenBack(t *testing.T) {
 		t.Fatalf("written partition %d moved from the dead owner %s to %s", victimPart, victim.id, o)
 	}
 	rc.restart(victim)
-	eventually(t, waitTimeout, victim.id+" ready again", func() bool {
+	testkit.Eventually(t, waitTimeout, victim.id+" ready again", func() bool {
 		code, _ := httpGet(t, victim.Admin, "/readyz", nil)
 		return code == 200
 	})
@@ -336,7 +163,7 @@ func TestClusterOwnerKilledThenBack(t *testing.T) {
 func TestClusterControllerKilled(t *testing.T) {
 	rc := startRaftCluster(t, 3)
 	var ctrl *clusterNode
-	eventually(t, waitTimeout, "a placement controller", func() bool {
+	testkit.Eventually(t, waitTimeout, "a placement controller", func() bool {
 		for _, nd := range rc.nodes {
 			for _, n := range rc.topology(nd).Nodes {
 				if n.ID == nd.id && n.Controller {
@@ -354,7 +181,7 @@ func TestClusterControllerKilled(t *testing.T) {
 			alive = nd
 		}
 	}
-	eventually(t, 4*testTTL+waitTimeout, "the killed controller shown dead", func() bool {
+	testkit.Eventually(t, 4*testTTL+waitTimeout, "the killed controller shown dead", func() bool {
 		for _, n := range rc.topology(alive).Nodes {
 			if n.ID == ctrl.id {
 				return !n.Live
@@ -397,7 +224,7 @@ func TestClusterDrainKeepsData(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("drain: %d %s", code, body)
 	}
-	eventually(t, waitTimeout, "draining visible", func() bool {
+	testkit.Eventually(t, waitTimeout, "draining visible", func() bool {
 		for _, n := range rc.topology(rc.nodes[0]).Nodes {
 			if n.ID == drained.id {
 				return n.Draining
@@ -430,7 +257,7 @@ func TestClusterUsersAndSettingsShared(t *testing.T) {
 	if code != 201 {
 		t.Fatalf("add user: %d %s", code, body)
 	}
-	eventually(t, waitTimeout, "alice logs in at node-3", func() bool {
+	testkit.Eventually(t, waitTimeout, "alice logs in at node-3", func() bool {
 		ctx := ctxT(t, opTimeout)
 		c, err := client.Dial(ctx, client.Options{Addrs: []string{rc.nodes[2].Addr}, Username: "alice",
 			Password: "correct horse battery", Dial: newGuard(t).dial})
@@ -459,7 +286,7 @@ func TestClusterUsersAndSettingsShared(t *testing.T) {
 	// The new default applies at another broker: a queue declared there
 	// without a count gets 5 partitions.
 	c := newClient(t, rc.nodes[2].Addr)
-	eventually(t, waitTimeout, "node-3 applies the new default", func() bool {
+	testkit.Eventually(t, waitTimeout, "node-3 applies the new default", func() bool {
 		_, body := httpGet(t, rc.nodes[2].Admin, "/admin/api/runtime-settings", nil)
 		return strings.Contains(body, `"default_partition_count":5`)
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // freeRun returns a base port such that base..base+n-1 are free on
@@ -131,7 +132,7 @@ func testFibrilDev(t *testing.T, private int) {
 	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "dev", Partitions: 3}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "the queue placed", func() bool {
+	testkit.Eventually(t, waitTimeout, "the queue placed", func() bool {
 		topo, err := c.Topology(ctxT(t, opTimeout), "dev")
 		if err != nil {
 			return false

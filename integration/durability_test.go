@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -167,7 +168,7 @@ func TestKillDuringConfirmedPublish(t *testing.T) {
 			}()
 		}
 		// Let a few hundred confirms happen, then crash at a random moment.
-		eventually(t, waitTimeout, "confirms before the crash", func() bool { return confirmed.len() >= 100 })
+		testkit.Eventually(t, waitTimeout, "confirms before the crash", func() bool { return confirmed.len() >= 100 })
 		time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond) // random crash point, not synchronisation
 		killing.Store(true)
 		b.kill()
@@ -312,7 +313,7 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 	}()
 
-	eventually(t, waitTimeout, "publishes in flight before SIGTERM", func() bool {
+	testkit.Eventually(t, waitTimeout, "publishes in flight before SIGTERM", func() bool {
 		return confirmed.len() >= 50 && written.Load() >= 300
 	})
 	stopping.Store(true)

@@ -126,15 +126,3 @@ func barrier(t testing.TB, c *client.Client) {
 		t.Fatalf("barrier (TOPOLOGY): %v", err)
 	}
 }
-
-// eventually retries cond every interval until it holds or within passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

@@ -3,7 +3,8 @@ package integration
 // The harness: one broker binary built per run, broker processes with
 // their logs, the loopback-only dialer guard, and the admin listener
 // (HTTP, metrics). Clients and bounded waits: harness_client_test.go; raw
-// frames: harness_raw_test.go; the TCP proxy: harness_proxy_test.go.
+// frames: harness_raw_test.go; the TCP proxy: harness_proxy_test.go;
+// clusters and plugin builds: harness_cluster_test.go.
 
 import (
 	"bytes"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // TestMeasureOwnerRestart1GiB measures how long an owner holding 1 GiB of
@@ -65,7 +66,7 @@ func TestMeasureOwnerRestart1GiB(t *testing.T) {
 	processReady := time.Since(restarted)
 	rc2 := newClient(t, rc.nodes[0].Addr)
 	var served time.Duration
-	eventually(t, 10*time.Minute, "the owner serves its partition again", func() bool {
+	testkit.Eventually(t, 10*time.Minute, "the owner serves its partition again", func() bool {
 		_, err := rc2.Publisher("big", client.PublisherOptions{}).PublishConfirmed(ctxT(t, time.Second),
 			client.Message{Partition: u32(0), Payload: []byte("after")})
 		if err == nil {

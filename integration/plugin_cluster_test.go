@@ -5,103 +5,14 @@ package integration
 // its coordination plugin dies (S-138, docs/cluster.md "What happens when…").
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
-
-// pluginBuild is one plugin binary built once per test run.
-type pluginBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-var pluginBuilds sync.Map // package path → *pluginBuild
-
-// pluginCatalog builds the plugin binary of package pkg (once per run),
-// copies it into a directory of the test's — a test may change its copy —
-// and writes a catalog naming it kind/name with its sha256.
-func pluginCatalog(t *testing.T, pkg, kind, name string) (catalog, binary string) {
-	t.Helper()
-	v, _ := pluginBuilds.LoadOrStore(pkg, &pluginBuild{})
-	pb := v.(*pluginBuild)
-	pb.once.Do(func() {
-		dir, err := os.MkdirTemp("", "fibril-plugin-")
-		if err != nil {
-			pb.err = err
-			return
-		}
-		pb.path = filepath.Join(dir, filepath.Base(pkg))
-		cmd := exec.Command("go", "build", "-o", pb.path, pkg)
-		cmd.Env = append(os.Environ(), "GOFLAGS=")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			pb.err = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
-		}
-	})
-	if pb.err != nil {
-		t.Fatal(pb.err)
-	}
-	dir := t.TempDir()
-	binary = filepath.Join(dir, filepath.Base(pkg))
-	data, err := os.ReadFile(pb.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(binary, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(data)
-	catalog = filepath.Join(dir, "plugins.toml")
-	entry := fmt.Sprintf("[[plugin]]\nkind = %q\nname = %q\nversion = \"0.1.0\"\ncommand = %q\nsha256 = %q\n",
-		kind, name, binary, hex.EncodeToString(sum[:]))
-	if err := os.WriteFile(catalog, []byte(entry), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return catalog, binary
-}
-
-// pluginPID finds the coordination plugin process the broker started (a
-// child of the broker's own process).
-func pluginPID(t *testing.T, b *broker) int {
-	t.Helper()
-	parent := strconv.Itoa(b.cmd.Process.Pid)
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Skip("no /proc: cannot find the plugin process")
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		s := string(stat)
-		rp := strings.LastIndexByte(s, ')')
-		if rp < 0 || !strings.Contains(s[:rp], "fibril-coord") {
-			continue
-		}
-		if f := strings.Fields(s[rp+1:]); len(f) > 1 && f[1] == parent {
-			return pid
-		}
-	}
-	return 0
-}
 
 // A 3-node cluster whose raft runs in external plugin processes serves
 // like the built-in one. Then one owner's plugin is killed while its binary
@@ -175,7 +86,7 @@ func TestClusterExternalRaftPlugin(t *testing.T) {
 	if !refused {
 		t.Fatal("the owner never answered 503 while its coordination plugin was down")
 	}
-	eventually(t, waitTimeout, "the owner reports not ready", func() bool {
+	testkit.Eventually(t, waitTimeout, "the owner reports not ready", func() bool {
 		code, _ := httpGet(t, owner.Admin, "/readyz", nil)
 		return code == 503
 	})
@@ -186,7 +97,7 @@ func TestClusterExternalRaftPlugin(t *testing.T) {
 	if err := os.Rename(binary+".tmp", binary); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 4*waitTimeout, "the owner serves again", func() bool {
+	testkit.Eventually(t, 4*waitTimeout, "the owner serves again", func() bool {
 		_, err := oc.Publisher("ext", client.PublisherOptions{}).PublishConfirmed(ctxT(t, time.Second),
 			client.Message{Partition: u32(part), Payload: []byte("after")})
 		return err == nil

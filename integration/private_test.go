@@ -9,60 +9,12 @@ package integration
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
-	"net"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
 )
-
-type privateCluster struct {
-	*raftCluster
-	forbidden map[string]bool // addresses the client must never dial
-}
-
-// startPrivateCluster starts node-1 public and node-2, node-3 private, each
-// with broker.peer_advertise set explicitly, over transport tr.
-func startPrivateCluster(t *testing.T, tr string, flags ...string) *privateCluster {
-	t.Helper()
-	ca := filepath.Join(t.TempDir(), "cluster-ca.pem")
-	extra := append([]string{"--tls.enabled", "--tls.auto_self_signed", "--tls.peer_ca_path=" + ca, "--tls.admin_enabled=false",
-		"--transport.backend=" + tr}, flags...)
-	forbidden := map[string]bool{}
-	rc := startRaftClusterWith(t, 3, func(i int) []string {
-		bind := "127.0.0.1:" + strconv.Itoa(freePort(t))
-		flags := []string{"--broker.listener.bind=" + bind, "--broker.peer_advertise=" + bind}
-		if i > 0 {
-			nowhere := "127.0.0.1:" + strconv.Itoa(freePort(t)) // nothing listens here
-			forbidden[bind], forbidden[nowhere] = true, true
-			flags = append(flags, "--broker.visibility=private", "--broker.listener.advertise="+nowhere)
-		}
-		return flags
-	}, extra...)
-	return &privateCluster{raftCluster: rc, forbidden: forbidden}
-}
-
-// client dials the public broker; its dialer fails the test on any attempt
-// to reach a private broker.
-func (pc *privateCluster) client(t *testing.T) *client.Client {
-	t.Helper()
-	return newClient(t, pc.nodes[0].Addr, func(o *client.Options) {
-		o.TLS = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // each broker has its own self-signed CA; this test is about routing
-		inner := o.Dial
-		o.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if pc.forbidden[addr] {
-				t.Errorf("the client dialled the private broker address %s", addr)
-				return nil, errors.New("private broker address")
-			}
-			return inner(ctx, network, addr)
-		}
-	})
-}
 
 // Confirmed publish and consume through privately owned
 // partitions, with a client that only ever reaches the public broker; then

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // TestResumeAfterNetworkCut: a client whose socket is cut resumes its
@@ -46,14 +47,14 @@ func TestResumeAfterNetworkCut(t *testing.T) {
 	if n := px.Cut(); n != 1 {
 		t.Fatalf("proxy cut %d connections, want 1", n)
 	}
-	eventually(t, waitTimeout, "the broker to hold the session dormant", func() bool {
+	testkit.Eventually(t, waitTimeout, "the broker to hold the session dormant", func() bool {
 		return metric(t, b, "fibril_sessions_dormant") == 1
 	})
 	// Published while the session is dormant: delivered after the resume.
 	off3 := publish(t, pub, topic, client.Message{Payload: []byte("m3")})
 	off4 := publish(t, pub, topic, client.Message{Payload: []byte("m4")})
 	px.SetTarget(b.Addr)
-	eventually(t, waitTimeout, "the client to reconnect", func() bool { return c.Stats().Reconnects == 1 })
+	testkit.Eventually(t, waitTimeout, "the client to reconnect", func() bool { return c.Stats().Reconnects == 1 })
 
 	// The session was resumed: the tag from before the cut still settles
 	// (after any other outcome the client refuses it with
@@ -222,7 +223,7 @@ func TestResumeWhileOldSocketAlive(t *testing.T) {
 	if n := px.Freeze(); n != 1 {
 		t.Fatalf("froze %d connections, want 1", n)
 	}
-	eventually(t, waitTimeout, "the client to reconnect after its heartbeat timeout", func() bool { return c.Stats().Reconnects == 1 })
+	testkit.Eventually(t, waitTimeout, "the client to reconnect after its heartbeat timeout", func() bool { return c.Stats().Reconnects == 1 })
 	if err := d0.Ack(ctxT(t, opTimeout)); err != nil {
 		t.Fatalf("ack of a pre-freeze delivery after the takeover: %v", err)
 	}
@@ -237,7 +238,7 @@ func TestResumeWhileOldSocketAlive(t *testing.T) {
 	if n := px.CutFrozen(); n != 1 {
 		t.Fatalf("cut %d frozen connections, want 1", n)
 	}
-	eventually(t, waitTimeout, "the broker to drop the old socket", func() bool {
+	testkit.Eventually(t, waitTimeout, "the broker to drop the old socket", func() bool {
 		return metric(t, b, "fibril_tcp_connections_open") == 2 // pub and the new socket
 	})
 	m := metrics(t, b)
@@ -296,8 +297,8 @@ func TestReconnectAfterGraceExpiry(t *testing.T) {
 
 	px.SetTarget("")
 	px.Cut()
-	eventually(t, waitTimeout, "the session to go dormant", func() bool { return metric(t, b, "fibril_sessions_dormant") == 1 })
-	eventually(t, grace+waitTimeout, "the grace to expire", func() bool {
+	testkit.Eventually(t, waitTimeout, "the session to go dormant", func() bool { return metric(t, b, "fibril_sessions_dormant") == 1 })
+	testkit.Eventually(t, grace+waitTimeout, "the grace to expire", func() bool {
 		return metric(t, b, "fibril_tcp_reconnect_grace_expired_total") == 1
 	})
 	px.SetTarget(b.Addr)

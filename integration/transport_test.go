@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 type peersAnswer struct {
@@ -47,7 +49,7 @@ func TestClusterPeersOverEveryTransport(t *testing.T) {
 			for i, nd := range rc.nodes {
 				other := rc.nodes[1-i].id
 				var ans peersAnswer
-				eventually(t, 20*time.Second, nd.id+" reaches "+other+" over the transport", func() bool {
+				testkit.Eventually(t, 20*time.Second, nd.id+" reaches "+other+" over the transport", func() bool {
 					code, body := httpGet(t, nd.Admin, "/admin/api/peers", nil)
 					if code != 200 {
 						t.Fatalf("GET /admin/api/peers = %d %s", code, body)

@@ -8,19 +8,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/config"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
-
-func runCLI(t *testing.T, args []string, environ ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	code = run(context.Background(), args, environ, &out, &errOut)
-	return code, out.String(), errOut.String()
-}
 
 // The default command serves until its context ends, then shuts down
 // gracefully and exits 0.
@@ -31,13 +24,8 @@ func TestServeStartsAndStopsCleanly(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"--server.data_dir=" + t.TempDir(), "--broker.listener.bind=127.0.0.1:0", "--admin.listener.bind=127.0.0.1:0"}, nil, &out, &errOut)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(errOut.String(), "broker ready") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no \"broker ready\" log line:\n%s", errOut.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.EventuallyReport(t, 10*time.Second, func() bool { return strings.Contains(errOut.String(), "broker ready") },
+		func() string { return "no \"broker ready\" log line:\n" + errOut.String() })
 	cancel()
 	select {
 	case code := <-done:
@@ -50,25 +38,6 @@ func TestServeStartsAndStopsCleanly(t *testing.T) {
 	if !strings.Contains(errOut.String(), "shutdown complete") {
 		t.Errorf("no clean shutdown in the log:\n%s", errOut.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the broker's logger and the test
-// to use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestInvalidConfigExitsTwo(t *testing.T) {
@@ -170,8 +139,12 @@ func TestDevRefusesTakenPorts(t *testing.T) {
 	}
 	defer l.Close()
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	// The client and raft ports are free ones of our own, not the
+	// defaults: a broker a developer runs on 9876 must not decide the
+	// outcome (dev checks the client port first).
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"dev", "--nodes", "1", "--dir", t.TempDir(), "--admin-port", port}, nil, &out, &errOut)
+	code := run(context.Background(), []string{"dev", "--nodes", "1", "--dir", t.TempDir(), "--admin-port", port,
+		"--client-port", strconv.Itoa(freePort(t)), "--raft-port", strconv.Itoa(freePort(t))}, nil, &out, &errOut)
 	if code != exitUsage || !strings.Contains(errOut.String(), "127.0.0.1:"+port) || !strings.Contains(errOut.String(), "--admin-port") {
 		t.Fatalf("exit %d, stderr %q", code, errOut.String())
 	}

@@ -13,6 +13,7 @@ import (
 	hraft "github.com/hashicorp/raft"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/tlsconf"
 )
 
@@ -115,7 +116,7 @@ func TestLeaderFailover(t *testing.T) {
 		t.Fatalf("write lost in failover: %+v", kv)
 	}
 	// The abandoned lease expires under the new leader...
-	waitFor(t, "the abandoned lease's key to expire", func() bool { return mustGet(t, nl, "nodes/dropped").Version == 0 })
+	testkit.Eventually(t, waitLong, "the abandoned lease's key to expire", func() bool { return mustGet(t, nl, "nodes/dropped").Version == 0 })
 	// ...while the renewed one has survived and keeps surviving for more
 	// than its TTL.
 	hold := time.Now().Add(kept.TTL() + 500*time.Millisecond)
@@ -163,7 +164,7 @@ func TestNewLeaderHonoursValidUntil(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	waitFor(t, "expiry after ValidUntil", func() bool { return mustGet(t, nl, "nodes/x").Version == 0 })
+	testkit.Eventually(t, waitLong, "expiry after ValidUntil", func() bool { return mustGet(t, nl, "nodes/x").Version == 0 })
 }
 
 func TestNoLeaderIsUnavailable(t *testing.T) {
@@ -199,13 +200,13 @@ func TestWrongSecretCannotJoin(t *testing.T) {
 	}
 	defer intruder.crash()
 
-	waitFor(t, "the refusal to be logged", func() bool {
+	testkit.Eventually(t, waitLong, "the refusal to be logged", func() bool {
 		return c.logs[li].contains("refused a connection", "claims_node=n4", "cluster secret") ||
 			c.logs[0].contains("refused a connection", "claims_node=n4", "cluster secret") ||
 			c.logs[1].contains("refused a connection", "claims_node=n4", "cluster secret") ||
 			c.logs[2].contains("refused a connection", "claims_node=n4", "cluster secret")
 	})
-	waitFor(t, "the intruder to log why", func() bool { return sink.contains("could not authenticate", "cluster secret mismatch") })
+	testkit.Eventually(t, waitLong, "the intruder to log why", func() bool { return sink.contains("could not authenticate", "cluster secret mismatch") })
 	for _, s := range servers(l) {
 		if s.ID == "n4" {
 			t.Fatal("a member with the wrong secret was added")
@@ -238,13 +239,13 @@ func TestStaleMemberReplacedOnRejoin(t *testing.T) {
 	c.mu.Unlock()
 
 	_, l := c.leader()
-	waitFor(t, "the rebuilt member to be in the configuration at its new address", func() bool {
+	testkit.Eventually(t, waitLong, "the rebuilt member to be in the configuration at its new address", func() bool {
 		ss := servers(l)
 		return len(ss) == 3 && slices.ContainsFunc(ss, func(s hraft.Server) bool {
 			return string(s.ID) == o.NodeID && string(s.Address) == o.Listen && s.Suffrage == hraft.Voter
 		})
 	})
-	waitFor(t, "the rebuilt member to see itself", m.inConfig)
+	testkit.Eventually(t, waitLong, "the rebuilt member to see itself", m.inConfig)
 	v := mustSet(t, l, "after/rejoin", "x", 0)
 	kvs, idx, err := m.Watch(ctxT(t), "after/", 0)
 	for err == nil && idx < v {
@@ -343,7 +344,7 @@ func TestTLSAutoClusterCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.crash()
-	waitFor(t, "the plaintext member to fail", func() bool { return sink.contains("could not authenticate") })
+	testkit.Eventually(t, waitLong, "the plaintext member to fail", func() bool { return sink.contains("could not authenticate") })
 	if plain.inConfig() {
 		t.Fatal("a plaintext member joined a TLS cluster")
 	}
@@ -359,7 +360,7 @@ func TestNonVoterJoins(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.crash()
-	waitFor(t, "the non-voter to join", m.inConfig)
+	testkit.Eventually(t, waitLong, "the non-voter to join", m.inConfig)
 	_, l := c.leader()
 	i := slices.IndexFunc(servers(l), func(s hraft.Server) bool { return s.ID == "n4" })
 	if i < 0 || servers(l)[i].Suffrage != hraft.Nonvoter {

@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 func TestKeyValueSingleNode(t *testing.T) {
@@ -184,12 +185,12 @@ func TestLeaseExpiresWhenNotRenewed(t *testing.T) {
 	if !l.ValidUntil().IsZero() {
 		t.Fatal("ValidUntil not zero once lost")
 	}
-	waitFor(t, "the unrenewed lease's key to go", func() bool { return mustGet(t, m, "nodes/gone").Version == 0 })
+	testkit.Eventually(t, waitLong, "the unrenewed lease's key to go", func() bool { return mustGet(t, m, "nodes/gone").Version == 0 })
 	if err := l.Renew(ctx); !errors.Is(err, core.ErrLeaseLost) {
 		t.Fatalf("renew of an expired lease: %v", err)
 	}
 	// The counter moves just after the expiry is applied.
-	waitFor(t, "the expirations metric", func() bool { return metricValue(t, m.metrics.expirations) >= 1 })
+	testkit.Eventually(t, waitLong, "the expirations metric", func() bool { return metricValue(t, m.metrics.expirations) >= 1 })
 }
 
 func TestIdleLeaseRenewalWritesNothing(t *testing.T) {

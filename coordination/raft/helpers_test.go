@@ -15,6 +15,7 @@ import (
 	hraft "github.com/hashicorp/raft"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // Test timings: short enough for a quick suite, long enough that a loaded
@@ -201,7 +202,7 @@ func (c *cluster) restart(i int) *Coordinator {
 	o := c.opts[i]
 	o.listener = nil
 	var m *Coordinator
-	waitFor(c.t, "rebind "+o.NodeID, func() bool {
+	testkit.Eventually(c.t, waitLong, "rebind "+o.NodeID, func() bool {
 		var err error
 		m, err = Open(context.Background(), o)
 		return err == nil
@@ -216,7 +217,7 @@ func (c *cluster) restart(i int) *Coordinator {
 func (c *cluster) leader() (int, *Coordinator) {
 	c.t.Helper()
 	idx := -1
-	waitFor(c.t, "a ready leader", func() bool {
+	testkit.Eventually(c.t, waitLong, "a ready leader", func() bool {
 		for i := range c.members {
 			m := c.member(i)
 			if m != nil && m.raft.State() == hraft.Leader && m.readyTerm.Load() == m.raft.CurrentTerm() {
@@ -238,19 +239,6 @@ func (c *cluster) follower(leader int) (int, *Coordinator) {
 	}
 	c.t.Fatal("no follower")
 	return -1, nil
-}
-
-// waitFor polls cond until it holds or waitLong passes. Polling is fine
-// here: it only bounds how long a test waits, never what it asserts.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -14,16 +14,6 @@ import (
 	"github.com/fibrilgo/fibril/core/config"
 )
 
-func openTemp(t *testing.T) (*Store, string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "data", StoreFile)
-	s, err := OpenStore(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, path
-}
-
 func TestStoreAddListRemove(t *testing.T) {
 	s, _ := openTemp(t)
 	if s.Len() != 0 || len(s.List()) != 0 {

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"context"
+
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -35,7 +37,7 @@ func (a *asyncCall) onReply(f Frame, err error) {
 func (c *Conn) Go(op wire.Op, body wire.Encoder, done func(Frame, error)) error {
 	a := &asyncCall{done: done}
 	a.op, a.h = op, a
-	return c.start(nil, &a.pendingReq, body)
+	return c.start(context.Background(), &a.pendingReq, body)
 }
 
 // NotWritten reports whether err (from Go, Do or a done callback) says the

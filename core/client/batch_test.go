@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -156,7 +157,7 @@ func (r *asyncResult) cb(i int) func(uint64, error) {
 
 func (r *asyncResult) wait(tb testing.TB, n int) {
 	tb.Helper()
-	eventually(tb, fmt.Sprintf("%d callbacks", n), func() bool { return int(r.n.Load()) >= n })
+	testkit.Eventually(tb, stepTimeout, fmt.Sprintf("%d callbacks", n), func() bool { return int(r.n.Load()) >= n })
 	time.Sleep(20 * time.Millisecond) // a second callback would show up here
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -381,7 +382,7 @@ func TestWrittenBoundaryOnSocketDeath(t *testing.T) {
 		_, err := pub.PublishConfirmed(ctx, Message{Payload: seqPayload(4)})
 		return err
 	})
-	eventually(t, "the confirmed publish queued", func() bool { return c.Stats().FramesQueued == queued+1 })
+	testkit.Eventually(t, stepTimeout, "the confirmed publish queued", func() bool { return c.Stats().FramesQueued == queued+1 })
 	if f := fc.expect(t, wire.OpPublish); payloadSeq(t, f) != 0 {
 		t.Fatal("publish 0 was not the first frame")
 	}
@@ -718,7 +719,7 @@ func TestPongThroughBuffer(t *testing.T) {
 	g.waitHeld(t)
 	c.Send(wire.OpPublish, 0, &wire.Publish{Topic: "t", Payload: seqPayload(1)})
 	fc.send(wire.OpPing, 42, nil)
-	eventually(t, "PONG queued", func() bool { return c.stats.framesQueued.Load() == 3 })
+	testkit.Eventually(t, stepTimeout, "PONG queued", func() bool { return c.stats.framesQueued.Load() == 3 })
 	c.Send(wire.OpPublish, 0, &wire.Publish{Topic: "t", Payload: seqPayload(2)})
 	g.release()
 	fc.expectRaw(t, wire.OpPublish)
@@ -769,14 +770,10 @@ func TestNoGoroutineLeak(t *testing.T) {
 		res.wait(t, 20)
 		fc.close()
 	}()
-	deadline := time.Now().Add(stepTimeout)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.EventuallyReport(t, stepTimeout, func() bool { return runtime.NumGoroutine() <= base }, func() string {
+		buf := make([]byte, 1<<16)
+		return fmt.Sprintf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+	})
 }
 
 // --- benchmarks against a fast fake broker ----------------------------------

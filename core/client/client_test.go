@@ -7,18 +7,9 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
-
-func publishAsync(p *Publisher, m Message) (<-chan error, *uint64) {
-	var off uint64
-	ch := async(func() error {
-		o, err := p.PublishConfirmed(context.Background(), m)
-		off = o
-		return err
-	})
-	return ch, &off
-}
 
 // The SDKs' key rule (S-32): FNV-1a-64 of the key mod N.
 func TestPartitionChoiceFNV(t *testing.T) {
@@ -277,7 +268,7 @@ func TestInFlightPublishNotReplayed(t *testing.T) {
 	if err := wait(t, tch); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "reconnect counted", func() bool { return c.Stats().Reconnects == 1 })
+	testkit.Eventually(t, stepTimeout, "reconnect counted", func() bool { return c.Stats().Reconnects == 1 })
 }
 
 // An uncorrelated ERROR drops the connection; the client reconnects with
@@ -305,7 +296,7 @@ func TestHeartbeatTimeoutReconnects(t *testing.T) {
 	_ = fc // never answers the PINGs
 	fc2 := fb.next(t)
 	fc2.acceptHello(t, identityA, wire.ResumeResumed)
-	eventually(t, "reconnect", func() bool { return c.Stats().Reconnects >= 1 })
+	testkit.Eventually(t, stepTimeout, "reconnect", func() bool { return c.Stats().Reconnects >= 1 })
 }
 
 // A new identity from the broker replaces the stored one; the next HELLO

@@ -444,13 +444,6 @@ func (c *Conn) closed() bool {
 	}
 }
 
-func (c *Conn) connErr() error {
-	if err := c.Err(); err != nil {
-		return err
-	}
-	return ErrConnectionLost
-}
-
 // --- requests ---------------------------------------------------------------
 
 // register gives p a request id and adds it to the pending map. It fails
@@ -642,7 +635,7 @@ func (c *Conn) Send(op wire.Op, id uint64, body wire.Encoder) error {
 // sendControl queues a frame that must never wait for room (it is sent
 // from the reader or the heartbeat).
 func (c *Conn) sendControl(op wire.Op, id uint64, body wire.Encoder) {
-	if err := c.queueFrame(nil, op, id, body, nil, true); err != nil {
+	if err := c.queueFrame(context.Background(), op, id, body, nil, true); err != nil {
 		c.log.Debug("frame not written", "op", op, "err", err)
 	}
 }
@@ -840,7 +833,7 @@ func (c *Conn) heartbeatLoop() {
 			}
 		}
 		c.sweep(time.Now())
-		if err := c.queueFrame(nil, wire.OpPing, c.NextID(), nil, nil, true); err != nil {
+		if err := c.queueFrame(context.Background(), wire.OpPing, c.NextID(), nil, nil, true); err != nil {
 			return
 		}
 	}

@@ -9,18 +9,6 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// openConn dials a low-level Conn against fb and plays HELLO.
-func openConn(t *testing.T, fb *fakeBroker, cfg ConnConfig) (*Conn, *fakeConn) {
-	t.Helper()
-	cc, ec := dialConnAsync(t, fb.addr, cfg)
-	fc := fb.next(t)
-	fc.acceptHello(t, identityA, wire.ResumeNew)
-	if err := wait(t, ec); err != nil {
-		t.Fatal(err)
-	}
-	return <-cc, fc
-}
-
 // Replies are matched by opcode, then request id, in any order (docs/protocol.md#request-ids).
 func TestConnOutOfOrderReplies(t *testing.T) {
 	fb := newFake(t, nil)

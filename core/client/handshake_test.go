@@ -10,25 +10,6 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-func connConfig(tb testing.TB) ConnConfig {
-	return ConnConfig{Dial: loopbackDial(tb), ClientName: "test", ClientVersion: "1"}
-}
-
-// dialConnAsync starts DialConn and returns the result channel.
-func dialConnAsync(tb testing.TB, addr string, cfg ConnConfig) (<-chan *Conn, <-chan error) {
-	cc := make(chan *Conn, 1)
-	ec := make(chan error, 1)
-	go func() {
-		c, err := DialConn(context.Background(), addr, cfg)
-		if c != nil {
-			tb.Cleanup(func() { c.Close() })
-		}
-		cc <- c
-		ec <- err
-	}()
-	return cc, ec
-}
-
 func TestHandshakeHappyPath(t *testing.T) {
 	fb := newFake(t, nil)
 	cfg := connConfig(t)

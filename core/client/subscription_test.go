@@ -8,51 +8,11 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// answerSubscribe reads one SUBSCRIBE and answers SUBSCRIBE_OK with subID,
-// echoing the request.
-func answerSubscribe(t *testing.T, fc *fakeConn, subID uint64) *wire.Subscribe {
-	t.Helper()
-	f := fc.expect(t, wire.OpSubscribe)
-	s := f.body.(*wire.Subscribe)
-	fc.send(wire.OpSubscribeOK, f.hdr.RequestID, &wire.SubscribeOK{
-		SubID: subID, Topic: s.Topic, Partition: s.Partition, Group: s.Group, Prefetch: s.Prefetch,
-	})
-	return s
-}
-
-// subscribeScripted subscribes and answers one SUBSCRIBE per sub id.
-func subscribeScripted(t *testing.T, c *Client, fc *fakeConn, topic string, opts SubscribeOptions, subIDs ...uint64) *Subscription {
-	t.Helper()
-	var sub *Subscription
-	ch := async(func() error {
-		var err error
-		sub, err = c.Subscribe(context.Background(), topic, opts)
-		return err
-	})
-	for _, id := range subIDs {
-		answerSubscribe(t, fc, id)
-	}
-	if err := wait(t, ch); err != nil {
-		t.Fatalf("Subscribe: %v", err)
-	}
-	t.Cleanup(func() { sub.Close() })
-	return sub
-}
-
 var deliverID uint64 = 1000
-
-func sendDeliver(fc *fakeConn, subID uint64, topic string, partition uint32, tag uint64, payload string) uint64 {
-	deliverID++
-	fc.send(wire.OpDeliver, deliverID, &wire.Deliver{
-		SubID: subID, Topic: topic, Partition: partition, Offset: tag, DeliveryTag: tag,
-		PublishReceived: 1_700_000_000_000, ContentType: wire.ContentType{Tag: wire.ContentText},
-		Headers: wire.Headers{{Key: RetriesHeader, Value: "2"}}, Payload: []byte(payload),
-	})
-	return deliverID
-}
 
 func next(t *testing.T, s *Subscription) *Delivery {
 	t.Helper()
@@ -175,12 +135,12 @@ func TestPrefetchViolationCounted(t *testing.T) {
 	d.Ack(context.Background())
 	fc.expect(t, wire.OpAck)
 	sendDeliver(fc, 1, "q", 0, 2, "ok")
-	eventually(t, "buffer refilled", func() bool { return sub.parts[0].buffered() == 2 })
+	testkit.Eventually(t, stepTimeout, "buffer refilled", func() bool { return sub.parts[0].buffered() == 2 })
 	if n := c.Stats().PrefetchViolations; n != 0 {
 		t.Fatalf("violations = %d for a well-behaved broker", n)
 	}
 	sendDeliver(fc, 1, "q", 0, 3, "too many")
-	eventually(t, "violation counted", func() bool { return c.Stats().PrefetchViolations == 1 })
+	testkit.Eventually(t, stepTimeout, "violation counted", func() bool { return c.Stats().PrefetchViolations == 1 })
 	// The delivery is not lost.
 	for range 3 {
 		next(t, sub)
@@ -204,7 +164,7 @@ func TestSubscriptionClosedPush(t *testing.T) {
 	}
 	// The old sub_id is gone.
 	sendDeliver(fc, 1, "q", 0, 2, "old id")
-	eventually(t, "unknown sub delivery", func() bool { return c.Stats().UnknownSubDeliveries == 1 })
+	testkit.Eventually(t, stepTimeout, "unknown sub delivery", func() bool { return c.Stats().UnknownSubDeliveries == 1 })
 
 	fc.send(wire.OpSubscriptionClosed, 51, &wire.SubscriptionClosed{SubID: 2, Code: wire.ReasonTopicDeleted, Message: "gone"})
 	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
@@ -308,7 +268,7 @@ func TestStaleDeliveries(t *testing.T) {
 	sendDeliver(fc, 1, "q", 0, 1, "taken")
 	sendDeliver(fc, 1, "q", 0, 2, "buffered")
 	taken := next(t, sub)
-	eventually(t, "buffered", func() bool { return sub.parts[0].buffered() == 1 })
+	testkit.Eventually(t, stepTimeout, "buffered", func() bool { return sub.parts[0].buffered() == 1 })
 	fc.close()
 
 	fc2 := fb.next(t)
@@ -422,7 +382,7 @@ func TestAutoAckBackpressure(t *testing.T) {
 	for i := range 3 {
 		sendDeliver(fc, 1, "q", 0, uint64(i), fmt.Sprint(i))
 	}
-	eventually(t, "reader parked", func() bool { return sub.parts[0].buffered() == 1 })
+	testkit.Eventually(t, stepTimeout, "reader parked", func() bool { return sub.parts[0].buffered() == 1 })
 	// Stay parked beyond 3 heartbeats: let 4 client PINGs go unanswered.
 	for pings := 0; pings < 4; {
 		if fc.expectRaw(t, wire.OpPing).hdr.Op == wire.OpPing {

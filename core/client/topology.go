@@ -140,13 +140,6 @@ func (t *topoCache) count(topic string, group wire.Option[string]) (n uint32, ve
 	return ci.n, ci.version, ok && ci.n > 0
 }
 
-// generation is the generation the cache reflects.
-func (t *topoCache) generation() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.gen
-}
-
 // ownedEndpoints is the set of endpoints that own at least one partition.
 func (t *topoCache) ownedEndpoints() map[string]bool {
 	t.mu.Lock()

@@ -25,14 +25,10 @@ func (c *Conn) waitRoomLocked(ctx context.Context) error {
 			c.wspace = ch
 		}
 		c.wmu.Unlock()
-		var done <-chan struct{}
-		if ctx != nil {
-			done = ctx.Done()
-		}
 		select {
 		case <-ch:
 			c.wmu.Lock()
-		case <-done:
+		case <-ctx.Done():
 			c.wmu.Lock()
 			return &notWrittenError{err: ctx.Err()}
 		}

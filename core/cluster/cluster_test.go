@@ -11,6 +11,7 @@ import (
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/memcoord"
 	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -67,19 +68,6 @@ func (tc *testCluster) crash(id core.NodeID) {
 	delete(tc.nodes, id)
 }
 
-// eventually retries cond until it holds or the bounded wait ends.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting until %s", what)
-}
-
 func declare(t *testing.T, c *Cluster, topic string, parts uint32) queue.QueueInfo {
 	t.Helper()
 	info, err := c.DeclareQueue(context.Background(), queue.QueueSpec{Key: queue.Key{Topic: topic},
@@ -118,7 +106,7 @@ func TestPlacementSpreadsPartitions(t *testing.T) {
 	a := tc.nodes["a"]
 	declare(t, a.Cluster, "orders", 6)
 	for _, n := range tc.nodes {
-		eventually(t, "all placed on "+string(n.id), func() bool { return allPlaced(n.Snapshot(), "orders") })
+		testkit.Eventually(t, 5*time.Second, "all placed on "+string(n.id), func() bool { return allPlaced(n.Snapshot(), "orders") })
 	}
 	got := owners(a.Snapshot(), "orders")
 	for _, id := range []core.NodeID{"a", "b", "c"} {
@@ -153,7 +141,7 @@ func TestCatalogDecisions(t *testing.T) {
 	if info.PartitionCount != 3 {
 		t.Fatalf("declared %+v", info)
 	}
-	eventually(t, "b sees the queue", func() bool { return b.Snapshot().Queue("orders", "") != nil })
+	testkit.Eventually(t, 5*time.Second, "b sees the queue", func() bool { return b.Snapshot().Queue("orders", "") != nil })
 	if n := len(b.Snapshot().Queue("orders", "").Parts); n != 3 {
 		t.Fatalf("b lists %d partitions", n)
 	}
@@ -192,7 +180,7 @@ func TestDeadOwnerKeepsWrittenPartitions(t *testing.T) {
 	tc := newTestCluster(t, "a", "b", "c")
 	a := tc.nodes["a"]
 	declare(t, a.Cluster, "orders", 6)
-	eventually(t, "placed", func() bool { return allPlaced(a.Snapshot(), "orders") })
+	testkit.Eventually(t, 5*time.Second, "placed", func() bool { return allPlaced(a.Snapshot(), "orders") })
 	victim := core.NodeID("b")
 	if a.IsController() || tc.nodes["b"].IsController() {
 		victim = "c"
@@ -220,7 +208,7 @@ func TestDeadOwnerKeepsWrittenPartitions(t *testing.T) {
 	}
 	crashed := time.Now()
 	tc.crash(victim)
-	eventually(t, "unwritten partition re-placed", func() bool {
+	testkit.Eventually(t, 5*time.Second, "unwritten partition re-placed", func() bool {
 		p, _ := a.Snapshot().Partition(unwritten[0])
 		return p.Node != victim && p.Placed()
 	})
@@ -248,7 +236,7 @@ func TestMarkWritten(t *testing.T) {
 	a := tc.nodes["a"]
 	declare(t, a.Cluster, "orders", 2)
 	for _, n := range tc.nodes {
-		eventually(t, "placed", func() bool { return allPlaced(n.Snapshot(), "orders") })
+		testkit.Eventually(t, 5*time.Second, "placed", func() bool { return allPlaced(n.Snapshot(), "orders") })
 	}
 	for _, p := range a.Snapshot().Queue("orders", "").Parts {
 		owner, other := tc.nodes[p.Node], tc.nodes["a"]
@@ -263,7 +251,7 @@ func TestMarkWritten(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, "mark visible", func() bool {
+		testkit.Eventually(t, 5*time.Second, "mark visible", func() bool {
 			q, _ := other.Snapshot().Partition(p.Ref)
 			return q.Written && q.Epoch == p.Epoch && q.Node == p.Node
 		})
@@ -275,13 +263,13 @@ func TestDrainingNodeGetsNoNewPartitions(t *testing.T) {
 	tc := newTestCluster(t, "a", "b", "c")
 	a := tc.nodes["a"]
 	declare(t, a.Cluster, "before", 3)
-	eventually(t, "placed", func() bool { return allPlaced(a.Snapshot(), "before") })
+	testkit.Eventually(t, 5*time.Second, "placed", func() bool { return allPlaced(a.Snapshot(), "before") })
 	if err := tc.nodes["c"].SetLabel(context.Background(), core.LabelDraining, "true"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "draining visible", func() bool { return a.Snapshot().Members["c"].Info.Draining() })
+	testkit.Eventually(t, 5*time.Second, "draining visible", func() bool { return a.Snapshot().Members["c"].Info.Draining() })
 	declare(t, a.Cluster, "after", 4)
-	eventually(t, "placed", func() bool { return allPlaced(a.Snapshot(), "after") })
+	testkit.Eventually(t, 5*time.Second, "placed", func() bool { return allPlaced(a.Snapshot(), "after") })
 	if got := owners(a.Snapshot(), "after"); got["c"] != 0 || got["a"] != 2 || got["b"] != 2 {
 		t.Fatalf("placement while c drains: %v", got)
 	}
@@ -294,7 +282,7 @@ func TestDrainingNodeGetsNoNewPartitions(t *testing.T) {
 func TestControllerFailover(t *testing.T) {
 	tc := newTestCluster(t, "a", "b", "c")
 	var leader core.NodeID
-	eventually(t, "a controller", func() bool {
+	testkit.Eventually(t, 5*time.Second, "a controller", func() bool {
 		for id, n := range tc.nodes {
 			if n.IsController() {
 				leader = id
@@ -308,9 +296,9 @@ func TestControllerFailover(t *testing.T) {
 	for _, n := range tc.nodes {
 		other = n
 	}
-	eventually(t, "the dead controller seen dead", func() bool { return !other.Snapshot().Live(leader) })
+	testkit.Eventually(t, 5*time.Second, "the dead controller seen dead", func() bool { return !other.Snapshot().Live(leader) })
 	declare(t, other.Cluster, "later", 4)
-	eventually(t, "placed by a new controller", func() bool { return allPlaced(other.Snapshot(), "later") })
+	testkit.Eventually(t, 5*time.Second, "placed by a new controller", func() bool { return allPlaced(other.Snapshot(), "later") })
 	for _, p := range other.Snapshot().Queue("later", "").Parts {
 		if p.Node == leader {
 			t.Fatalf("placed on the dead controller: %+v", p)
@@ -328,12 +316,12 @@ func TestServeUntilStopsBeforeExpiry(t *testing.T) {
 	}
 	tc.store.PauseMember("a") // its coordinator is gone: renews fail
 	paused := time.Now()
-	eventually(t, "lease no longer valid", func() bool { return !a.LeaseValid() })
+	testkit.Eventually(t, 5*time.Second, "lease no longer valid", func() bool { return !a.LeaseValid() })
 	if el := time.Since(paused); el > testTTL {
 		t.Fatalf("still serving %v after the last renew; TTL is %v", el, testTTL)
 	}
 	tc.store.ResumeMember("a")
-	eventually(t, "valid again", a.LeaseValid)
+	testkit.Eventually(t, 5*time.Second, "valid again", a.LeaseValid)
 }
 
 // Heartbeats must not move the topology generation (S-131); a routing
@@ -342,14 +330,14 @@ func TestGenerationMovesOnRoutingChangesOnly(t *testing.T) {
 	tc := newTestCluster(t, "a", "b")
 	a := tc.nodes["a"]
 	declare(t, a.Cluster, "orders", 2)
-	eventually(t, "placed", func() bool { return allPlaced(a.Snapshot(), "orders") })
+	testkit.Eventually(t, 5*time.Second, "placed", func() bool { return allPlaced(a.Snapshot(), "orders") })
 	g := a.Snapshot().Generation
 	time.Sleep(5 * testHeartbeat)
 	if a.Snapshot().Generation != g {
 		t.Fatalf("generation moved without a routing change: %d → %d", g, a.Snapshot().Generation)
 	}
 	declare(t, a.Cluster, "more", 1)
-	eventually(t, "generation moves", func() bool { return a.Snapshot().Generation > g })
+	testkit.Eventually(t, 5*time.Second, "generation moves", func() bool { return a.Snapshot().Generation > g })
 }
 
 // S-120: each node publishes its adoption level with its heartbeat; the
@@ -361,11 +349,11 @@ func TestAdoptionFloor(t *testing.T) {
 	if _, ok := a.Snapshot().AdoptionFloor(); ok {
 		t.Fatal("a floor before any node published one")
 	}
-	eventually(t, "both nodes live", func() bool { return a.Snapshot().Live("a") && a.Snapshot().Live("b") })
+	testkit.Eventually(t, 5*time.Second, "both nodes live", func() bool { return a.Snapshot().Live("a") && a.Snapshot().Live("b") })
 	gen := a.Snapshot().Generation
 	a.SetLabelSource(func() core.Labels { return core.Labels{core.LabelAdoption: "9"} })
 	b.SetLabelSource(func() core.Labels { return core.Labels{core.LabelAdoption: "7"} })
-	eventually(t, "the floor is 7", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the floor is 7", func() bool {
 		f, ok := a.Snapshot().AdoptionFloor()
 		return ok && f == 7
 	})
@@ -373,7 +361,7 @@ func TestAdoptionFloor(t *testing.T) {
 		t.Fatalf("adoption labels moved the generation %d → %d", gen, g)
 	}
 	tc.crash("b") // dead nodes do not hold the floor down
-	eventually(t, "the floor is 9", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the floor is 9", func() bool {
 		f, ok := a.Snapshot().AdoptionFloor()
 		return ok && f == 9
 	})

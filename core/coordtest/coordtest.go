@@ -122,21 +122,6 @@ func bounded(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// waitUntil polls cond (with backoff) until it holds, failing the test
-// after timeout. Used only where the contract promises "eventually".
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	pause := time.Millisecond
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, 50*time.Millisecond)
-	}
-}
-
 // closedWithin reports whether ch closes within d.
 func closedWithin(ch <-chan struct{}, d time.Duration) bool {
 	timer := time.NewTimer(d)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/clock"
 )
 
 // Campaign is a lease-backed lock: the leader is whoever created
@@ -87,7 +88,7 @@ func (m *Member) unregister(l *leadership) {
 }
 
 // leadership is one term. Its keepalive is a chain of Clock.AfterFunc calls
-// (every TTL/3) rather than a goroutine, so a FakeClock drives it
+// (every TTL/3) rather than a goroutine, so a clock.Fake drives it
 // deterministically and a stopped term leaves nothing running.
 type leadership struct {
 	m     *Member
@@ -97,7 +98,7 @@ type leadership struct {
 
 	mu      sync.Mutex
 	stopped bool
-	timer   Timer
+	timer   clock.Timer
 }
 
 func (l *leadership) Term() uint64          { return l.term }

@@ -3,77 +3,21 @@ package memcoord_test
 import (
 	"context"
 	"errors"
-	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/clock"
 	"github.com/fibrilgo/fibril/core/memcoord"
 )
 
 const ms = time.Millisecond
 
-func fakeStore(t *testing.T) (*memcoord.Store, *memcoord.FakeClock) {
+func fakeStore(t *testing.T) (*memcoord.Store, *clock.Fake) {
 	t.Helper()
-	clock := memcoord.NewFakeClock(time.Time{})
+	clock := clock.NewFake(time.Time{})
 	return memcoord.NewStore(memcoord.Options{Clock: clock, MinTTL: 50 * ms, ElectionTTL: 300 * ms}), clock
-}
-
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// waitFor polls cond for a goroutine of the test to catch up (with a fake
-// clock, only goroutine scheduling is left to wait for).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func TestFakeClockOrder(t *testing.T) {
-	c := memcoord.NewFakeClock(time.Time{})
-	start := c.Now()
-	var got []int
-	var at []time.Duration
-	rec := func(i int) func() {
-		return func() { got = append(got, i); at = append(at, c.Now().Sub(start)) }
-	}
-	c.AfterFunc(30*ms, rec(3))
-	c.AfterFunc(10*ms, rec(1))
-	stopped := c.AfterFunc(20*ms, rec(99))
-	c.AfterFunc(10*ms, func() {
-		rec(2)()
-		c.AfterFunc(15*ms, rec(4)) // due at 25 ms: inside this Advance
-	})
-	if !stopped.Stop() || stopped.Stop() {
-		t.Fatal("Stop should report true once, then false")
-	}
-	c.Advance(29 * ms)
-	want := []int{1, 2, 4}
-	if len(got) != len(want) || got[0] != 1 || got[1] != 2 || got[2] != 4 {
-		t.Fatalf("ran %v, want %v", got, want)
-	}
-	if at[2] != 25*ms {
-		t.Fatalf("nested callback saw Now = +%v, want +25ms", at[2])
-	}
-	if c.Now().Sub(start) != 29*ms || c.Pending() != 1 {
-		t.Fatalf("Now +%v, %d pending", c.Now().Sub(start), c.Pending())
-	}
-	c.Advance(ms)
-	if len(got) != 4 || got[3] != 3 {
-		t.Fatalf("ran %v", got)
-	}
 }
 
 // The store ends a lease exactly TTL after the last renew, deleting all of
@@ -345,30 +289,34 @@ func TestBadRequests(t *testing.T) {
 }
 
 // Nothing keeps running after the members close: blocked calls return and
-// the package has no goroutines of its own.
+// the package has no goroutines of its own. The test runs in a synctest
+// bubble, which makes both checks exact instead of timed: Wait returns once
+// the three calls are really blocked (no sleep that hopes so), and Test
+// returns only when every goroutine started in the bubble has ended — one
+// left blocked is reported as a deadlock.
 func TestNoGoroutineLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
-	s := memcoord.NewStore(memcoord.Options{})
-	a, b := s.Member("a"), s.Member("b")
-	ctx := context.Background()
-	lead, err := a.Campaign(ctx, "ctl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, _ := b.GrantLease(ctx, time.Second)
-	l.Put(ctx, "n/b", nil, 0)
-	done := make(chan struct{}, 3)
-	go func() { b.Campaign(ctx, "ctl"); done <- struct{}{} }()
-	go func() { b.Watch(ctx, "n/", s.Index()); done <- struct{}{} }()
-	go func() { a.Watch(ctx, "n/", s.Index()); done <- struct{}{} }()
-	time.Sleep(20 * time.Millisecond)
-	a.Close()
-	b.Close()
-	for range 3 {
-		<-done
-	}
-	if !closed(lead.Lost()) {
-		t.Fatal("leadership survived Close")
-	}
-	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	synctest.Test(t, func(t *testing.T) {
+		s := memcoord.NewStore(memcoord.Options{})
+		a, b := s.Member("a"), s.Member("b")
+		ctx := context.Background()
+		lead, err := a.Campaign(ctx, "ctl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := b.GrantLease(ctx, time.Second)
+		l.Put(ctx, "n/b", nil, 0)
+		done := make(chan struct{}, 3)
+		go func() { b.Campaign(ctx, "ctl"); done <- struct{}{} }()
+		go func() { b.Watch(ctx, "n/", s.Index()); done <- struct{}{} }()
+		go func() { a.Watch(ctx, "n/", s.Index()); done <- struct{}{} }()
+		synctest.Wait()
+		a.Close()
+		b.Close()
+		for range 3 {
+			<-done
+		}
+		if !closed(lead.Lost()) {
+			t.Fatal("leadership survived Close")
+		}
+	})
 }

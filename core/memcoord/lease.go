@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/clock"
 )
 
 // lease is a holder's view of a lease. It keeps its own ValidUntil and a
@@ -26,7 +27,7 @@ type lease struct {
 	validUntil time.Time
 	ended      bool
 	gen        uint64 // invalidates stale local timers
-	timer      Timer
+	timer      clock.Timer
 	done       chan struct{}
 	onEnd      []func() // leadership hooks, run once at the end
 }

@@ -1,7 +1,7 @@
 // Package memcoord is an in-memory core.Coordinator: one Store holds the
 // state of a whole coordination cluster, and each Member handle plays one
 // broker's connection to it. It backs unit tests and the deterministic
-// simulation harness (with a FakeClock), so it implements the contract of
+// simulation harness (with a clock.Fake), so it implements the contract of
 // core/coordinator.go to the letter, including the failure modes a real
 // backend shows: leases that expire when not renewed, members that crash
 // (Close) without revoking their leases, and members whose coordinator is
@@ -9,7 +9,7 @@
 //
 // The package starts no goroutine of its own. Waiting is done on a
 // broadcast channel (Watch, Campaign) and every timed action is a
-// Clock.AfterFunc, so with a FakeClock nothing moves until the test
+// Clock.AfterFunc, so with a clock.Fake nothing moves until the test
 // advances time.
 package memcoord
 
@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/clock"
 )
 
 // ElectionPrefix is where election locks live (reserved "_" space).
@@ -28,8 +29,8 @@ const ElectionPrefix = "_elections/"
 
 // Options configure a Store. The zero value is usable.
 type Options struct {
-	// Clock is the time source (default RealClock).
-	Clock Clock
+	// Clock is the time source (default clock.Real{}).
+	Clock clock.Clock
 	// MinTTL is the shortest lease TTL (default 50 ms); shorter requests
 	// are raised to it.
 	MinTTL time.Duration
@@ -42,7 +43,7 @@ type Options struct {
 // Store is the shared state of one coordination cluster. Members created by
 // Member see the same keys, leases and elections.
 type Store struct {
-	clock       Clock
+	clock       clock.Clock
 	minTTL      time.Duration
 	electionTTL time.Duration
 
@@ -71,7 +72,7 @@ type leaseRec struct {
 	ttl      time.Duration
 	deadline time.Time // store clock; the lease ends when Now reaches it
 	keys     map[string]struct{}
-	timer    Timer
+	timer    clock.Timer
 	// handles are the holders' views (one per GrantLease/AttachLease);
 	// they learn of the end synchronously, before the keys are deleted.
 	handles []*lease
@@ -80,7 +81,7 @@ type leaseRec struct {
 // NewStore creates an empty store (index 0).
 func NewStore(opts Options) *Store {
 	if opts.Clock == nil {
-		opts.Clock = RealClock{}
+		opts.Clock = clock.Real{}
 	}
 	if opts.MinTTL <= 0 {
 		opts.MinTTL = 50 * time.Millisecond

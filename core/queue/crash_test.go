@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fibrilgo/fibril/core/clock"
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/storage/faultfs"
 	"github.com/fibrilgo/fibril/core/wire"
@@ -42,7 +43,7 @@ func crashOptions(fs *faultfs.FS) Options {
 			Logger:          quietLogger(),
 		},
 		AutoCreate: true,
-		Clock:      newFakeClock(),
+		Clock:      clock.NewFake(t0),
 		Logger:     quietLogger(),
 	}
 }
@@ -121,42 +122,6 @@ func (w *crashWorld) run(rng *rand.Rand, seed uint64, stop chan struct{}, wg *sy
 			}
 		}()
 	}
-}
-
-// drain reads every message left in q (auto-ack), checking that no offset
-// is delivered twice.
-func drain(t *testing.T, m *Manager, q Key) map[string]int {
-	t.Helper()
-	out := map[string]int{}
-	parts := 1
-	for _, qi := range m.Queues() {
-		if qi.Key == q {
-			parts = int(qi.PartitionCount)
-		}
-	}
-	for n := range uint32(parts) {
-		p, err := m.Partition(q, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := &recorder{}
-		s, err := p.Subscribe(r, SubscribeOptions{AutoAck: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := map[uint64]bool{}
-		eventually(t, func() bool { return p.Depth() == Depth{} })
-		for _, d := range r.take() {
-			if seen[d.Offset] {
-				t.Fatalf("%s partition %d: offset %d delivered twice", q, n, d.Offset)
-			}
-			seen[d.Offset] = true
-			key := string(d.Payload)
-			out[key]++
-		}
-		s.Close()
-	}
-	return out
 }
 
 // S-36 (core/storage/README.md#fsync-policies): under fsync=always a confirmed message is

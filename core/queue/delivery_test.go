@@ -3,7 +3,9 @@ package queue
 import (
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -157,7 +159,7 @@ func TestAutoAckLongBacklog_S53(t *testing.T) {
 	}
 	_, r := e.sub(p, 1, true)
 	got := 0
-	eventually(t, func() bool { got += len(r.take()); return got >= n })
+	testkit.Eventually(t, 10*time.Second, "every delivery", func() bool { got += len(r.take()); return got >= n })
 	if got != n {
 		t.Fatalf("delivered %d of %d", got, n)
 	}
@@ -186,7 +188,7 @@ func TestDeliverBackpressure(t *testing.T) {
 	r.mu.Unlock()
 	s.Resume()
 	got := 0
-	eventually(t, func() bool { got += len(r.take()); return got >= 9 })
+	testkit.Eventually(t, 10*time.Second, "nine deliveries", func() bool { got += len(r.take()); return got >= 9 })
 	if got != 9 {
 		t.Fatalf("after Resume got %d, want the remaining 9", got)
 	}

@@ -163,13 +163,13 @@ func TestIdlePartitionHoldsNoTimer(t *testing.T) {
 	p := e.part("jobs", 0)
 	e.pub(p, "m", withTTL(60000))
 	s, r := e.sub(p, 1, false)
-	if e.clock.pending() != 1 {
-		t.Fatalf("timers %d, want 1", e.clock.pending())
+	if e.clock.Pending() != 1 {
+		t.Fatalf("timers %d, want 1", e.clock.Pending())
 	}
 	s.Ack(tags(r.take())...)
 	e.clock.Advance(15 * time.Second) // the poll wakes once, finds nothing
 	e.clock.Advance(60 * time.Second)
-	if n := e.clock.pending(); n != 0 {
+	if n := e.clock.Pending(); n != 0 {
 		t.Fatalf("idle partition holds %d timers", n)
 	}
 	p.mu.Lock()

@@ -5,100 +5,19 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/clock"
 	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// fakeClock is a manual Clock: time moves only in Advance/Set, and due
-// timers run synchronously inside Advance, so lease, TTL and delay tests
-// need no sleeps.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	c       *fakeClock
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
+// t0 is where every test's fake clock starts.
 var t0 = time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
-
-func newFakeClock() *fakeClock { return &fakeClock{now: t0} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.stopped
-	t.stopped = true
-	i := slices.Index(t.c.timers, t)
-	if i >= 0 {
-		t.c.timers = slices.Delete(t.c.timers, i, i+1)
-	}
-	return was && i >= 0
-}
-
-// Set moves the clock without running timers (a timer that is late).
-func (c *fakeClock) Set(now time.Time) {
-	c.mu.Lock()
-	c.now = now
-	c.mu.Unlock()
-}
-
-// Advance moves the clock by d and runs every timer due by then, in time
-// order, including timers that the callbacks arm for times already due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-	c.runDue()
-}
-
-func (c *fakeClock) runDue() {
-	for range 10000 {
-		c.mu.Lock()
-		sort.SliceStable(c.timers, func(i, j int) bool { return c.timers[i].at.Before(c.timers[j].at) })
-		if len(c.timers) == 0 || c.timers[0].at.After(c.now) {
-			c.mu.Unlock()
-			return
-		}
-		t := c.timers[0]
-		c.timers = c.timers[1:]
-		t.stopped = true
-		c.mu.Unlock()
-		t.f()
-	}
-	panic("fakeClock: timers keep re-arming")
-}
-
-func (c *fakeClock) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.timers)
-}
 
 // recorder is a Consumer that keeps every delivery.
 type recorder struct {
@@ -152,7 +71,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 type env struct {
 	t     *testing.T
 	m     *Manager
-	clock *fakeClock
+	clock *clock.Fake
 	opts  Options
 }
 
@@ -160,7 +79,7 @@ type env struct {
 // tests that care about fsync set their own) and AutoCreate on.
 func newEnv(t *testing.T, mod ...func(*Options)) *env {
 	t.Helper()
-	clock := newFakeClock()
+	clock := clock.NewFake(t0)
 	opts := Options{
 		Dir:        t.TempDir(),
 		Storage:    storage.Options{Fsync: storage.FsyncNone, Logger: quietLogger()},
@@ -260,18 +179,6 @@ func withHeaders(h ...string) func(*Message) {
 // goroutine).
 func (e *env) waitDLQ() { e.m.dlqWG.Wait() }
 
-// eventually polls cond (bounded: 10 s) for work finishing on another
-// goroutine, such as a dispatch continuation.
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func header(d *Delivery, key string) (string, bool) { return d.Headers.Get(key) }
 
 func wantCode(t *testing.T, err error, sentinel error) {
@@ -291,3 +198,41 @@ func wantPayloads(t *testing.T, ds []*Delivery, want ...string) {
 		t.Fatalf("deliveries %q, want %q", got, want)
 	}
 }
+
+// drain reads every message left in q (auto-ack), checking that no offset
+// is delivered twice.
+func drain(t *testing.T, m *Manager, q Key) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	parts := 1
+	for _, qi := range m.Queues() {
+		if qi.Key == q {
+			parts = int(qi.PartitionCount)
+		}
+	}
+	for n := range uint32(parts) {
+		p, err := m.Partition(q, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &recorder{}
+		s, err := p.Subscribe(r, SubscribeOptions{AutoAck: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[uint64]bool{}
+		testkit.Eventually(t, 10*time.Second, "every message settled", func() bool { return p.Depth() == Depth{} })
+		for _, d := range r.take() {
+			if seen[d.Offset] {
+				t.Fatalf("%s partition %d: offset %d delivered twice", q, n, d.Offset)
+			}
+			seen[d.Offset] = true
+			key := string(d.Payload)
+			out[key]++
+		}
+		s.Close()
+	}
+	return out
+}
+
+var noTime = wire.None[uint64]()

@@ -14,9 +14,9 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/clock"
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -29,7 +29,7 @@ const defaultMaxRetries = 5
 // declarations and catalog writes.
 type Manager struct {
 	opts     Options
-	clock    Clock
+	clock    clock.Clock
 	fs       storage.FS
 	log      *slog.Logger
 	settings func() Settings
@@ -115,11 +115,7 @@ func Open(opts Options) (*Manager, error) {
 	}
 	m.clock = opts.Clock
 	if m.clock == nil {
-		now := opts.Now
-		if now == nil {
-			now = time.Now
-		}
-		m.clock = realClock{now: now}
+		m.clock = clock.Real{NowFunc: opts.Now}
 	}
 	if err := m.fs.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, core.Errorf(core.ErrInternal, "queue engine: create data directory %s: %v", opts.Dir, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/clock"
 	"github.com/fibrilgo/fibril/core/storage"
 )
 
@@ -63,7 +64,7 @@ type Partition struct {
 	hotOff  uint64 // the record just published, kept for an immediate delivery
 	hotData []byte
 
-	timer    Timer
+	timer    clock.Timer
 	timerAt  int64
 	timerGen uint64
 

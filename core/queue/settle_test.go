@@ -9,8 +9,6 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-var noTime = wire.None[uint64]()
-
 // S-57, S-61: acks settle; unknown, repeated and foreign tags are ignored
 // silently.
 func TestAckIdempotentAndSilent_S57_S61(t *testing.T) {

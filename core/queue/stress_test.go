@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -150,7 +151,7 @@ func TestConcurrentStress_S47_S54_S58(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, func() bool { return p.Depth() == Depth{} })
+		testkit.Eventually(t, 10*time.Second, "every message settled", func() bool { return p.Depth() == Depth{} })
 		total += len(r.take())
 		s.Close()
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fibrilgo/fibril/core/clock"
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -120,20 +121,7 @@ type Options struct {
 	// Clock drives leases, TTL expiry and delays (added by the engine, so
 	// tests can run them without sleeping). nil = real time, reading Now
 	// above when it is set.
-	Clock Clock
-}
-
-// Clock is the engine's time source and timer factory.
-type Clock interface {
-	Now() time.Time
-	// AfterFunc calls f in its own goroutine once d has elapsed.
-	AfterFunc(d time.Duration, f func()) Timer
-}
-
-// Timer is a pending AfterFunc call.
-type Timer interface {
-	// Stop prevents the call if it has not started; it reports whether it did.
-	Stop() bool
+	Clock clock.Clock
 }
 
 // Depth counts one partition's unsettled messages by state (metrics,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/storage/faultfs"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // openFDs counts this process's open file descriptors.
@@ -207,7 +208,7 @@ func TestSealedReadsRaceRetention(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, 30*time.Second, func() bool {
+	testkit.EventuallyReport(t, 30*time.Second, func() bool {
 		for _, p := range ps {
 			if first, _ := p.Bounds(); first < recs-2*perSeg {
 				return false

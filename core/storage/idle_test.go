@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,43 +11,13 @@ import (
 
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/storage/faultfs"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // An idle partition owns no goroutine and no running timer: the committer
 // is started when work arrives and exits when none is left, the interval
 // fsync and the MaxAge pass are one-shot timers armed only while they have
 // something to do.
-
-// waitFor polls cond (bounded) and fails with what() if it never holds.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", timeout, what())
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// idle reports whether p has neither a committer nor an armed fsync timer
-// (an armed MaxAge timer is allowed when allowAge).
-func idle(p *storage.Partition, allowAge bool) bool {
-	c, f, a := storage.Scheduled(p)
-	return !c && !f && (allowAge || !a)
-}
-
-// dirtyData lists the log and journal files holding bytes not yet fsynced
-// (index files are never fsynced by design and are left out).
-func dirtyData(fsys *faultfs.FS) []string {
-	var out []string
-	for name, n := range fsys.Unsynced() {
-		if strings.HasSuffix(name, ".log") || strings.HasSuffix(name, ".jnl") {
-			out = append(out, fmt.Sprintf("%s:%d", name, n))
-		}
-	}
-	return out
-}
 
 func goroutineDump() string {
 	buf := make([]byte, 64<<10)
@@ -91,7 +60,7 @@ func TestIdlePartitionsOwnNoGoroutines(t *testing.T) {
 			}()
 			settled := func() {
 				t.Helper()
-				waitFor(t, 20*time.Second, func() bool {
+				testkit.EventuallyReport(t, 20*time.Second, func() bool {
 					for _, p := range ps {
 						if !idle(p, c.age) {
 							return false
@@ -184,7 +153,7 @@ func TestIdlePartitionsOwnNoGoroutines(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			waitFor(t, 10*time.Second, func() bool { return runtime.NumGoroutine() <= base+5 },
+			testkit.EventuallyReport(t, 10*time.Second, func() bool { return runtime.NumGoroutine() <= base+5 },
 				func() string {
 					return fmt.Sprintf("after Close: %d goroutines (baseline %d)", runtime.NumGoroutine(), base)
 				})
@@ -204,7 +173,7 @@ func TestIntervalFsyncWithoutFurtherAppends(t *testing.T) {
 	defer p.Close()
 	quiet := func(what string) {
 		t.Helper()
-		waitFor(t, 5*time.Second, func() bool { return idle(p, false) }, func() string { return what + ": still busy" })
+		testkit.EventuallyReport(t, 5*time.Second, func() bool { return idle(p, false) }, func() string { return what + ": still busy" })
 		syncs := fsys.Syncs()
 		// An observation window, not synchronisation: nothing is
 		// scheduled, so nothing may happen during ten intervals.
@@ -229,7 +198,7 @@ func TestIntervalFsyncWithoutFurtherAppends(t *testing.T) {
 		if d := dirtyData(fsys); len(d) == 0 && time.Since(start) < iv/2 {
 			t.Fatalf("%s: fsynced at once under interval: the test cannot tell", what)
 		}
-		waitFor(t, 5*time.Second, func() bool { return len(dirtyData(fsys)) == 0 },
+		testkit.EventuallyReport(t, 5*time.Second, func() bool { return len(dirtyData(fsys)) == 0 },
 			func() string { return fmt.Sprintf("%s: still unsynced: %v", what, dirtyData(fsys)) })
 		t.Logf("%s: fsynced %v after the write (interval %v)", what, time.Since(start), iv)
 		quiet("after " + what)
@@ -293,19 +262,19 @@ func TestMaxAgeTimerDeletesWithoutCalls(t *testing.T) {
 	defer p.Close()
 	start := time.Now()
 	appendN(t, p, 0, 7, func(int) int64 { return time.Now().UnixMilli() }) // segments 0, 3, active 6
-	waitFor(t, 5*time.Second, func() bool { _, _, a := storage.Scheduled(p); return a },
+	testkit.EventuallyReport(t, 5*time.Second, func() bool { _, _, a := storage.Scheduled(p); return a },
 		func() string { return "no MaxAge timer with two sealed segments" })
 	if first, _ := p.Bounds(); first != 0 && time.Since(start) < maxAge {
 		t.Fatalf("deleted before expiry: first %d", first)
 	}
-	waitFor(t, 10*time.Second, func() bool { first, _ := p.Bounds(); return first == 6 },
+	testkit.EventuallyReport(t, 10*time.Second, func() bool { first, _ := p.Bounds(); return first == 6 },
 		func() string { first, _ := p.Bounds(); return fmt.Sprintf("first still %d", first) })
 	t.Logf("expired segments deleted %v after the appends (MaxAge %v)", time.Since(start), maxAge)
-	waitFor(t, 5*time.Second, func() bool { return idle(p, false) },
+	testkit.EventuallyReport(t, 5*time.Second, func() bool { return idle(p, false) },
 		func() string { return "MaxAge timer or committer still active with only the active segment left" })
 	// A new sealed segment arms it again.
 	appendN(t, p, 7, 3, func(int) int64 { return time.Now().UnixMilli() })
-	waitFor(t, 5*time.Second, func() bool { _, _, a := storage.Scheduled(p); return a },
+	testkit.EventuallyReport(t, 5*time.Second, func() bool { _, _, a := storage.Scheduled(p); return a },
 		func() string { return "no MaxAge timer after a new roll" })
 }
 
@@ -319,7 +288,7 @@ func TestMaxAgeTimerDisarmedByOtherBounds(t *testing.T) {
 	defer p.Close()
 	now := func(int) int64 { return time.Now().UnixMilli() }
 	appendN(t, p, 0, 4, now) // segment 0 sealed, 4 records: within MaxRecords
-	waitFor(t, 5*time.Second, func() bool { _, _, a := storage.Scheduled(p); return a },
+	testkit.EventuallyReport(t, 5*time.Second, func() bool { _, _, a := storage.Scheduled(p); return a },
 		func() string { return "no MaxAge timer for the sealed segment" })
 	appendN(t, p, 4, 1, now) // 5 records > MaxRecords (no roll, so no automatic pass)
 	if err := p.EnforceRetention(); err != nil {
@@ -328,7 +297,7 @@ func TestMaxAgeTimerDisarmedByOtherBounds(t *testing.T) {
 	if first, _ := p.Bounds(); first != 3 {
 		t.Fatalf("first %d, want 3", first)
 	}
-	waitFor(t, 5*time.Second, func() bool { return idle(p, false) }, func() string {
+	testkit.EventuallyReport(t, 5*time.Second, func() bool { return idle(p, false) }, func() string {
 		c, f, a := storage.Scheduled(p)
 		return fmt.Sprintf("committer %v, fsync timer %v, age timer %v with no sealed segment", c, f, a)
 	})

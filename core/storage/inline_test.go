@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // Inline commits: AppendAsyncDeferred leaves the record for the caller's
@@ -28,7 +29,7 @@ func TestCommitIfIdleCommitsOnCaller(t *testing.T) {
 		t.Run(pol.String(), func(t *testing.T) {
 			dir := t.TempDir()
 			p := mustOpen(t, dir, storage.Options{Fsync: pol})
-			waitFor(t, 5*time.Second, func() bool { return idle(p, true) }, func() string { return "the first retention pass never ended" })
+			testkit.EventuallyReport(t, 5*time.Second, func() bool { return idle(p, true) }, func() string { return "the first retention pass never ended" })
 			var got []uint64
 			var inline []bool
 			for i := range 5 {
@@ -165,7 +166,7 @@ func TestCommitIfIdleConcurrent(t *testing.T) {
 	wg.Wait()
 	// No record is stranded waiting for a commit nobody runs: every
 	// callback comes without a Sync or Close to prompt it.
-	waitFor(t, 5*time.Second, func() bool {
+	testkit.EventuallyReport(t, 5*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(calls) == workers*per
@@ -199,7 +200,7 @@ func TestCommitIfIdleConcurrent(t *testing.T) {
 func TestCommitIfIdleDuringInlinePass(t *testing.T) {
 	p := mustOpen(t, t.TempDir(), storage.Options{Fsync: storage.FsyncAlways})
 	defer p.Close()
-	waitFor(t, 5*time.Second, func() bool { return idle(p, true) }, func() string { return "the first retention pass never ended" })
+	testkit.EventuallyReport(t, 5*time.Second, func() bool { return idle(p, true) }, func() string { return "the first retention pass never ended" })
 	second := make(chan error, 1)
 	var nested bool
 	_, err := p.AppendAsyncDeferred(payload(0, 10), 0, func(_ uint64, err error) {

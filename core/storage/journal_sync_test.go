@@ -9,6 +9,7 @@ import (
 
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/storage/faultfs"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // TestAlwaysJournalFsyncOffThePublishPath: in a publish → confirm → ack
@@ -52,7 +53,7 @@ func TestAlwaysJournalFsyncOffThePublishPath(t *testing.T) {
 	if jnlSyncs > rounds/3 {
 		t.Fatalf("%d journal fsyncs in %d rounds: the acks' journal is fsynced on the publish path", jnlSyncs, rounds)
 	}
-	waitFor(t, 5*time.Second, func() bool { return len(dirtyData(fsys)) == 0 && idle(p, false) },
+	testkit.EventuallyReport(t, 5*time.Second, func() bool { return len(dirtyData(fsys)) == 0 && idle(p, false) },
 		func() string {
 			return fmt.Sprintf("after the loop: unsynced %v, idle %v", dirtyData(fsys), idle(p, false))
 		})
@@ -95,7 +96,7 @@ func TestAlwaysJournalFsyncBound(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-done }()
-	waitFor(t, 5*time.Second, func() bool { _, next := p.Bounds(); return next > 10 }, func() string { return "no appends" })
+	testkit.EventuallyReport(t, 5*time.Second, func() bool { _, next := p.Bounds(); return next > 10 }, func() string { return "no appends" })
 	var delays []time.Duration
 	for range 15 {
 		_, next := p.Bounds()
@@ -104,7 +105,7 @@ func TestAlwaysJournalFsyncBound(t *testing.T) {
 		}
 		seq, _ := storage.JournalSeq(p)
 		t0 := time.Now()
-		waitFor(t, 10*time.Second, func() bool { _, synced := storage.JournalSeq(p); return synced >= seq },
+		testkit.EventuallyReport(t, 10*time.Second, func() bool { _, synced := storage.JournalSeq(p); return synced >= seq },
 			func() string { return "settlement never fsynced while appends continue" })
 		delays = append(delays, time.Since(t0))
 	}

@@ -4,36 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 
 	"github.com/fibrilgo/fibril/core/storage"
 )
-
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// payload returns deterministic, offset-independent test data of size n.
-func payload(i, n int) []byte {
-	b := make([]byte, n)
-	for k := range b {
-		b[k] = byte(i*31 + k*7)
-	}
-	return b
-}
-
-func mustOpen(t testing.TB, dir string, o storage.Options) *storage.Partition {
-	t.Helper()
-	if o.Logger == nil {
-		o.Logger = quietLogger()
-	}
-	p, err := storage.OpenPartition(dir, o)
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	return p
-}
 
 func TestParseFsyncPolicy(t *testing.T) {
 	for _, c := range []struct {

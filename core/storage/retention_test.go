@@ -2,21 +2,14 @@ package storage_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
-
-func appendN(t *testing.T, p *storage.Partition, from, n int, ts func(int) int64) {
-	t.Helper()
-	for i := from; i < from+n; i++ {
-		if _, err := p.Append(payload(i, 100), ts(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func zeroTS(int) int64 { return 0 }
 
@@ -73,13 +66,9 @@ func TestQueueRetentionRunsAutomatically(t *testing.T) {
 	if err := p.Settle(0, 1, 2, 3, 4, 5); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for first, _ := p.Bounds(); first != 6; first, _ = p.Bounds() {
-		if time.Now().After(deadline) {
-			t.Fatalf("first still %d after settling two whole segments", first)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	first := func() uint64 { f, _ := p.Bounds(); return f }
+	testkit.EventuallyReport(t, 5*time.Second, func() bool { return first() == 6 },
+		func() string { return fmt.Sprintf("first still %d after settling two whole segments", first()) })
 }
 
 func TestStreamRetention(t *testing.T) {

@@ -8,12 +8,6 @@ import (
 	"time"
 )
 
-// cpuTime returns the CPU time (user + system) this process has used.
-func cpuTime() time.Duration {
-	u, s := cpuTimes()
-	return u + s
-}
-
 // cpuTimes returns the user and the system CPU time of this process.
 func cpuTimes() (user, sys time.Duration) {
 	var ru syscall.Rusage

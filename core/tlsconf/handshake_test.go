@@ -3,71 +3,8 @@ package tlsconf
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"net"
 	"testing"
-	"time"
 )
-
-type handshakeResult struct {
-	identity string
-	cert     []byte // leaf the server presented
-	proto    string
-	err      error
-}
-
-// serveOnce accepts one connection on loopback, sniffs it the way the
-// broker listener will, runs the TLS handshake with cfg and reports the
-// client certificate identity.
-func serveOnce(t *testing.T, cfg *tls.Config) (string, <-chan handshakeResult) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	out := make(chan handshakeResult, 1)
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			out <- handshakeResult{err: err}
-			return
-		}
-		defer conn.Close()
-		kind, prefix, err := Sniff(conn, 5*time.Second)
-		if err != nil || kind != SniffTLS {
-			out <- handshakeResult{err: err}
-			return
-		}
-		srv := tls.Server(Replay(conn, prefix), cfg)
-		_ = srv.SetDeadline(time.Now().Add(5 * time.Second))
-		if err := srv.Handshake(); err != nil {
-			out <- handshakeResult{err: err}
-			return
-		}
-		cs := srv.ConnectionState()
-		_, _ = srv.Write([]byte("k"))
-		out <- handshakeResult{identity: PeerIdentity(cs), proto: cs.NegotiatedProtocol}
-	}()
-	return ln.Addr().String(), out
-}
-
-// dial connects with the given client config and returns the leaf the
-// server presented (nil when the handshake failed on the client side).
-func dial(t *testing.T, addr string, cfg *tls.Config) ([]byte, error) {
-	t.Helper()
-	d := &net.Dialer{Timeout: 5 * time.Second}
-	conn, err := tls.DialWithDialer(d, "tcp", addr, cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 1)
-	if _, err := conn.Read(buf); err != nil { // TLS 1.3 reports client-cert rejection here
-		return nil, err
-	}
-	return conn.ConnectionState().PeerCertificates[0].Raw, nil
-}
 
 // clientConfig trusts m's CA. A client certificate, if given, is always
 // sent: the Go client would otherwise withhold one whose issuer the server

@@ -13,14 +13,6 @@ import (
 	"github.com/fibrilgo/fibril/core/config"
 )
 
-func fileOptions(certPath, keyPath string) (Options, *logBuf) {
-	log, lb := testLogger()
-	return Options{
-		TLS:    config.TLS{Enabled: true, CertPath: certPath, KeyPath: keyPath, ClientAuth: "off"},
-		Logger: log,
-	}, lb
-}
-
 func TestOperatorPEMs(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t)

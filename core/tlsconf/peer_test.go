@@ -24,9 +24,9 @@ func autoPeer(t *testing.T, caPath, root, id string) *Peer {
 	return p
 }
 
-// peerHandshake runs one TLS handshake over a pipe and returns both sides'
-// errors and the node id the server saw.
-func peerHandshake(server, client *tls.Config) (serverErr, clientErr error, clientID string) {
+// peerHandshake runs one TLS handshake over a pipe and returns the node id
+// the server saw and both sides' errors.
+func peerHandshake(server, client *tls.Config) (clientID string, serverErr, clientErr error) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
@@ -58,7 +58,7 @@ func peerHandshake(server, client *tls.Config) (serverErr, clientErr error, clie
 		_ = b.Close()
 	}
 	wg.Wait()
-	return serverErr, clientErr, clientID
+	return clientID, serverErr, clientErr
 }
 
 func isTimeout(err error) bool {
@@ -121,7 +121,7 @@ func TestPeerMutualHandshake(t *testing.T) {
 	caPath := filepath.Join(root, "ca.pem")
 	n1, n2 := autoPeer(t, caPath, root, "n1"), autoPeer(t, caPath, root, "n2")
 
-	sErr, cErr, id := peerHandshake(n2.ServerConfig(), n1.ClientConfig("n2"))
+	id, sErr, cErr := peerHandshake(n2.ServerConfig(), n1.ClientConfig("n2"))
 	if sErr != nil || cErr != nil {
 		t.Fatalf("handshake: server %v, client %v", sErr, cErr)
 	}
@@ -129,11 +129,11 @@ func TestPeerMutualHandshake(t *testing.T) {
 		t.Fatalf("server saw client node %q, want n1", id)
 	}
 	// Any node is accepted when the dialer does not know whom to expect.
-	if sErr, cErr, _ := peerHandshake(n2.ServerConfig(), n1.ClientConfig("")); sErr != nil || cErr != nil {
+	if _, sErr, cErr := peerHandshake(n2.ServerConfig(), n1.ClientConfig("")); sErr != nil || cErr != nil {
 		t.Fatalf("handshake without expectation: server %v, client %v", sErr, cErr)
 	}
 	// The wrong node at the address is refused by the dialer.
-	_, cErr, _ = peerHandshake(n2.ServerConfig(), n1.ClientConfig("n3"))
+	_, _, cErr = peerHandshake(n2.ServerConfig(), n1.ClientConfig("n3"))
 	if cErr == nil || !strings.Contains(cErr.Error(), `names node "n2", expected "n3"`) {
 		t.Fatalf("wrong node accepted: %v", cErr)
 	}
@@ -145,11 +145,11 @@ func TestPeerForeignCARefused(t *testing.T) {
 	other := autoPeer(t, filepath.Join(root, "b", "ca.pem"), filepath.Join(root, "b"), "n2")
 
 	// A client from another cluster is refused by the server...
-	if sErr, _, _ := peerHandshake(mine.ServerConfig(), other.ClientConfig("n1")); sErr == nil {
+	if _, sErr, _ := peerHandshake(mine.ServerConfig(), other.ClientConfig("n1")); sErr == nil {
 		t.Fatal("server accepted a client certificate from a foreign CA")
 	}
 	// ...and a server from another cluster by the client.
-	if _, cErr, _ := peerHandshake(other.ServerConfig(), mine.ClientConfig("n2")); cErr == nil {
+	if _, _, cErr := peerHandshake(other.ServerConfig(), mine.ClientConfig("n2")); cErr == nil {
 		t.Fatal("client accepted a server certificate from a foreign CA")
 	}
 }
@@ -167,7 +167,7 @@ func TestPeerCertWithoutNodeRefused(t *testing.T) {
 	plain := tc.clientCert(t, "alice", "alice")
 	cfg := n1.ClientConfig("n1")
 	cfg.Certificates = []tls.Certificate{plain}
-	if sErr, _, _ := peerHandshake(n1.ServerConfig(), cfg); sErr == nil || !strings.Contains(sErr.Error(), "names no node") {
+	if _, sErr, _ := peerHandshake(n1.ServerConfig(), cfg); sErr == nil || !strings.Contains(sErr.Error(), "names no node") {
 		t.Fatalf("server accepted a certificate naming no node: %v", sErr)
 	}
 }

@@ -301,19 +301,6 @@ func dialScripted(tb testing.TB, fb *fakeBroker, opts Options, topo wire.Topolog
 	return r.c, fc
 }
 
-// eventually retries cond until it holds or the bounded wait ends; it is
-// the only way these tests wait for asynchronous effects.
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(stepTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // async runs f in a goroutine and returns a channel with its error.
 func async(f func() error) <-chan error {
 	ch := make(chan error, 1)
@@ -347,4 +334,86 @@ func (fc *fakeConn) expectRaw(tb testing.TB, op wire.Op) frame {
 		tb.Fatalf("fake: got %v (id %d), want %v", f.hdr.Op, f.hdr.RequestID, op)
 	}
 	return f
+}
+
+func publishAsync(p *Publisher, m Message) (<-chan error, *uint64) {
+	var off uint64
+	ch := async(func() error {
+		o, err := p.PublishConfirmed(context.Background(), m)
+		off = o
+		return err
+	})
+	return ch, &off
+}
+
+// openConn dials a low-level Conn against fb and plays HELLO.
+func openConn(t *testing.T, fb *fakeBroker, cfg ConnConfig) (*Conn, *fakeConn) {
+	t.Helper()
+	cc, ec := dialConnAsync(t, fb.addr, cfg)
+	fc := fb.next(t)
+	fc.acceptHello(t, identityA, wire.ResumeNew)
+	if err := wait(t, ec); err != nil {
+		t.Fatal(err)
+	}
+	return <-cc, fc
+}
+
+func connConfig(tb testing.TB) ConnConfig {
+	return ConnConfig{Dial: loopbackDial(tb), ClientName: "test", ClientVersion: "1"}
+}
+
+// dialConnAsync starts DialConn and returns the result channel.
+func dialConnAsync(tb testing.TB, addr string, cfg ConnConfig) (<-chan *Conn, <-chan error) {
+	cc := make(chan *Conn, 1)
+	ec := make(chan error, 1)
+	go func() {
+		c, err := DialConn(context.Background(), addr, cfg)
+		if c != nil {
+			tb.Cleanup(func() { c.Close() })
+		}
+		cc <- c
+		ec <- err
+	}()
+	return cc, ec
+}
+
+// answerSubscribe reads one SUBSCRIBE and answers SUBSCRIBE_OK with subID,
+// echoing the request.
+func answerSubscribe(t *testing.T, fc *fakeConn, subID uint64) *wire.Subscribe {
+	t.Helper()
+	f := fc.expect(t, wire.OpSubscribe)
+	s := f.body.(*wire.Subscribe)
+	fc.send(wire.OpSubscribeOK, f.hdr.RequestID, &wire.SubscribeOK{
+		SubID: subID, Topic: s.Topic, Partition: s.Partition, Group: s.Group, Prefetch: s.Prefetch,
+	})
+	return s
+}
+
+// subscribeScripted subscribes and answers one SUBSCRIBE per sub id.
+func subscribeScripted(t *testing.T, c *Client, fc *fakeConn, topic string, opts SubscribeOptions, subIDs ...uint64) *Subscription {
+	t.Helper()
+	var sub *Subscription
+	ch := async(func() error {
+		var err error
+		sub, err = c.Subscribe(context.Background(), topic, opts)
+		return err
+	})
+	for _, id := range subIDs {
+		answerSubscribe(t, fc, id)
+	}
+	if err := wait(t, ch); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	return sub
+}
+
+func sendDeliver(fc *fakeConn, subID uint64, topic string, partition uint32, tag uint64, payload string) uint64 {
+	deliverID++
+	fc.send(wire.OpDeliver, deliverID, &wire.Deliver{
+		SubID: subID, Topic: topic, Partition: partition, Offset: tag, DeliveryTag: tag,
+		PublishReceived: 1_700_000_000_000, ContentType: wire.ContentType{Tag: wire.ContentText},
+		Headers: wire.Headers{{Key: RetriesHeader, Value: "2"}}, Payload: []byte(payload),
+	})
+	return deliverID
 }
