@@ -12,6 +12,7 @@ import (
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -150,7 +151,7 @@ func TestClusterRuntimeSettingsAreShared(t *testing.T) {
 	if code, body := adminDo(t, bs[0], "PUT", "/admin/api/runtime-settings", string(nb)); code != 200 {
 		t.Fatalf("put: %d %s", code, body)
 	}
-	waitFor(t, "the other broker applies the change", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the other broker applies the change", func() bool {
 		return bs[1].settings.Current().Connection.ReconnectGraceMS == 1234
 	})
 	if code, body := adminDo(t, bs[1], "PUT", "/admin/api/runtime-settings", string(nb)); code != 409 || !strings.Contains(body, "1234") {
@@ -177,14 +178,14 @@ func TestClusterDrain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c := dialClient(ctx, t, bs[0])
-	waitFor(t, "the draining flag is visible", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the draining flag is visible", func() bool {
 		_, body := adminDo(t, bs[0], "GET", "/admin/api/topology", "")
 		return strings.Contains(body, `"draining":true`)
 	})
 	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "after", Partitions: 4}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new queue is placed", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the new queue is placed", func() bool {
 		_, body := adminDo(t, bs[0], "GET", "/admin/api/topology", "")
 		var v struct {
 			Partitions []struct {
@@ -229,7 +230,7 @@ func TestClusterVersionFenceAndPush(t *testing.T) {
 	if f, err := conn.Do(ctx, wire.OpDeclareQueue, &wire.DeclareQueue{Topic: "fenced", PartitionCount: wire.Some(uint32(1))}); err != nil || f.Op != wire.OpDeclareQueueOK {
 		t.Fatalf("declare: %v %v", f.Op, err)
 	}
-	waitFor(t, "the queue is placed", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the queue is placed", func() bool {
 		q := b.cluster.cl.Snapshot().Queue("fenced", "")
 		return q != nil && q.Parts[0].Placed()
 	})
@@ -327,7 +328,7 @@ func TestClusterDeadLetters(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, "both queues are placed", func() bool { return placed("dead") && placed("work") })
+	testkit.Eventually(t, 5*time.Second, "both queues are placed", func() bool { return placed("dead") && placed("work") })
 	if _, err := c.Topology(ctx, ""); err != nil {
 		t.Fatal(err)
 	}

@@ -188,16 +188,6 @@ func dialClient(ctx context.Context, t *testing.T, b *Broker) *client.Client {
 	return c
 }
 
-// waitFor retries cond until it holds, failing t after 5 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
-}
-
 // memName is the test's name as a node id (subtest names hold '/', ' ', ',').
 func memName(t *testing.T) string {
 	return strings.Map(func(r rune) rune {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -48,7 +49,7 @@ func TestMeasureIdleUpstreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	var local, remote = -1, -1
-	waitFor(t, "placement", func() bool {
+	testkit.Eventually(t, 5*time.Second, "placement", func() bool {
 		q := bs[0].cluster.cl.Snapshot().Queue("idle", "")
 		for _, p := range q.Parts {
 			if p.Node == "n0" {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/config"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/tlsconf"
 	_ "github.com/fibrilgo/fibril/transport/quic"
 	_ "github.com/fibrilgo/fibril/transport/tcp"
@@ -102,7 +103,7 @@ func TestPeersProbeEveryTransport(t *testing.T) {
 			for i, b := range bs {
 				other := fmt.Sprintf("n%d", 1-i)
 				var ans probeAnswer
-				waitFor(t, "the peer probe succeeds", func() bool {
+				testkit.Eventually(t, 5*time.Second, "the peer probe succeeds", func() bool {
 					code, body := adminDo(t, b, "GET", "/admin/api/peers", "")
 					if code != 200 {
 						t.Fatalf("GET /admin/api/peers = %d %s", code, body)

@@ -14,6 +14,7 @@ import (
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/session"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // core/routing/README.md#gateway-set: with one public and two private brokers, every
@@ -57,7 +58,7 @@ func TestPrivateOwnersAnswerTheGateway(t *testing.T) {
 		}
 		return v
 	}
-	waitFor(t, "every partition placed in every broker's view", func() bool {
+	testkit.Eventually(t, 5*time.Second, "every partition placed in every broker's view", func() bool {
 		for _, b := range bs {
 			for _, p := range topology(b).Partitions {
 				if p.Owner == "" {
@@ -106,7 +107,7 @@ func TestPrivateOwnersAnswerTheGateway(t *testing.T) {
 	if code, body := adminDo(t, bs[0], "POST", "/admin/api/drain", `{"grace_ms":0}`); code != 200 {
 		t.Fatalf("drain: %d %s", code, body)
 	}
-	waitFor(t, "no_live_public_broker on a private broker", func() bool {
+	testkit.Eventually(t, 5*time.Second, "no_live_public_broker on a private broker", func() bool {
 		return topology(bs[1]).Coordination.NoLivePublicBroker
 	})
 	for _, p := range topology(bs[1]).Partitions {
@@ -131,7 +132,7 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 			if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "orders", Partitions: 6}); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "every partition placed", func() bool {
+			testkit.Eventually(t, 5*time.Second, "every partition placed", func() bool {
 				topo, err := c.Topology(ctx, "orders")
 				if err != nil {
 					return false
@@ -175,7 +176,7 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 			consumeDistinct(ctx, t, sub, total+6)
 			// core/forward/README.md#observability: the gateway and the owners publish their session
 			// counts; the gateway counted the owners' confirms.
-			waitFor(t, "the session count labels", func() bool {
+			testkit.Eventually(t, 5*time.Second, "the session count labels", func() bool {
 				snap := bs[0].cluster.cl.Snapshot()
 				fwd := 0
 				for _, b := range bs[1:] {
@@ -226,7 +227,7 @@ func TestForwardingThroughTheGateway(t *testing.T) {
 			}
 			sub.Close()
 			// Acks reached the owners: nothing is left or redelivered.
-			waitFor(t, "every owner settled everything", func() bool {
+			testkit.Eventually(t, 5*time.Second, "every owner settled everything", func() bool {
 				for _, b := range bs {
 					for _, d := range b.queues.Depths() {
 						if d.Ready != 0 || d.Inflight != 0 {
@@ -303,7 +304,7 @@ func twoPublicBrokersShareOneAddress(t *testing.T, extra []string) {
 		t.Fatal(err)
 	}
 	owners := map[core.NodeID]int{}
-	waitFor(t, "every partition placed", func() bool {
+	testkit.Eventually(t, 5*time.Second, "every partition placed", func() bool {
 		snap := bs[0].cluster.cl.Snapshot()
 		q := snap.Queue("lb", "")
 		if q == nil {

@@ -195,15 +195,3 @@ func (c *client) login() {
 	id = c.send(wire.OpAuth, &wire.Auth{Username: "alice", Password: "secret"})
 	c.expect(wire.OpAuthOK, id)
 }
-
-// eventually retries cond until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

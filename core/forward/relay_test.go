@@ -16,6 +16,7 @@ import (
 	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/session"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -391,7 +392,7 @@ func TestGatewayLimitAccounting(t *testing.T) {
 	if _, _, err := up.tryRead(5 * time.Second); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the reconcile the upstream must end in order (EOF), got %v", err)
 	}
-	eventually(t, 5*time.Second, "the upstream released", func() bool { return e.srv.Gateway().Open() == 0 })
+	testkit.Eventually(t, 5*time.Second, "the upstream released", func() bool { return e.srv.Gateway().Open() == 0 })
 	b.sendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b2")})
 	up2 := o.next()
 	h, _ = up2.read()

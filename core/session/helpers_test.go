@@ -343,18 +343,6 @@ func (c *client) ack(d *wire.Deliver) {
 	c.sendID(wire.OpAck, d.DeliveryTag, &wire.Ack{Topic: d.Topic, Group: d.Group, Partition: d.Partition, Tags: []uint64{d.DeliveryTag}})
 }
 
-// eventually retries cond until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // rawBody is a body sent as given (malformed ones included).
 type rawBody []byte
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -315,7 +316,7 @@ func TestAutoAckSlowClientBounded(t *testing.T) {
 	// Subscribe without reading anything else.
 	sid := c.send(wire.OpSubscribe, &wire.Subscribe{Topic: "bulk", Prefetch: 1, AutoAck: true})
 	var sess *Session
-	eventually(t, time.Second, "the session", func() bool {
+	testkit.Eventually(t, time.Second, "the session", func() bool {
 		for _, s := range e.srv.sessions.all() {
 			s.mu.Lock()
 			has := len(s.subs) > 0

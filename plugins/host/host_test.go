@@ -20,6 +20,7 @@ import (
 	"github.com/fibrilgo/fibril/core/coordtest"
 	"github.com/fibrilgo/fibril/core/memcoord"
 	"github.com/fibrilgo/fibril/core/metricstest"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/plugins"
 	"github.com/fibrilgo/fibril/plugins/host"
 	"github.com/fibrilgo/fibril/plugins/plugintest"
@@ -227,7 +228,7 @@ func TestChecksumVerifiedOnRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := c.(host.PluginHealth)
-	waitFor(t, 20*time.Second, "a refused restart", func() bool {
+	testkit.Eventually(t, 20*time.Second, "a refused restart", func() bool {
 		_, _, lastErr := h.Health()
 		return errors.Is(lastErr, host.ErrChecksumMismatch)
 	})
@@ -314,7 +315,7 @@ func TestRestartAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	sawDown := false
-	waitFor(t, 30*time.Second, "the restarted plugin to answer", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the restarted plugin to answer", func() bool {
 		_, err := c.Get(ctx, "nodes/node-1")
 		if errors.Is(err, core.ErrCoordinationUnavailable) {
 			sawDown = true
@@ -398,17 +399,6 @@ func TestDescribe(t *testing.T) {
 	}
 	if _, err := host.Describe(bounded(t, 30*time.Second), "/bin/true", nil, nil); err == nil {
 		t.Fatal("describing a non-plugin succeeded")
-	}
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/metricstest"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/plugins"
 	"github.com/fibrilgo/fibril/plugins/host"
 )
@@ -125,7 +126,7 @@ func TestTransportPluginProcess(t *testing.T) {
 	// The supervisor notices within its poll interval and waits a second
 	// before relaunching: calls meanwhile are refused, saying why.
 	h := a.(host.PluginHealth)
-	waitFor(t, 30*time.Second, "the plugin reported down", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the plugin reported down", func() bool {
 		up, _, _ := h.Health()
 		return !up
 	})
@@ -133,7 +134,7 @@ func TestTransportPluginProcess(t *testing.T) {
 		t.Fatalf("Dial while the plugin restarts: %v, want ErrPeerRefused saying it restarts", err)
 	}
 	var la core.Link
-	waitFor(t, time.Minute, "a link through the restarted plugin", func() bool {
+	testkit.Eventually(t, time.Minute, "a link through the restarted plugin", func() bool {
 		la, err = a.Dial(ctx, core.Peer{ID: "node-b", Addr: b.Addr().String()})
 		if err != nil && !errors.Is(err, core.ErrPeerRefused) {
 			t.Fatalf("Dial while restarting: %v, want ErrPeerRefused", err)
@@ -170,7 +171,7 @@ func TestTransportPluginProcess(t *testing.T) {
 	// plugin's listener at the same address; the Accept that waited all
 	// along gets the stream.
 	var back core.Stream
-	waitFor(t, time.Minute, "a stream to the restarted plugin", func() bool {
+	testkit.Eventually(t, time.Minute, "a stream to the restarted plugin", func() bool {
 		back, err = l.OpenStream(ctx)
 		return err == nil
 	})

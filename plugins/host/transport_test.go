@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/plugins"
 	"github.com/fibrilgo/fibril/plugins/host"
 	"github.com/fibrilgo/fibril/plugins/plugintest"
@@ -155,7 +156,7 @@ func TestTransportAbortThroughProtocol(t *testing.T) {
 			t.Errorf("%s: peer's Read ended with %v, want ErrStreamAborted", dir, err)
 		}
 	}
-	waitFor(t, 30*time.Second, "the aborts counted", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the aborts counted", func() bool {
 		st, err := b.(host.TransportStatser).TransportStats(ctx)
 		return err == nil && st.Aborts >= 2 && st.StreamsOpenIn == 0
 	})
@@ -296,7 +297,7 @@ func TestTransportAbortWhilePeerNotReading(t *testing.T) {
 	}
 	// The peer still reads nothing: the plugin must end the stream on its
 	// own (reading lets the stuck write go on, which would hide the bug).
-	waitFor(t, 30*time.Second, "the plugin to abort the stream", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the plugin to abort the stream", func() bool {
 		st, err := a.(host.TransportStatser).TransportStats(ctx)
 		return err == nil && st.StreamsOpenOut == 0 && st.Aborts >= 1
 	})
@@ -328,7 +329,7 @@ func TestTransportCloseDuringBlockedWrite(t *testing.T) {
 		_, err := out.Write(make([]byte, 64<<20)) // more than every buffer on the way
 		wrote <- err
 	}()
-	waitFor(t, 30*time.Second, "bytes reaching the plugin", func() bool {
+	testkit.Eventually(t, 30*time.Second, "bytes reaching the plugin", func() bool {
 		st, err := a.(host.TransportStatser).TransportStats(ctx)
 		return err == nil && st.BytesOut > 1<<20 // past the "hi" of connect: the Write runs
 	})

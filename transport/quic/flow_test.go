@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/plugins"
 )
 
@@ -270,7 +271,7 @@ func TestPeerKilledMidStream(t *testing.T) {
 				if !crash && time.Since(start) > 1500*time.Millisecond {
 					t.Fatalf("an orderly shutdown took %s to reach the peer's streams", time.Since(start))
 				}
-				eventually(t, 10*time.Second, "the dead connection is dropped", func() bool { return len(a.tr.liveConns("b")) == 0 })
+				testkit.Eventually(t, 10*time.Second, "the dead connection is dropped", func() bool { return len(a.tr.liveConns("b")) == 0 })
 			}()
 			waitGoroutines(t, base)
 		})

@@ -80,18 +80,6 @@ func accept(t testing.TB, n *node) core.Stream {
 	return s
 }
 
-// eventually polls cond every 10 ms for at most d.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // waitGoroutines waits (bounded) until the goroutine count is back to
 // base plus a little slack for the runtime and the test framework.
 func waitGoroutines(t testing.TB, base int) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/metricstest"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/plugins"
 )
 
@@ -354,7 +355,7 @@ func TestSimultaneousDial(t *testing.T) {
 				cs := n.tr.liveConns(peer)
 				return len(cs) == 1 && cs[0].Dialer == "a"
 			}
-			eventually(t, 15*time.Second, "one connection, dialed by a, on both ends", func() bool {
+			testkit.Eventually(t, 15*time.Second, "one connection, dialed by a, on both ends", func() bool {
 				return settled(a, "b") && settled(b, "a")
 			})
 			// Each side completed its own dial (the loser's connection may

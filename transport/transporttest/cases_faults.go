@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/transport/faultproxy"
 )
 
@@ -114,7 +115,7 @@ func (s *suite) faultSetup(t *testing.T) (core.Transport, core.Transport, *fault
 // re-establishes it here").
 func newStreamWorks(t *testing.T, l core.Link, what string) {
 	t.Helper()
-	err := eventually(2*wait, func() error {
+	err := testkit.Poll(2*wait, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), wait/2)
 		defer cancel()
 		st, err := l.OpenStream(ctx)

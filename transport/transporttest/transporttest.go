@@ -369,18 +369,3 @@ func (s *suite) proxy(t testing.TB, target net.Addr) *faultproxy.Proxy {
 	}
 	return faultproxy.NewTCP(t, target.String())
 }
-
-// eventually retries f until it succeeds or d passes, and returns the last
-// error. It paces attempts by their own cost (each is bounded), never by
-// a sleep that hides a failure.
-func eventually(d time.Duration, f func() error) error {
-	end := time.Now().Add(d)
-	var err error
-	for attempt := 0; attempt < 100; attempt++ {
-		if err = f(); err == nil || time.Now().After(end) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return err
-}
