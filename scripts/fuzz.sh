@@ -15,10 +15,13 @@
 # commit such files as regression seeds together with the fix, and every
 # plain `go test` run replays them from then on.
 #
-# Runs so far (see docs/fuzzing.md for the record):
-#   2026-12-03, 60s per target, -parallel=1 on a 2-core machine: all 36
-#   targets (34 in core/wire, FuzzLoad in core/config, FuzzTransportFrames
-#   in plugins); no crash found.
+# Runs so far (docs/fuzzing.md keeps the record, with exec counts):
+#   2026-12-03, 60s per target, FUZZ_FLAGS=-parallel=1, 2-core machine:
+#   all 36 targets (34 in core/wire, FuzzLoad in core/config,
+#   FuzzTransportFrames in plugins); no crash, no hang, no new testdata.
+#   FuzzDeliver's first run ended in "context deadline exceeded" (the
+#   engine was minimising an input when time ran out, nothing written);
+#   its second 60s run passed.
 set -euo pipefail
 
 duration="${1:-60s}"
