@@ -18,7 +18,7 @@
 # Runs so far (docs/fuzzing.md keeps the record, with exec counts):
 #   2026-12-03, 60s per target, FUZZ_FLAGS=-parallel=1, 2-core machine:
 #   all 36 targets (34 in core/wire, FuzzLoad in core/config,
-#   FuzzTransportFrames in plugins); no crash, no hang, no new testdata.
+#   FuzzTransportFrames, now in plugins/host); no crash, no hang, no new testdata.
 #   FuzzDeliver's first run ended in "context deadline exceeded" (the
 #   engine was minimising an input when time ran out, nothing written);
 #   its second 60s run passed.
