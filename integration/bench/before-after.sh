@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Fibril against itself: two git revisions (or a revision and the work tree)
+# measured in the same run, alternating, so that a change can show it costs
+# no throughput on this noisy machine. See README.md beside this file.
+#
+#   integration/bench/before-after.sh BEFORE_REV [AFTER_REV] [--reps 2] [--duration 10s] [--warmup 2s]
+#
+# AFTER_REV defaults to the work tree. Two scenarios, each 1 KiB messages,
+# window 256, prefetch 256, fsync always (the default):
+#   publish  confirmed publish, 1 producer, no consumer
+#   e2e      confirmed publish, 4 producers + 4 consumers (manual ack)
+# Each run starts a fresh broker with an empty data directory on
+# 127.0.0.1 only; every process is stopped by its PID, also on failure.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+
+die() { echo "before-after.sh: $*" >&2; exit 1; }
+[ $# -ge 1 ] || die "usage: before-after.sh BEFORE_REV [AFTER_REV] [--reps N] [--duration D] [--warmup D]"
+BEFORE=$1; shift
+AFTER=""
+if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then AFTER=$1; shift; fi
+REPS=2
+DURATION=10s
+WARMUP=2s
+PORT=19886
+ADMIN_PORT=18091
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--reps) REPS=$2; shift 2 ;;
+	--duration) DURATION=$2; shift 2 ;;
+	--warmup) WARMUP=$2; shift 2 ;;
+	*) die "unknown option $1" ;;
+	esac
+done
+
+WORK=$(mktemp -d /tmp/fibril-before-after.XXXXXX)
+PID=""
+cleanup() {
+	if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+	rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+build() { # build NAME REV: binaries of REV (empty: the work tree) into $WORK/NAME
+	local src=$ROOT
+	if [ -n "$2" ]; then
+		src="$WORK/src-$1"
+		mkdir -p "$src"
+		git -C "$ROOT" archive --format=tar "$2" | tar -x -C "$src"
+	fi
+	mkdir -p "$WORK/$1"
+	(cd "$src" && go build -o "$WORK/$1/fibril" ./cmd/fibril && go build -o "$WORK/$1/fibrilctl" ./cmd/fibrilctl)
+}
+echo "== building before ($BEFORE) and after (${AFTER:-work tree}) in $WORK" >&2
+build before "$BEFORE"
+build after "$AFTER"
+
+run() { # run NAME SCENARIO: one fresh broker, one bench, prints "msgs/s p99_ms"
+	local bin=$WORK/$1 data=$WORK/data-$1-$2 log=$WORK/$1-$2.log
+	rm -rf "$data"
+	"$bin/fibril" --server.data_dir="$data" --broker.listener.bind="127.0.0.1:$PORT" \
+		--admin.listener.bind="127.0.0.1:$ADMIN_PORT" >"$log" 2>&1 &
+	PID=$!
+	local i
+	for i in $(seq 1 300); do
+		grep -q "broker ready" "$log" 2>/dev/null && break
+		kill -0 "$PID" 2>/dev/null || { tail -20 "$log" >&2; die "$1 broker exited during startup"; }
+		sleep 0.1
+	done
+	grep -q "broker ready" "$log" || die "$1 broker not ready after 30 s"
+	local -a load=(--producers 1 --consumers 0)
+	[ "$2" = e2e ] && load=(--producers 4 --consumers 4)
+	local out
+	out=$(timeout 120 "$bin/fibrilctl" --addr "127.0.0.1:$PORT" bench --topic "ba-$2" --size 1024 --window 256 \
+		--prefetch 256 --confirmed "${load[@]}" --duration "$DURATION" --warmup "$WARMUP" --json --progress=false)
+	kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+	# publish: confirmed msgs/s and confirm p99; e2e: delivered msgs/s and publish->deliver p99.
+	python3 - "$2" "$out" <<'PY'
+import json, sys
+r = json.loads(sys.argv[2])
+if sys.argv[1] == "publish":
+    print(f"{r['publish_msgs_per_sec']:.0f} {r['confirm_p99_us'] / 1000:.1f}")
+else:
+    print(f"{r['deliver_msgs_per_sec']:.0f} {r['e2e_p99_us'] / 1000:.1f}")
+PY
+}
+
+printf '%-8s %-4s %-8s %12s %10s\n' scenario rep build "msgs/s" "p99 ms" | tee "$WORK/results"
+for sc in publish e2e; do
+	for rep in $(seq 1 "$REPS"); do
+		if [ $((rep % 2)) = 1 ]; then order=(before after); else order=(after before); fi
+		for b in "${order[@]}"; do
+			read -r rate p99 < <(run "$b" "$sc")
+			printf '%-8s %-4s %-8s %12s %10s\n' "$sc" "$rep" "$b" "$rate" "$p99" | tee -a "$WORK/results"
+		done
+	done
+done
+# The summary: mean msgs/s of each build per scenario, and after / before.
+python3 - "$WORK/results" <<'PY'
+import collections, sys
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]).read().splitlines()[1:]:
+    sc, _, build, rate, _ = line.split()
+    runs[(sc, build)].append(float(rate))
+for sc in ("publish", "e2e"):
+    b = sum(runs[(sc, "before")]) / len(runs[(sc, "before")])
+    a = sum(runs[(sc, "after")]) / len(runs[(sc, "after")])
+    print(f"{sc:8} before {b:9.0f}  after {a:9.0f}  after/before {a / b:.2f}")
+PY
