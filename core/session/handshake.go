@@ -35,7 +35,7 @@ func (c *Conn) handshake() bool {
 	}
 	var hello wire.Hello
 	if err := hello.Decode(body); err != nil {
-		c.writeDirect(wire.OpError, h.RequestID, &wire.ErrorBody{Code: wire.CodeBadRequest, Message: "malformed HELLO: " + err.Error()})
+		c.writeDirect(wire.OpError, h.RequestID, &wire.ErrorBody{Code: wire.CodeBadRequest, Message: malformedHello(err)})
 		return false
 	}
 	if hello.ProtocolVersion != wire.ProtocolVersion {
@@ -70,6 +70,18 @@ func (c *Conn) handshake() bool {
 	c.publishIdentity()
 	c.log.Debug("hello", "outcome", outcome.String(), "client_version", hello.ClientVersion)
 	return true
+}
+
+// malformedHello is the answer to a HELLO that does not decode. The
+// decoder's error (*wire.DecodeError) already reads "malformed HELLO: field
+// …", so it is sent as it is; only an error that does not say what it is
+// about gets the prefix.
+func malformedHello(err error) string {
+	var de *wire.DecodeError
+	if errors.As(err, &de) {
+		return err.Error()
+	}
+	return "malformed HELLO: " + err.Error()
 }
 
 // resolve maps a HELLO's resume identity to a session and its outcome
