@@ -129,7 +129,7 @@ func (c *Conn) handleAuth(id uint64, body []byte) {
 		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
 		return
 	}
-	p, err := c.srv.opts.Auth.Authenticate(context.Background(), a.Username, a.Password, c.peer)
+	p, err := c.srv.opts.Auth.Authenticate(context.Background(), a.Username, a.Password, c.clientAddr)
 	if err != nil || (c.principal != nil && !p.Same(*c.principal)) {
 		c.srv.opts.Metrics.AuthFailures.Inc()
 		msg := "authentication failed"
