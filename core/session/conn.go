@@ -42,7 +42,15 @@ type Conn struct {
 	peerNode  string     // node named by the verified peer certificate of an @node login (NodeIdentity)
 	// forwarded is the accepted FORWARDED_SESSION of an upstream
 	// connection (docs/protocol.md#extensions): nil on a client's own connection.
-	forwarded   *wire.ForwardedSession
+	forwarded *wire.ForwardedSession
+	// forwardedResumed: forwarded is the session's, taken over when a
+	// resume proved @node again, not one sent on this connection; the
+	// gateway may announce it once more (handleForwardedSession).
+	forwardedResumed bool
+	// nodeProof: this connection resumed a node session and has not
+	// proven @node yet (docs/protocol.md#resume). It is not attached to the
+	// session until it has; until then only AUTH and PING are answered.
+	nodeProof   bool
 	rbuf        []byte // frame buffer reused between frames while input is waiting; nil when idle
 	slotPending bool   // the request being handled holds an unused reply slot
 	acks        pendingAcks

@@ -45,10 +45,16 @@ func (c *Conn) handshake() bool {
 	}
 
 	sess, outcome := c.srv.resolve(hello.Resume)
-	if outcome == wire.ResumeResumed {
+	switch {
+	case outcome == wire.ResumeResumed && sess.needsNodeProof():
+		// A node session: nothing carries over until AUTH proves @node
+		// from the node it belongs to (proveNode); a user certificate
+		// does not log in over it either.
+		c.nodeProof = true
+	case outcome == wire.ResumeResumed:
 		c.principal = sess.authenticated() // the authenticated flag carries over (docs/protocol.md#resume)
 	}
-	if p, ok := c.certPrincipal(); ok {
+	if p, ok := c.certPrincipal(); ok && !c.nodeProof {
 		c.principal = &p
 		sess.setPrincipal(&p)
 	}
@@ -66,9 +72,11 @@ func (c *Conn) handshake() bool {
 		ServerName:      opts.ServerName,
 		Compliance:      wire.Compliance,
 	}})
-	sess.attach(c)
+	if !c.nodeProof {
+		sess.attach(c)
+	}
 	c.publishIdentity()
-	c.log.Debug("hello", "outcome", outcome.String(), "client_version", hello.ClientVersion)
+	c.log.Debug("hello", "outcome", outcome.String(), "client_version", hello.ClientVersion, "awaiting_node_proof", c.nodeProof)
 	return true
 }
 
