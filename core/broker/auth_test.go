@@ -2,14 +2,17 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/tlsconf"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -139,4 +142,89 @@ func TestDefaultLoginRefusedOnPeerListener(t *testing.T) {
 	n := newRawConn(t, nc)
 	n.hello(nil)
 	n.expect(wire.OpAuthOK, n.send(wire.OpAuth, &wire.Auth{Username: "@node", Password: "test-secret"}))
+}
+
+// docs/protocol.md#resume, with real inter-broker TLS (peers share the
+// client port): a node session's resume token is not a peer's credential.
+// After the upstream of a forwarded session from n1 is lost, a connection
+// without n1's certificate that resumes it gets ERROR 401 and a close for
+// PUBLISH, ACK or FORWARDED_SESSION, and AUTH_ERR 401 and a close for an
+// ordinary user's AUTH, for @node without a certificate and for @node
+// with another node's certificate; n1's certificate and AUTH as @node
+// resume it.
+func TestResumedNodeSessionNeedsPeerCertificate(t *testing.T) {
+	ca := filepath.Join(t.TempDir(), "cluster-ca.pem")
+	bs := startMemClusterWith(t, 2, func(int) []string {
+		return append(tlsFlags(ca), "--runtime_seed.connection.reconnect_grace_ms=60000")
+	})
+	addr := bs[0].BrokerAddr().String()
+	peerCert := func(b *Broker) []tls.Certificate {
+		dir := filepath.Join(b.cfg.Server.DataDir, "tls", "peer")
+		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, tlsconf.PeerFile), filepath.Join(dir, tlsconf.PeerKeyFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []tls.Certificate{pair}
+	}
+	dial := func(certs []tls.Certificate) *rawConn {
+		nc, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, Certificates: certs}) //nolint:gosec // the test broker's own CA
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newRawConn(t, nc)
+	}
+	ffs := func(origin string) *wire.ForwardedSession {
+		return &wire.ForwardedSession{V2: true, OriginNodeID: origin, HopCount: 1, ActingUsername: "alice",
+			ClientID: "0190c0de-0000-7000-8000-000000000001", ConnectionID: 7, ClientRemoteAddr: "127.0.0.1:5123"}
+	}
+	nodeAuth := &wire.Auth{Username: "@node", Password: "test-secret"}
+
+	g := dial(peerCert(bs[1]))
+	ident := g.hello(nil).Identity()
+	g.expect(wire.OpAuthOK, g.send(wire.OpAuth, nodeAuth))
+	g.expect(wire.OpForwardedSessionOK, g.send(wire.OpForwardedSession, ffs("n1")))
+	g.nc.Close() // the upstream is lost; the session waits out its grace
+
+	resume := func(certs []tls.Certificate) *rawConn {
+		r := dial(certs)
+		if ok := r.hello(&ident); ok.ResumeOutcome != wire.ResumeResumed {
+			t.Fatalf("resume outcome %s", ok.ResumeOutcome)
+		}
+		return r
+	}
+	for name, send := range map[string]func(r *rawConn) uint64{
+		"PUBLISH": func(r *rawConn) uint64 {
+			return r.send(wire.OpPublish, &wire.Publish{Topic: "orders", RequireConfirm: true, Payload: []byte("forged")})
+		},
+		"ACK": func(r *rawConn) uint64 {
+			id := r.nextID
+			r.send(wire.OpAck, &wire.Ack{Topic: "orders", Tags: []uint64{1}})
+			return id
+		},
+		"FORWARDED_SESSION": func(r *rawConn) uint64 { return r.send(wire.OpForwardedSession, ffs("n0")) },
+	} {
+		r := resume(nil)
+		r.expectError(wire.OpError, send(r), wire.CodeUnauthorized)
+		r.expectClosed()
+		t.Logf("%s before AUTH: 401, closed", name)
+	}
+	for _, c := range []struct {
+		name  string
+		certs []tls.Certificate
+		auth  *wire.Auth
+	}{
+		{"an ordinary user", nil, &wire.Auth{Username: "fibril", Password: "fibril"}},
+		{"@node without a certificate", nil, nodeAuth},
+		{"@node with n0's certificate", peerCert(bs[0]), nodeAuth},
+	} {
+		r := resume(c.certs)
+		r.expectError(wire.OpAuthErr, r.send(wire.OpAuth, c.auth), wire.CodeUnauthorized)
+		r.expectClosed()
+		t.Logf("AUTH as %s: refused, closed", c.name)
+	}
+
+	n := resume(peerCert(bs[1]))
+	n.expect(wire.OpAuthOK, n.send(wire.OpAuth, nodeAuth))
+	n.expect(wire.OpForwardedSessionOK, n.send(wire.OpForwardedSession, ffs("n1")))
+	n.expect(wire.OpPong, n.send(wire.OpPing, nil))
 }
