@@ -16,6 +16,7 @@ import (
 const (
 	msgWrongPassword  = "unknown user or wrong password; create a user with `fibrilctl users add`"
 	msgDefaultRemote  = "the built-in fibril/fibril login is only accepted from loopback; create a user with `fibrilctl users add` to connect from another host"
+	msgDefaultPeer    = "the built-in fibril/fibril login is only accepted from loopback clients, never through the inter-broker transport; create a user with `fibrilctl users add`"
 	msgDefaultOff     = "the built-in fibril/fibril login is disabled (auth.allow_default_loopback = false); create a user with `fibrilctl users add`"
 	msgNoSecret       = "@node login refused: this broker has no cluster secret; set FIBRIL_CLUSTER_SECRET (or coordination.secret_path, or write <data_dir>/cluster.secret) to the same value on every node"
 	msgWrongSecret    = "@node login refused: wrong cluster secret; every node must have the same FIBRIL_CLUSTER_SECRET"
@@ -75,8 +76,11 @@ func NewAuthenticator(o Options) *Authenticator {
 	return a
 }
 
-// Check authenticates username/password from a peer address, in the order
-// S-146 fixes:
+// Check authenticates username/password from a client address, in the
+// order S-146 fixes. peer is the client socket's IP; the zero Addr means
+// the connection has no client address — a stream that arrived through
+// the inter-broker transport, whose remote end is a peer broker (or a
+// proxy in front of the peer listener), never a loopback client:
 //
 //  1. "@node" is compared (constant time) with the cluster secret and
 //     yields the node principal; without a configured secret it is denied.
@@ -111,6 +115,8 @@ func (a *Authenticator) Check(ctx context.Context, username, password string, pe
 		switch {
 		case !a.allowDefault:
 			return Principal{}, deny(msgDefaultOff)
+		case !peer.IsValid():
+			return Principal{}, deny(msgDefaultPeer)
 		case !IsLoopback(peer):
 			return Principal{}, deny(msgDefaultRemote)
 		}

@@ -120,12 +120,15 @@ func TestDefaultPairLoopback(t *testing.T) {
 		}
 	}
 	for _, peer := range []netip.Addr{remote4, netip.MustParseAddr("::ffff:192.0.2.1"), netip.MustParseAddr("2001:db8::1"),
-		netip.MustParseAddr("0.0.0.0"), netip.MustParseAddr("::"), {}} {
+		netip.MustParseAddr("0.0.0.0"), netip.MustParseAddr("::")} {
 		p, err := a.Check(ctx, DefaultUser, DefaultPassword, peer)
 		wantDenied(t, p, err, "only accepted from loopback")
 	}
+	// No client address: a stream through the inter-broker transport.
+	p, err := a.Check(ctx, DefaultUser, DefaultPassword, netip.Addr{})
+	wantDenied(t, p, err, "never through the inter-broker transport")
 	// Wrong password for the default name gets the generic message.
-	p, err := a.Check(ctx, DefaultUser, "guess", loopback4)
+	p, err = a.Check(ctx, DefaultUser, "guess", loopback4)
 	wantDenied(t, p, err, "unknown user or wrong password")
 }
 

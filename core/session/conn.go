@@ -22,16 +22,19 @@ import (
 // Conn is one client socket: a reader goroutine (serve) that handles frames
 // in order, and a writer goroutine (writeLoop) that owns the write side.
 type Conn struct {
-	srv      *Server
-	nc       net.Conn
-	br       *bufio.Reader
-	bw       *bufio.Writer // from writeBufs while a write round has bytes to flush; nil when idle
-	counted  *countingConn // nc, counting bytes: what br and bw read and write
-	id       uint64        // process-unique, never reused
-	peer     netip.Addr
-	remote   string
-	tlsState *tls.ConnectionState
-	log      *slog.Logger
+	srv     *Server
+	nc      net.Conn
+	br      *bufio.Reader
+	bw      *bufio.Writer // from writeBufs while a write round has bytes to flush; nil when idle
+	counted *countingConn // nc, counting bytes: what br and bw read and write
+	id      uint64        // process-unique, never reused
+	// clientAddr is what the loopback rule of the built-in login sees
+	// (S-146): the socket's remote IP, or the zero Addr for a stream that
+	// arrived through the peer transport, which is never a loopback client.
+	clientAddr netip.Addr
+	remote     string
+	tlsState   *tls.ConnectionState
+	log        *slog.Logger
 
 	// Reader-only state.
 	sess      *Session   // set once HELLO succeeded, never changed
@@ -39,7 +42,15 @@ type Conn struct {
 	peerNode  string     // node named by the verified peer certificate of an @node login (NodeIdentity)
 	// forwarded is the accepted FORWARDED_SESSION of an upstream
 	// connection (docs/protocol.md#extensions): nil on a client's own connection.
-	forwarded   *wire.ForwardedSession
+	forwarded *wire.ForwardedSession
+	// forwardedResumed: forwarded is the session's, taken over when a
+	// resume proved @node again, not one sent on this connection; the
+	// gateway may announce it once more (handleForwardedSession).
+	forwardedResumed bool
+	// nodeProof: this connection resumed a node session and has not
+	// proven @node yet (docs/protocol.md#resume). It is not attached to the
+	// session until it has; until then only AUTH and PING are answered.
+	nodeProof   bool
 	rbuf        []byte // frame buffer reused between frames while input is waiting; nil when idle
 	slotPending bool   // the request being handled holds an unused reply slot
 	acks        pendingAcks
@@ -125,8 +136,13 @@ func newConn(srv *Server, nc net.Conn, id uint64) *Conn {
 		done:       make(chan struct{}),
 		writerDone: make(chan struct{}),
 	}
-	if ap, err := netip.ParseAddrPort(c.remote); err == nil {
-		c.peer = ap.Addr().Unmap()
+	if _, viaPeer := nc.(core.Stream); !viaPeer {
+		// Only the peer transport hands the server a core.Stream; its
+		// remote end is a peer broker, or a proxy in front of the peer
+		// listener, and 127.0.0.1 there says nothing about a client.
+		if ap, err := netip.ParseAddrPort(c.remote); err == nil {
+			c.clientAddr = ap.Addr().Unmap()
+		}
 	}
 	if ts, ok := nc.(core.TLSStater); ok {
 		// *tls.Conn, or a transport stream that ran a TLS handshake

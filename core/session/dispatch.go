@@ -75,8 +75,11 @@ func (c *Conn) handleRequest(h wire.FrameHeader, body []byte) {
 	if c.principal == nil {
 		// docs/protocol.md#answers: any op other than AUTH/PING/PONG before
 		// authentication → ERROR 401, then close.
-		c.replyAndClose(wire.OpError, id, &wire.ErrorBody{Code: wire.CodeUnauthorized,
-			Message: "authentication required: send AUTH first"})
+		msg := "authentication required: send AUTH first"
+		if c.nodeProof {
+			msg = "authentication required: this resumed session belongs to a peer broker; send AUTH as @node first"
+		}
+		c.replyAndClose(wire.OpError, id, &wire.ErrorBody{Code: wire.CodeUnauthorized, Message: msg})
 		return
 	}
 	switch op {
@@ -122,24 +125,24 @@ func (c *Conn) handleNodeOnly(op wire.Op, id uint64, body []byte) {
 
 // handleAuth answers AUTH (docs/protocol.md#authentication with semantics D-1: on an
 // authenticated connection AUTH is a re-check that succeeds for the same
-// principal).
+// principal). On a connection that resumed a node session it is the proof
+// the resume waits for (proveNode).
 func (c *Conn) handleAuth(id uint64, body []byte) {
 	var a wire.Auth
 	if err := a.Decode(body); err != nil {
 		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
 		return
 	}
-	p, err := c.srv.opts.Auth.Authenticate(context.Background(), a.Username, a.Password, c.peer)
-	if err != nil || (c.principal != nil && !p.Same(*c.principal)) {
-		c.srv.opts.Metrics.AuthFailures.Inc()
-		msg := "authentication failed"
-		if err != nil {
-			msg = err.Error()
-		} else {
-			msg = "this connection is authenticated as " + c.principal.Name + "; AUTH must name the same principal"
-		}
-		c.log.Info("auth refused", "user", a.Username, "reason", msg)
-		c.replyAndClose(wire.OpAuthErr, id, &wire.ErrorBody{Code: wire.CodeUnauthorized, Message: msg})
+	p, err := c.srv.opts.Auth.Authenticate(context.Background(), a.Username, a.Password, c.clientAddr)
+	switch {
+	case err != nil:
+		c.refuseAuth(id, a.Username, err.Error())
+		return
+	case c.principal != nil && !p.Same(*c.principal):
+		c.refuseAuth(id, a.Username, "this connection is authenticated as "+c.principal.Name+"; AUTH must name the same principal")
+		return
+	case c.nodeProof && !p.Node:
+		c.refuseAuth(id, a.Username, "this resumed session belongs to a peer broker and only AUTH as @node resumes it; reconnect without resuming to log in as a user")
 		return
 	}
 	if p.Node && c.srv.opts.NodeIdentity != nil && c.peerNode == "" {
@@ -147,22 +150,59 @@ func (c *Conn) handleAuth(id uint64, body []byte) {
 		// a leaked secret alone does not make a peer.
 		node, err := c.srv.opts.NodeIdentity(c.nc)
 		if err != nil {
-			c.srv.opts.Metrics.AuthFailures.Inc()
-			msg := "@node login refused: inter-broker TLS is on and " + err.Error()
-			c.log.Info("auth refused", "user", a.Username, "reason", msg)
-			c.replyAndClose(wire.OpAuthErr, id, &wire.ErrorBody{Code: wire.CodeUnauthorized, Message: msg})
+			c.refuseAuth(id, a.Username, "@node login refused: inter-broker TLS is on and "+err.Error())
 			return
 		}
 		c.peerNode = node
 		c.log = c.log.With("peer_node", node)
 	}
+	if c.nodeProof {
+		c.proveNode(id, p)
+		return
+	}
 	if c.principal == nil {
 		c.principal = &p
 		c.sess.setPrincipal(&p)
+		if p.Node && c.peerNode != "" {
+			c.sess.bindNode(c.peerNode)
+		}
 		c.log = c.log.With("user", p.Name)
 		c.publishIdentity()
 	}
 	c.reply(wire.OpAuthOK, id, nil)
+}
+
+// proveNode completes the resume of a node session once AUTH named @node
+// (docs/protocol.md#resume): with a verified peer certificate, it must name
+// the node the session belongs to. Proven, the connection takes the
+// session over — its principal, its forwarded client, its subscriptions
+// and pushes — exactly as a resume of a user session does at HELLO. AUTH_OK
+// is queued before the session attaches, so no push can precede it.
+func (c *Conn) proveNode(id uint64, p Principal) {
+	origin, f := c.sess.nodeBinding()
+	if c.peerNode != "" && origin != "" && c.peerNode != origin {
+		c.refuseAuth(id, p.Name, "@node login refused: the peer certificate names node "+c.peerNode+
+			", but this resumed session belongs to node "+origin)
+		return
+	}
+	c.nodeProof = false
+	c.principal = &p
+	c.log = c.log.With("user", p.Name)
+	if f != nil {
+		c.actFor(f)
+		c.forwardedResumed = true
+	}
+	c.publishIdentity()
+	c.reply(wire.OpAuthOK, id, nil)
+	c.sess.attach(c)
+	c.log.Info("node session resumed", "origin_node", origin)
+}
+
+// refuseAuth answers AUTH_ERR 401 and closes the connection.
+func (c *Conn) refuseAuth(id uint64, user, msg string) {
+	c.srv.opts.Metrics.AuthFailures.Inc()
+	c.log.Info("auth refused", "user", user, "reason", msg)
+	c.replyAndClose(wire.OpAuthErr, id, &wire.ErrorBody{Code: wire.CodeUnauthorized, Message: msg})
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }

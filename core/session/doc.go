@@ -23,7 +23,10 @@
 // (deliveries and notices), and survives its socket for the reconnect
 // grace. At any moment a session follows at most one Conn, the newest: a
 // resume moves it at once, and the late end of a superseded Conn leaves the
-// session alone (S-104).
+// session alone (S-104). The one exception is a node session (@node): its
+// resume moves it only once the new Conn has proven @node again from the
+// same origin node (docs/protocol.md#resume), since a resume token is not a
+// peer's credential.
 //
 // # Backpressure
 //

@@ -41,7 +41,7 @@ func (c *Conn) handleForwardedSession(reqID uint64, body []byte) {
 		c.replyError(reqID, wire.CodeBadRequest, err.Error())
 		return
 	}
-	if c.forwarded != nil {
+	if c.forwarded != nil && !c.forwardedResumed {
 		c.replyError(reqID, wire.CodeBadRequest, "session already forwarded")
 		return
 	}
@@ -54,15 +54,41 @@ func (c *Conn) handleForwardedSession(reqID uint64, body []byte) {
 			", but the peer certificate names "+c.peerNode)
 		return
 	}
-	c.forwarded = &f
+	if origin, _ := c.sess.nodeBinding(); origin != "" && f.OriginNodeID != origin {
+		// A resumed node session, or one whose @node login carried a
+		// certificate: it belongs to that node (docs/protocol.md#resume).
+		c.replyError(reqID, wire.CodeForbidden, "forwarded session names origin node "+f.OriginNodeID+
+			", but this session belongs to node "+origin)
+		return
+	}
+	if c.forwardedResumed {
+		// The gateway announces the session it resumed once more.
+		c.forwardedResumed = false
+		c.forwarded = &f
+		c.sess.setForwarded(&f)
+		c.publishIdentity()
+		c.releaseOnClose.Store(f.ReleaseOnClose())
+		c.log.Info("forwarded session announced again after a resume", "release_on_close", f.ReleaseOnClose())
+		c.reply(wire.OpForwardedSessionOK, reqID, &wire.ForwardedSessionOK{ForwardingVersion: ForwardingVersion})
+		return
+	}
+	c.sess.setForwarded(&f)
+	c.actFor(&f)
+	c.log.Info("forwarded session opened", "release_on_close", f.ReleaseOnClose())
+	c.reply(wire.OpForwardedSessionOK, reqID, &wire.ForwardedSessionOK{ForwardingVersion: ForwardingVersion})
+}
+
+// actFor makes the connection act for the gateway's client that f names:
+// a FORWARDED_SESSION accepted on it, or the session's own when a resume
+// proved @node again (Conn.proveNode).
+func (c *Conn) actFor(f *wire.ForwardedSession) {
+	c.forwarded = f
 	c.publishIdentity()
 	c.releaseOnClose.Store(f.ReleaseOnClose())
 	c.srv.opts.Metrics.ForwardedSessions.Inc()
 	c.srv.forwardedOpen.Add(1)
 	c.log = c.log.With("origin_node", f.OriginNodeID, "acting_user", f.ActingUsername,
 		"client_id", f.ClientID, "client_conn", f.ConnectionID, "client_remote", f.ClientRemoteAddr)
-	c.log.Info("forwarded session opened", "release_on_close", f.ReleaseOnClose())
-	c.reply(wire.OpForwardedSessionOK, reqID, &wire.ForwardedSessionOK{ForwardingVersion: ForwardingVersion})
 }
 
 // endForwarded counts the end of an accepted forwarded session (terminate).

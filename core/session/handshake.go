@@ -35,7 +35,7 @@ func (c *Conn) handshake() bool {
 	}
 	var hello wire.Hello
 	if err := hello.Decode(body); err != nil {
-		c.writeDirect(wire.OpError, h.RequestID, &wire.ErrorBody{Code: wire.CodeBadRequest, Message: "malformed HELLO: " + err.Error()})
+		c.writeDirect(wire.OpError, h.RequestID, &wire.ErrorBody{Code: wire.CodeBadRequest, Message: malformedHello(err)})
 		return false
 	}
 	if hello.ProtocolVersion != wire.ProtocolVersion {
@@ -45,10 +45,16 @@ func (c *Conn) handshake() bool {
 	}
 
 	sess, outcome := c.srv.resolve(hello.Resume)
-	if outcome == wire.ResumeResumed {
+	switch {
+	case outcome == wire.ResumeResumed && sess.needsNodeProof():
+		// A node session: nothing carries over until AUTH proves @node
+		// from the node it belongs to (proveNode); a user certificate
+		// does not log in over it either.
+		c.nodeProof = true
+	case outcome == wire.ResumeResumed:
 		c.principal = sess.authenticated() // the authenticated flag carries over (docs/protocol.md#resume)
 	}
-	if p, ok := c.certPrincipal(); ok {
+	if p, ok := c.certPrincipal(); ok && !c.nodeProof {
 		c.principal = &p
 		sess.setPrincipal(&p)
 	}
@@ -66,10 +72,24 @@ func (c *Conn) handshake() bool {
 		ServerName:      opts.ServerName,
 		Compliance:      wire.Compliance,
 	}})
-	sess.attach(c)
+	if !c.nodeProof {
+		sess.attach(c)
+	}
 	c.publishIdentity()
-	c.log.Debug("hello", "outcome", outcome.String(), "client_version", hello.ClientVersion)
+	c.log.Debug("hello", "outcome", outcome.String(), "client_version", hello.ClientVersion, "awaiting_node_proof", c.nodeProof)
 	return true
+}
+
+// malformedHello is the answer to a HELLO that does not decode. The
+// decoder's error (*wire.DecodeError) already reads "malformed HELLO: field
+// …", so it is sent as it is; only an error that does not say what it is
+// about gets the prefix.
+func malformedHello(err error) string {
+	var de *wire.DecodeError
+	if errors.As(err, &de) {
+		return err.Error()
+	}
+	return "malformed HELLO: " + err.Error()
 }
 
 // resolve maps a HELLO's resume identity to a session and its outcome

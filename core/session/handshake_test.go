@@ -40,7 +40,11 @@ func TestHandshakeFailures(t *testing.T) {
 	if _, err := c.nc.Write(append(wire.AppendFrameHeader(nil, wire.FrameHeader{BodyLen: 3, Version: 1, Op: wire.OpHello, RequestID: 1}), 'F', 'H', 'X')); err != nil {
 		t.Fatal(err)
 	}
-	c.expectError(wire.OpError, 1, wire.CodeBadRequest)
+	eb := c.expectError(wire.OpError, 1, wire.CodeBadRequest)
+	// The decoder's error already names the op; the answer says it once.
+	if want := `malformed HELLO: field "magic": truncated at byte 0`; eb.Message != want {
+		t.Fatalf("malformed HELLO answered %q, want %q", eb.Message, want)
+	}
 	c.expectClosed(time.Second)
 
 	c = e.dial()

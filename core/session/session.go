@@ -31,7 +31,14 @@ type Session struct {
 
 	mu        sync.Mutex
 	conn      *Conn      // the connection pushes go to; nil while dormant
-	principal *Principal // carried across resumes (docs/protocol.md#resume `resumed`)
+	principal *Principal // carried across resumes (docs/protocol.md#resume `resumed`), except @node's
+	// A node session (principal @node) remembers whom it belongs to, so
+	// that a resume can demand the same proof again (Conn.proveNode):
+	// origin is the node its peer certificate or its FORWARDED_SESSION
+	// named ("" when neither did: inter-broker TLS off and not forwarded),
+	// forwarded the FORWARDED_SESSION accepted for it (nil if none).
+	origin    string
+	forwarded *wire.ForwardedSession
 	subs      map[subKey]*subscription
 	nextSubID uint64
 	pushes    []push
@@ -297,5 +304,45 @@ func (s *Session) authenticated() *Principal {
 func (s *Session) setPrincipal(p *Principal) {
 	s.mu.Lock()
 	s.principal = p
+	s.mu.Unlock()
+}
+
+// needsNodeProof reports whether a resume of the session must prove @node
+// again before it may act (docs/protocol.md#resume): the session holds
+// @node, and with it maybe forwarded state. The resume token alone is not
+// a peer's credential: it travels over every upstream connection, and
+// accepting it would let whoever holds it act as any origin node and user
+// without a peer certificate.
+func (s *Session) needsNodeProof() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.principal != nil && s.principal.Node
+}
+
+// nodeBinding returns the node the session belongs to and its accepted
+// FORWARDED_SESSION (see origin and forwarded).
+func (s *Session) nodeBinding() (origin string, f *wire.ForwardedSession) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.origin, s.forwarded
+}
+
+// bindNode records the node a verified peer certificate named at an @node
+// login, unless the session already belongs to one.
+func (s *Session) bindNode(node string) {
+	s.mu.Lock()
+	if s.origin == "" {
+		s.origin = node
+	}
+	s.mu.Unlock()
+}
+
+// setForwarded records an accepted FORWARDED_SESSION and its origin node.
+func (s *Session) setForwarded(f *wire.ForwardedSession) {
+	s.mu.Lock()
+	s.forwarded = f
+	if s.origin == "" {
+		s.origin = f.OriginNodeID
+	}
 	s.mu.Unlock()
 }
