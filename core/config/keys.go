@@ -129,7 +129,7 @@ var keys = []Key{
 	{
 		Name: "auth.allow_default_loopback", Kind: KindBool, Default: true,
 		Env: []string{"FIBRIL_AUTH_ALLOW_DEFAULT_LOOPBACK"},
-		Doc: "Accept the built-in fibril/fibril login from loopback peers while no real user named fibril exists.",
+		Doc: "Accept the built-in fibril/fibril login from loopback clients (never over the inter-broker transport) while no real user named fibril exists.",
 	},
 	{
 		Name: "auth.seed_users", Kind: KindUsers, Default: nil,
