@@ -113,11 +113,15 @@ const maxOpeningQueue = 1 << 20
 
 // fwdSub is one forwarded subscription.
 type fwdSub struct {
-	up       *upstream // nil while SUBSCRIBE is in flight (the key is reserved)
-	key      subKey
-	req      wire.Subscribe // as the client asked
+	up  *upstream // nil while SUBSCRIBE is in flight (the key is reserved)
+	key subKey
+	req wire.Subscribe // as the client asked
+	// clientID is the client-facing id, given when the key is reserved and
+	// never changed, so that a reconcile while the SUBSCRIBE is in flight
+	// answers the id its SUBSCRIBE_OK will carry.
 	clientID uint64
-	ownerID  uint64
+	ownerID  uint64    // the owner's id, from its SUBSCRIBE_OK
+	on       *upstream // while in flight: the upstream its SUBSCRIBE is sent on (guarded by Relay.mu)
 }
 
 // rawBody is a body relayed as received.

@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +23,14 @@ type upstream struct {
 	up    Upstream
 	subs  map[uint64]*fwdSub // by the owner's sub id; guarded by Relay.mu
 
-	outstanding  atomic.Int64 // requests sent, not yet answered
+	outstanding atomic.Int64 // requests sent, not yet answered
+	// order is held while a forwarded SUBSCRIBE is recorded as in flight
+	// here and written, and while the reconcile builds the list of
+	// subscriptions an upstream RECONCILE_CLIENT keeps and writes it: every
+	// SUBSCRIBE written before that RECONCILE_CLIENT is in its list, so the
+	// owner never closes one the client still has (reconcile.go).
+	order sync.Mutex
+
 	lastProgress atomic.Int64 // unix nanos: last answer, or first request after idle
 	lastUse      atomic.Int64 // unix nanos
 	gone         chan struct{}
