@@ -1,11 +1,18 @@
 package forward_test
 
 import (
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/forward"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -139,4 +146,111 @@ func TestGatewayReconcileCloseKeepsSubscribeInFlight(t *testing.T) {
 	up.send(wire.OpReconcileResult, rh.RequestID, &wire.ReconcileResult{})
 	up.send(wire.OpSubscribeOK, h3.RequestID, &wire.SubscribeOK{SubID: 6, Topic: "fwd", Partition: 3, Prefetch: 4})
 	c.expect(wire.OpSubscribeOK, 11)
+}
+
+// relayConn is a forward.ClientConn whose writer never writes: it counts
+// what the relay queues on it, and how much of that came after the
+// connection ended.
+type relayConn struct {
+	t         *testing.T
+	done      chan struct{}
+	answers   chan wire.Op
+	pushed    atomic.Int64 // relayed bytes queued
+	afterDone atomic.Int64 // of them, queued after done was closed
+}
+
+func (c *relayConn) DeferReply() {}
+func (c *relayConn) Answer(op wire.Op, _ uint64, _ wire.Encoder) {
+	select {
+	case c.answers <- op:
+	default:
+	}
+}
+func (c *relayConn) Confirm(uint64, uint64) {}
+func (c *relayConn) Push(_ wire.Op, _ uint64, _ wire.Encoder, relayed int) {
+	c.pushed.Add(int64(relayed))
+	select {
+	case <-c.done:
+		c.afterDone.Add(int64(relayed))
+	default:
+	}
+}
+func (c *relayConn) Drop(wire.Op, string)                                     {}
+func (c *relayConn) HasSubscription(string, wire.Option[string], uint32) bool { return false }
+func (c *relayConn) Route(string, wire.Option[string], uint32, bool, uint64) forward.Target {
+	return forward.Target{Owner: "owner"}
+}
+func (c *relayConn) Client() forward.ClientInfo {
+	return forward.ClientInfo{ConnID: 1, Remote: "127.0.0.1:1", User: "alice", ClientID: "00000000-0000-0000-0000-000000000001"}
+}
+func (c *relayConn) Logger() *slog.Logger { return slog.New(slog.NewTextHandler(c.t.Output(), nil)) }
+
+// core/forward/README.md#bounds: once the client connection has ended,
+// relayed deliveries are dropped (never settled, so the owner redelivers
+// what was not auto-acked) instead of queued for a writer that is gone.
+// An auto-ack owner pushes 24 MiB while the client stops reading and then
+// disconnects: what the relay queued stays at its 8 MiB bound, and nothing
+// is queued after the end.
+func TestRelayDropsDeliveriesAfterTheClientEnded(t *testing.T) {
+	o := newFakeOwner(t)
+	gw := forward.NewGateway(o.dialer(), func() forward.Limits {
+		return forward.Limits{ForwardTimeout: 10 * time.Second, UpstreamConnectTimeout: 2 * time.Second, UpstreamIdleClose: time.Minute}
+	}, nil)
+	cc := &relayConn{t: t, done: make(chan struct{}), answers: make(chan wire.Op, 4)}
+	r := gw.NewRelay(cc, cc.done)
+	req := wire.Subscribe{Topic: "fwd", Partition: 1, Prefetch: 0, AutoAck: true}
+	r.Subscribe(9, req.AppendTo(nil), req, "owner")
+	up := o.next()
+	<-o.ffs
+	h, _ := up.read()
+	up.send(wire.OpSubscribeOK, h.RequestID, &wire.SubscribeOK{SubID: 5, Topic: "fwd", Partition: 1})
+	select {
+	case op := <-cc.answers:
+		if op != wire.OpSubscribeOK {
+			t.Fatalf("SUBSCRIBE answered %s", op)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no SUBSCRIBE_OK relayed")
+	}
+
+	const frames, payload = 1536, 16 << 10 // 24 MiB
+	frame := wire.AppendFrame(nil, wire.OpDeliver, 1000, &wire.Deliver{SubID: 5, Topic: "fwd", Partition: 1, DeliveryTag: 1,
+		Payload: bytes.Repeat([]byte("x"), payload)})
+	ownerDone := make(chan error, 1)
+	go func() {
+		_ = up.nc.SetWriteDeadline(time.Now().Add(20 * time.Second))
+		for range frames {
+			if _, err := up.nc.Write(frame); err != nil {
+				ownerDone <- err
+				return
+			}
+		}
+		ownerDone <- nil
+	}()
+	// The client does not read: the relay fills up to its bound and the
+	// upstream reader waits. Then the client disconnects.
+	testkit.Eventually(t, 10*time.Second, "the relay's queue at its bound", func() bool { return cc.pushed.Load() >= 8<<20 })
+	close(cc.done)
+	r.Close()
+	select {
+	case err := <-ownerDone:
+		if err != nil {
+			t.Fatalf("owner write: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the gateway stopped reading the owner's deliveries")
+	}
+	// Everything the owner sent has been read once the gateway's closing
+	// RECONCILE_CLIENT is answered and the upstream ends.
+	rh, _ := up.read()
+	if rh.Op != wire.OpReconcileClient {
+		t.Fatalf("owner got %s, want the closing RECONCILE_CLIENT", rh.Op)
+	}
+	up.send(wire.OpReconcileResult, rh.RequestID, &wire.ReconcileResult{})
+	if _, _, err := up.tryRead(5 * time.Second); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the reconcile the upstream must end (EOF), got %v", err)
+	}
+	if n, after := cc.pushed.Load(), cc.afterDone.Load(); n > 8<<20+2*int64(len(frame)) || after > int64(len(frame)) {
+		t.Fatalf("%d relayed bytes queued for the client, %d of them after it ended; want at most the 8 MiB bound and one frame", n, after)
+	}
 }
