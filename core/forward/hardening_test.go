@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,34 @@ import (
 	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
+
+// expectQuiet requires that the gateway sends nothing but heartbeats on
+// this upstream session within d.
+func (c *ownerConn) expectQuiet(d time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return
+		}
+		h, body, err := c.tryRead(left)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return
+		}
+		if err != nil {
+			c.t.Fatalf("the upstream session ended: %v", err)
+		}
+		switch h.Op {
+		case wire.OpPing:
+			c.send(wire.OpPong, h.RequestID, nil)
+		case wire.OpPong:
+		default:
+			c.t.Fatalf("the gateway sent %s %x on an upstream session that should stay untouched", h.Op, body)
+		}
+	}
+}
 
 // reconcileEntry returns the RECONCILE_RESULT entries about partition of
 // topic "fwd".
@@ -253,4 +282,47 @@ func TestRelayDropsDeliveriesAfterTheClientEnded(t *testing.T) {
 	if n, after := cc.pushed.Load(), cc.afterDone.Load(); n > 8<<20+2*int64(len(frame)) || after > int64(len(frame)) {
 		t.Fatalf("%d relayed bytes queued for the client, %d of them after it ended; want at most the 8 MiB bound and one frame", n, after)
 	}
+}
+
+// core/forward/README.md#bounds: a publish that picked an upstream session
+// and waits for routing.max_inflight_forward_bytes room keeps that session
+// from closing as idle, then goes up on it and is confirmed.
+func TestGatewayIdleCloseWaitsForAPublishWaitingForRoom(t *testing.T) {
+	e, o, _ := newGatewayEnvWith(t, func(l *forward.Limits) {
+		l.MaxInflightForwardBytes = 1 // one publish in flight at a time
+		l.ForwardTimeout = 5 * time.Second
+		l.UpstreamIdleClose = time.Second
+	})
+	b := e.dial()
+	b.login()
+	b.sendID(wire.OpPublish, 1, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b1")})
+	upB := o.next()
+	<-o.ffs
+	h, _ := upB.read()
+	upB.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 1})
+	b.expect(wire.OpPublishOK, 1)
+	// Another connection's publish takes all the room, and its owner holds
+	// the answer.
+	a := e.dial()
+	a.login()
+	a.sendID(wire.OpPublish, 1, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("a1")})
+	upA := o.next()
+	<-o.ffs
+	hA, _ := upA.read()
+	if n := e.srv.Gateway().InflightBytes(); n == 0 {
+		t.Fatal("the held publish is not counted in flight")
+	}
+	// b's second publish waits for room on its (idle) upstream session
+	// for longer than routing.upstream_idle_close_ms.
+	b.sendID(wire.OpPublish, 2, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b2")})
+	upB.expectQuiet(2500 * time.Millisecond)
+	upA.send(wire.OpPublishOK, hA.RequestID, &wire.PublishOK{Offset: 2})
+	a.expect(wire.OpPublishOK, 1)
+	h, body := upB.read()
+	var p wire.Publish
+	if h.Op != wire.OpPublish || p.Decode(body) != nil || string(p.Payload) != "b2" {
+		t.Fatalf("owner got %s on b's upstream, want the waiting publish", h.Op)
+	}
+	upB.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 3})
+	b.expect(wire.OpPublishOK, 2)
 }

@@ -124,6 +124,7 @@ func (r *Relay) resendPublish(op wire.Op, reqID uint64, body []byte, owner core.
 		r.answerError(reqID, core.Code(err), err.Error())
 		return
 	}
+	defer u.pinned.Add(-1)
 	err = u.call(time.Now(), op, rawBody(body), func(f upclient.Frame, err error) {
 		r.confirmed(f, err, start)
 		r.answerForwarded(op, reqID, u.owner, reroute, f, err)

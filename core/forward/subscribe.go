@@ -122,6 +122,7 @@ func (r *Relay) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 						return
 					}
 					r.relaySubscribe(call, kept, u2)
+					u2.pinned.Add(-1)
 				}()
 				return
 			}
