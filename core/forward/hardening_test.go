@@ -326,3 +326,49 @@ func TestGatewayIdleCloseWaitsForAPublishWaitingForRoom(t *testing.T) {
 	upB.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 3})
 	b.expect(wire.OpPublishOK, 2)
 }
+
+// core/forward/README.md#bounds: the one re-send of a confirmed publish
+// after a REDIRECT to another private owner is counted against
+// routing.max_inflight_forward_bytes until its answer, as the first send
+// was; a second move or the final answer releases it.
+func TestGatewayResendAfterMoveCountsInflight(t *testing.T) {
+	e, o, r := newGatewayEnvWith(t, func(l *forward.Limits) { l.MaxInflightForwardBytes = 1 << 20 })
+	c := e.dial()
+	c.login()
+	body := &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("moving")}
+	size := int64(len(body.AppendTo(nil)))
+	c.sendID(wire.OpPublish, 5, body)
+	up := o.next()
+	<-o.ffs
+	h, _ := up.read()
+	moved := core.NodeID("owner2")
+	r.target.Store(&moved)
+	up.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd"})
+	up2 := o.next()
+	<-o.ffs
+	h, _ = up2.read() // the re-send, unanswered
+	if n := e.srv.Gateway().InflightBytes(); n != size {
+		t.Fatalf("%d bytes in flight during the re-send, want its %d", n, size)
+	}
+	up2.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 9})
+	c.expect(wire.OpPublishOK, 5)
+	if n := e.srv.Gateway().InflightBytes(); n != 0 {
+		t.Fatalf("%d bytes still in flight after the answer", n)
+	}
+	// Moved again during the re-send: 503, and the bytes are released.
+	c.sendID(wire.OpPublish, 6, body)
+	h, _ = up2.read()
+	back := core.NodeID("owner")
+	r.target.Store(&back)
+	up2.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd"})
+	h, _ = up.read()
+	if n := e.srv.Gateway().InflightBytes(); n != size {
+		t.Fatalf("%d bytes in flight during the second re-send, want %d", n, size)
+	}
+	r.target.Store(&moved)
+	up.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd"})
+	c.expectError(wire.OpError, 6, wire.CodeUnavailable)
+	if n := e.srv.Gateway().InflightBytes(); n != 0 {
+		t.Fatalf("%d bytes still in flight after the second move", n)
+	}
+}
