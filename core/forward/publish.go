@@ -55,19 +55,20 @@ func (r *Relay) relayPublish(h wire.FrameHeader, body []byte, req PublishRef, ow
 	kept := keepBody(body) // for the one re-send after an ownership move
 	start := time.Now()
 	err = u.call(start, op, rawBody(body), func(f upclient.Frame, err error) {
-		r.gw.releaseInflight(n)
 		if err == nil && f.Op == wire.OpRedirect {
 			// The owner no longer owns it (core/forward/README.md#upstream-sessions): a new private owner
-			// in this broker's view gets one more attempt.
+			// in this broker's view gets one more attempt, which keeps the
+			// bytes reserved for this publish until its own answer.
 			if rt := reroute(); rt.Owner != "" && rt.Owner != owner {
 				m.Requests.WithLabelValues(op.String(), "moved").Inc()
 				go func() {
-					r.resendPublish(op, reqID, *kept, rt.Owner, reroute, start)
+					r.resendPublish(op, reqID, *kept, n, rt.Owner, reroute, start)
 					releaseBody(kept)
 				}()
 				return
 			}
 		}
+		r.gw.releaseInflight(n)
 		releaseBody(kept)
 		r.confirmed(f, err, start)
 		r.answerForwarded(op, reqID, u.owner, reroute, f, err)
@@ -117,18 +118,24 @@ func (r *Relay) confirmed(f upclient.Frame, err error, start time.Time) {
 // resendPublish is the one more attempt of a confirmed publish whose owner
 // answered REDIRECT while this broker's view names another private owner
 // (core/forward/README.md#upstream-sessions). Its answer is final: a second move answers 503, and the
-// client retries.
-func (r *Relay) resendPublish(op wire.Op, reqID uint64, body []byte, owner core.NodeID, reroute func() Target, start time.Time) {
+// client retries. The n bytes the first send reserved under
+// routing.max_inflight_forward_bytes stay reserved until that answer (the
+// body is still held, and the request is still in flight).
+func (r *Relay) resendPublish(op wire.Op, reqID uint64, body []byte, n int64, owner core.NodeID, reroute func() Target, start time.Time) {
 	u, err := r.upstreamFor(owner)
 	if err != nil {
+		r.gw.releaseInflight(n)
 		r.answerError(reqID, core.Code(err), err.Error())
 		return
 	}
+	defer u.pinned.Add(-1)
 	err = u.call(time.Now(), op, rawBody(body), func(f upclient.Frame, err error) {
+		r.gw.releaseInflight(n)
 		r.confirmed(f, err, start)
 		r.answerForwarded(op, reqID, u.owner, reroute, f, err)
 	})
 	if err != nil {
+		r.gw.releaseInflight(n)
 		r.answerError(reqID, wire.CodeUnavailable, notSent(err))
 	}
 }

@@ -40,17 +40,36 @@ func (u *upstream) relaySub(f upclient.Frame) {
 		}
 	}
 	r.mu.Unlock()
-	if fs == nil {
-		return // a subscription the client no longer has
+	if fs == nil || r.ending() {
+		return // a subscription the client no longer has, or no client
 	}
 	body := f.Body // a push owns its body (client.ConnConfig.OnPush): rewrite it in place
 	binary.BigEndian.PutUint64(body[4:12], fs.clientID)
 	r.gw.m.BytesIn.Add(float64(wire.HeaderSize + len(body)))
 	if r.queued.Load() > relayHighBytes {
 		r.waitRelayRoom(u)
+		if r.ending() {
+			return
+		}
 	}
 	r.queued.Add(int64(len(body)))
 	r.c.Push(f.Op, f.RequestID, rawBody(body), len(body))
+}
+
+// ending reports that the client connection is ending: its writer writes
+// nothing more, so a relayed frame would only be queued for nobody, at the
+// owner's rate (an auto-ack subscription is not held back by prefetch)
+// until the upstream session closes. Such frames are dropped instead
+// (core/forward/README.md#failures): a DELIVER never relayed is never
+// settled by this gateway, so the owner requeues it when the upstream
+// session ends (an auto-ack one was settled by the owner when it was sent).
+func (r *Relay) ending() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // waitRelayRoom parks the upstream reader until the client's writer has

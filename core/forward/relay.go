@@ -113,11 +113,15 @@ const maxOpeningQueue = 1 << 20
 
 // fwdSub is one forwarded subscription.
 type fwdSub struct {
-	up       *upstream // nil while SUBSCRIBE is in flight (the key is reserved)
-	key      subKey
-	req      wire.Subscribe // as the client asked
+	up  *upstream // nil while SUBSCRIBE is in flight (the key is reserved)
+	key subKey
+	req wire.Subscribe // as the client asked
+	// clientID is the client-facing id, given when the key is reserved and
+	// never changed, so that a reconcile while the SUBSCRIBE is in flight
+	// answers the id its SUBSCRIBE_OK will carry.
 	clientID uint64
-	ownerID  uint64
+	ownerID  uint64    // the owner's id, from its SUBSCRIBE_OK
+	on       *upstream // while in flight: the upstream its SUBSCRIBE is sent on (guarded by Relay.mu)
 }
 
 // rawBody is a body relayed as received.
@@ -158,8 +162,10 @@ func (r *Relay) withUpstream(owner core.NodeID, body []byte, run func(u *upstrea
 		return
 	}
 	if u := r.ups[owner]; u != nil {
+		u.pinned.Add(1) // under r.mu: the idle watchdog sees it
 		r.mu.Unlock()
 		run(u, body, nil)
+		u.pinned.Add(-1)
 		return
 	}
 	r.mu.Unlock()
@@ -183,6 +189,9 @@ func (r *Relay) withUpstream(owner core.NodeID, body []byte, run func(u *upstrea
 				delete(r.opening, owner)
 				close(o.done)
 				r.mu.Unlock()
+				if u != nil {
+					u.pinned.Add(-1)
+				}
 				return
 			}
 			o.ops, o.bytes = nil, 0
@@ -205,9 +214,10 @@ func (r *Relay) answerError(reqID uint64, code uint16, msg string) {
 var errConnClosing = core.Errorf(core.ErrUnavailable, "connection closing")
 
 // upstreamFor returns the connection's upstream session to owner, opening
-// it on first use (the dial is bounded by routing.upstream_connect_timeout_ms).
-// The reader calls it, and so does a publish re-sent after an ownership
-// move; two dials racing for one owner keep the first registered.
+// it on first use (the dial is bounded by routing.upstream_connect_timeout_ms),
+// pinned: the caller unpins it (u.pinned.Add(-1)) once its request is
+// sent. An operation re-sent after an ownership move calls it; two dials
+// racing for one owner keep the first registered.
 func (r *Relay) upstreamFor(owner core.NodeID) (*upstream, error) {
 	r.mu.Lock()
 	if r.closed {
@@ -215,6 +225,7 @@ func (r *Relay) upstreamFor(owner core.NodeID) (*upstream, error) {
 		return nil, errConnClosing
 	}
 	if u := r.ups[owner]; u != nil {
+		u.pinned.Add(1)
 		r.mu.Unlock()
 		return u, nil
 	}
@@ -239,7 +250,9 @@ func (r *Relay) reserveUpstream(owner core.NodeID) error {
 }
 
 // openUpstream dials the upstream session to owner that reserveUpstream
-// made room for, and installs it (any goroutine).
+// made room for, and installs it (any goroutine). The session comes back
+// pinned, as from upstreamFor: it cannot close as idle before the
+// operations that wait for it are sent.
 func (r *Relay) openUpstream(owner core.NodeID) (*upstream, error) {
 	dial := r.gw.dial
 	set := r.gw.limits()
@@ -271,10 +284,17 @@ func (r *Relay) openUpstream(owner core.NodeID) (*upstream, error) {
 	if r.closed || r.ups[owner] != nil {
 		// The connection ended meanwhile (or, impossible on the one reader,
 		// another upstream won): do not keep this one.
+		other := r.ups[owner]
+		if r.closed {
+			other = nil
+		}
+		if other != nil {
+			other.pinned.Add(1)
+		}
 		r.mu.Unlock()
 		r.gw.counts.release(owner)
 		go closeUpstream(up)
-		if other := r.ups[owner]; other != nil && !r.closed {
+		if other != nil {
 			return other, nil
 		}
 		return nil, errConnClosing
@@ -283,6 +303,7 @@ func (r *Relay) openUpstream(owner core.NodeID) (*upstream, error) {
 		r.ups = make(map[core.NodeID]*upstream)
 	}
 	r.ups[owner] = u
+	u.pinned.Add(1)
 	r.mu.Unlock()
 	r.c.Logger().Info("upstream session opened", "owner", string(owner))
 	go u.watch()

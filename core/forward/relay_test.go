@@ -29,11 +29,17 @@ import (
 type gwRouter struct {
 	redirect atomic.Pointer[wire.Redirect]
 	target   atomic.Pointer[core.NodeID] // forward target; nil: "owner"
+	// onRoute, when set, is called with every forwarded partition routed
+	// (on the goroutine that routes it) before the answer is given.
+	onRoute atomic.Pointer[func(core.PartitionRef)]
 }
 
 func (r *gwRouter) Route(ref core.PartitionRef, _ bool, _ uint64, forwarded bool) session.Route {
 	if ref.Topic != "fwd" {
 		return session.Route{Serve: true}
+	}
+	if hook := r.onRoute.Load(); hook != nil {
+		(*hook)(ref)
 	}
 	if rd := r.redirect.Load(); rd != nil {
 		return session.Route{Redirect: rd}
@@ -185,14 +191,23 @@ func (c *ownerConn) send(op wire.Op, id uint64, body wire.Encoder) {
 }
 
 func newGatewayEnv(t *testing.T) (*env, *fakeOwner, *gwRouter) {
+	return newGatewayEnvWith(t, nil)
+}
+
+// newGatewayEnvWith is newGatewayEnv with the forwarding limits changed by
+// mod (nil: the defaults of these tests).
+func newGatewayEnvWith(t *testing.T, mod func(*forward.Limits)) (*env, *fakeOwner, *gwRouter) {
 	o := newFakeOwner(t)
 	r := &gwRouter{}
+	lim := forward.Limits{ForwardTimeout: 2 * time.Second, UpstreamConnectTimeout: 2 * time.Second, UpstreamIdleClose: time.Minute}
+	if mod != nil {
+		mod(&lim)
+	}
 	e := newEnv(t, func(opts *session.Options) {
 		opts.Router = r
 		opts.Upstreams = o.dialer()
 		opts.Settings = func() session.Settings {
-			return session.Settings{ReconnectGrace: 5 * time.Second, RestartTTL: time.Minute, Forwarding: forward.Limits{
-				ForwardTimeout: 2 * time.Second, UpstreamConnectTimeout: 2 * time.Second, UpstreamIdleClose: time.Minute}}
+			return session.Settings{ReconnectGrace: 5 * time.Second, RestartTTL: time.Minute, Forwarding: lim}
 		}
 	})
 	return e, o, r

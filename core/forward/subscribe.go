@@ -29,7 +29,8 @@ func (r *Relay) Subscribe(id uint64, body []byte, req wire.Subscribe, owner core
 		r.replyError(id, wire.CodeConflict, fmt.Sprintf("already subscribed to %s partition %d on this connection", req.Topic, req.Partition))
 		return
 	}
-	fs := &fwdSub{key: key, req: req}
+	fs := &fwdSub{key: key, req: req, clientID: FirstSubID + r.nextSub}
+	r.nextSub++
 	if r.subs == nil {
 		r.subs = make(map[subKey]*fwdSub)
 	}
@@ -77,6 +78,15 @@ func (r *Relay) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 		kept = bytes.Clone(body) // for the one re-send after a move
 	}
 	r.gw.m.BytesOut.Add(float64(wire.HeaderSize + len(body)))
+	// In flight on u from here: an upstream RECONCILE_CLIENT written after
+	// this SUBSCRIBE lists it (upstream.order).
+	u.order.Lock()
+	defer u.order.Unlock()
+	r.mu.Lock()
+	if r.subs[call.key] == fs {
+		fs.on = u
+	}
+	r.mu.Unlock()
 	err := u.call(time.Now(), wire.OpSubscribe, rawBody(body), func(f upclient.Frame, err error) {
 		if err == nil && f.Op == wire.OpSubscribeOK {
 			var ok wire.SubscribeOK
@@ -90,9 +100,7 @@ func (r *Relay) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 				r.mu.Unlock()
 				return // the connection ended; the upstream's close releases it
 			}
-			fs.up, fs.ownerID = u, ok.SubID
-			fs.clientID = FirstSubID + r.nextSub
-			r.nextSub++
+			fs.up, fs.ownerID, fs.on = u, ok.SubID, nil
 			u.subs[ok.SubID] = fs
 			r.mu.Unlock()
 			ok.SubID = fs.clientID
@@ -114,6 +122,7 @@ func (r *Relay) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 						return
 					}
 					r.relaySubscribe(call, kept, u2)
+					u2.pinned.Add(-1)
 				}()
 				return
 			}

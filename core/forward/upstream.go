@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +23,20 @@ type upstream struct {
 	up    Upstream
 	subs  map[uint64]*fwdSub // by the owner's sub id; guarded by Relay.mu
 
-	outstanding  atomic.Int64 // requests sent, not yet answered
+	outstanding atomic.Int64 // requests sent, not yet answered
+	// pinned counts the operations that picked this upstream and have not
+	// sent their request yet (a confirmed publish waiting for
+	// routing.max_inflight_forward_bytes room): taken under Relay.mu where
+	// the upstream is looked up, so the idle watchdog, which decides under
+	// the same lock, never closes the session under one of them.
+	pinned atomic.Int64
+	// order is held while a forwarded SUBSCRIBE is recorded as in flight
+	// here and written, and while the reconcile builds the list of
+	// subscriptions an upstream RECONCILE_CLIENT keeps and writes it: every
+	// SUBSCRIBE written before that RECONCILE_CLIENT is in its list, so the
+	// owner never closes one the client still has (reconcile.go).
+	order sync.Mutex
+
 	lastProgress atomic.Int64 // unix nanos: last answer, or first request after idle
 	lastUse      atomic.Int64 // unix nanos
 	gone         chan struct{}
@@ -76,7 +90,7 @@ func notSent(err error) string {
 // watch closes the upstream when it dies, when a request waited past
 // routing.forward_timeout_ms without any answer (the whole session is
 // aborted: core/forward/README.md#failures), or after routing.upstream_idle_close_ms with no
-// subscription and no request in flight.
+// subscription, no request in flight and no operation about to send one.
 func (u *upstream) watch() {
 	r := u.r
 	defer u.cleanup()
@@ -99,7 +113,7 @@ func (u *upstream) watch() {
 			return
 		}
 		r.mu.Lock()
-		idle := len(u.subs) == 0 && u.outstanding.Load() == 0 && set.UpstreamIdleClose > 0 &&
+		idle := len(u.subs) == 0 && u.outstanding.Load() == 0 && u.pinned.Load() == 0 && set.UpstreamIdleClose > 0 &&
 			now.Sub(time.Unix(0, u.lastUse.Load())) > set.UpstreamIdleClose
 		if idle {
 			delete(r.ups, u.owner) // no new request can pick it up now
