@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -37,7 +39,7 @@ func TestReadNewPasswordOnATerminalDoesNotEcho(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		pw, err := readNewPassword(&env{stdin: slave, stdout: &lockedBuffer{}, stderr: prompts})
+		pw, err := readNewPassword(context.Background(), &env{stdin: slave, stdout: &lockedBuffer{}, stderr: prompts})
 		done <- result{pw, err}
 	}()
 	const secret = "hunter2-secret"
@@ -68,6 +70,62 @@ func TestReadNewPasswordOnATerminalDoesNotEcho(t *testing.T) {
 	})
 	if strings.Contains(echoed.String(), secret) {
 		t.Fatalf("the terminal echoed the password: %q", echoed.String())
+	}
+}
+
+// The first Ctrl-C at the prompt ends the command's context (a second
+// one kills the process): echo is back on at once, so a kill does not
+// leave the terminal without it, and the command ends with the context's
+// error rather than going on.
+func TestReadNewPasswordInterruptedRestoresEcho(t *testing.T) {
+	master, slave := openPTY(t)
+	go func() { // drains the echo; ends when master is closed
+		buf := make([]byte, 256)
+		for {
+			if _, err := master.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	// A second handle on the same terminal, to read its flags.
+	probe, err := os.OpenFile(slave.Name(), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	echoOn := func() bool {
+		var tio syscall.Termios
+		_, _, e := syscall.Syscall(syscall.SYS_IOCTL, probe.Fd(), syscall.TCGETS, uintptr(unsafe.Pointer(&tio)))
+		return e == 0 && tio.Lflag&syscall.ECHO != 0
+	}
+	if !echoOn() {
+		t.Fatal("a new terminal without echo")
+	}
+	prompts := &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := readNewPassword(ctx, &env{stdin: slave, stdout: &lockedBuffer{}, stderr: prompts})
+		done <- err
+	}()
+	testkit.Eventually(t, 10*time.Second, "the prompt", func() bool { return strings.Contains(prompts.String(), "New password: ") })
+	testkit.Eventually(t, 10*time.Second, "echo off at the prompt", func() bool { return !echoOn() })
+	cancel()
+	testkit.Eventually(t, 10*time.Second, "echo back on after the interrupt", echoOn)
+	if _, err := master.WriteString("typed-after\n"); err != nil { // the read ends at a newline
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want the context's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("readNewPassword did not return")
+	}
+	if strings.Contains(prompts.String(), "Repeat password") {
+		t.Errorf("prompted again after the interrupt: %q", prompts.String())
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ func TestReadNewPasswordFromAPipe(t *testing.T) {
 	}
 	w.Close()
 	var errOut bytes.Buffer
-	pw, err := readNewPassword(&env{stdin: r, stdout: &bytes.Buffer{}, stderr: &errOut})
+	pw, err := readNewPassword(context.Background(), &env{stdin: r, stdout: &bytes.Buffer{}, stderr: &errOut})
 	if err != nil || pw != "pipe-secret" {
 		t.Fatalf("from a pipe: %q, %v", pw, err)
 	}
@@ -30,7 +31,7 @@ func TestReadNewPasswordFromAPipe(t *testing.T) {
 	}
 
 	// The last line may lack its newline.
-	pw, err = readNewPassword(&env{stdin: strings.NewReader("no-newline"), stdout: &bytes.Buffer{}, stderr: &errOut})
+	pw, err = readNewPassword(context.Background(), &env{stdin: strings.NewReader("no-newline"), stdout: &bytes.Buffer{}, stderr: &errOut})
 	if err != nil || pw != "no-newline" {
 		t.Fatalf("from a reader: %q, %v", pw, err)
 	}

@@ -169,7 +169,7 @@ func runUsers(ctx context.Context, g *globals, e *env, args []string) error {
 		}
 		pw := *password
 		if pw == "" {
-			if pw, err = readNewPassword(e); err != nil {
+			if pw, err = readNewPassword(ctx, e); err != nil {
 				return err
 			}
 		}
@@ -197,21 +197,39 @@ func runUsers(ctx context.Context, g *globals, e *env, args []string) error {
 
 // readNewPassword prompts twice, with echo off, when stdin is a terminal,
 // and otherwise reads the first line of stdin (a pipe or a file), so
-// scripts can feed it.
-func readNewPassword(e *env) (string, error) {
+// scripts can feed it. When ctx ends at the prompt (the first Ctrl-C; a
+// second one kills the process), the terminal gets its echo back at once,
+// so the kill does not leave it without, and the context's error is
+// returned once the pending line is read.
+func readNewPassword(ctx context.Context, e *env) (string, error) {
 	if f, ok := e.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		fd := int(f.Fd())
-		fmt.Fprint(e.stderr, "New password: ")
-		p1, err := term.ReadPassword(fd)
-		fmt.Fprintln(e.stderr)
-		if err != nil {
-			return "", fmt.Errorf("read password: %w", err)
+		if st, err := term.GetState(fd); err == nil {
+			stop := context.AfterFunc(ctx, func() { _ = term.Restore(fd, st) })
+			defer stop()
 		}
-		fmt.Fprint(e.stderr, "Repeat password: ")
-		p2, err := term.ReadPassword(fd)
-		fmt.Fprintln(e.stderr)
+		read := func(prompt string) ([]byte, error) {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("password prompt interrupted: %w", err)
+			}
+			fmt.Fprint(e.stderr, prompt)
+			p, err := term.ReadPassword(fd)
+			fmt.Fprintln(e.stderr)
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("password prompt interrupted: %w", err)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read password: %w", err)
+			}
+			return p, nil
+		}
+		p1, err := read("New password: ")
 		if err != nil {
-			return "", fmt.Errorf("read password: %w", err)
+			return "", err
+		}
+		p2, err := read("Repeat password: ")
+		if err != nil {
+			return "", err
 		}
 		if !bytes.Equal(p1, p2) {
 			return "", fmt.Errorf("the passwords do not match")
