@@ -1,6 +1,7 @@
 package raft
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -179,4 +180,26 @@ func (s *logSink) count(parts ...string) int {
 		}
 	}
 	return n
+}
+
+// A peer that accepts the connection but never answers the handshake (a
+// hung process, a black hole) is down, not failing authentication: the
+// dial says so at debug (the peer watch reports the peer), and "could
+// not authenticate" stays for real refusals.
+func TestUnansweredHandshakeIsNotAnAuthFailure(t *testing.T) {
+	hung := reserve(t, 1)[0] // the kernel completes the connect; nobody reads
+	defer hung.Close()
+	sink := &logSink{}
+	n := newNetwork(nil, Options{NodeID: "n1", Secret: []byte(testSecret), Logger: slog.New(sink)}, "127.0.0.1:1")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, _, err := n.dial(ctx, hung.Addr().String(), kindRaft, "n2"); err == nil {
+		t.Fatal("a dial to a peer that never answers succeeded")
+	}
+	if sink.contains("could not authenticate") {
+		t.Fatalf("an unanswered handshake logged as an authentication failure: %q", sink.lines)
+	}
+	if !sink.contains("DEBUG raft: a peer did not answer the connection handshake", "expected_node=n2") {
+		t.Fatalf("no debug line about the unanswered handshake: %q", sink.lines)
+	}
 }
