@@ -16,6 +16,7 @@ require (
 	github.com/quic-go/quic-go v0.65.0
 	go.etcd.io/bbolt v1.4.3
 	golang.org/x/crypto v0.59.0
+	golang.org/x/term v0.48.0
 	google.golang.org/grpc v1.61.0
 	google.golang.org/protobuf v1.36.12
 )

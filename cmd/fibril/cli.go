@@ -201,7 +201,11 @@ func usage(w io.Writer) {
   fibril config check [flags]                   validate only; exit 0 when valid, 2 otherwise
   fibril config example [-o FILE]               write fibril.example.toml
   fibril config docs [-o FILE]                  write docs/configuration.md
-  fibril dev [--nodes N] [--dir DIR]           a local N-broker cluster on loopback ports (Ctrl-C stops it)
+  fibril dev [--nodes N] [--private K] [--dir DIR] [--client-port P] [--admin-port P] [--raft-port P]
+             [--backend NAME] [-- broker flags...]
+                                                a local N-broker cluster on loopback ports (Ctrl-C stops it);
+                                                the last K brokers are private, reached only through the public
+                                                ones, which forward (fibril dev -h lists the defaults)
   fibril version
 
 Precedence: defaults < TOML file < FIBRIL_* environment < flags.

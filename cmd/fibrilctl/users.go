@@ -10,10 +10,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/term"
 )
 
 // adminError is an error answered by the admin API.
@@ -168,7 +169,7 @@ func runUsers(ctx context.Context, g *globals, e *env, args []string) error {
 		}
 		pw := *password
 		if pw == "" {
-			if pw, err = readNewPassword(e); err != nil {
+			if pw, err = readNewPassword(ctx, e); err != nil {
 				return err
 			}
 		}
@@ -194,56 +195,50 @@ func runUsers(ctx context.Context, g *globals, e *env, args []string) error {
 	return usagef("unknown users subcommand %q (add, list, remove)", sub)
 }
 
-// readNewPassword prompts twice (without echo) when stdin is a terminal,
-// and otherwise reads the first line of stdin.
-func readNewPassword(e *env) (string, error) {
-	f, isFile := e.stdin.(*os.File)
-	if isFile && isTerminal(f) {
-		restore := noEcho(f)
-		defer restore()
-		r := bufio.NewReader(f)
-		fmt.Fprint(e.stderr, "New password: ")
-		p1, err := r.ReadString('\n')
-		fmt.Fprintln(e.stderr)
-		if err != nil {
-			return "", fmt.Errorf("read password: %w", err)
+// readNewPassword prompts twice, with echo off, when stdin is a terminal,
+// and otherwise reads the first line of stdin (a pipe or a file), so
+// scripts can feed it. When ctx ends at the prompt (the first Ctrl-C; a
+// second one kills the process), the terminal gets its echo back at once,
+// so the kill does not leave it without, and the context's error is
+// returned once the pending line is read.
+func readNewPassword(ctx context.Context, e *env) (string, error) {
+	if f, ok := e.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fd := int(f.Fd())
+		if st, err := term.GetState(fd); err == nil {
+			stop := context.AfterFunc(ctx, func() { _ = term.Restore(fd, st) })
+			defer stop()
 		}
-		fmt.Fprint(e.stderr, "Repeat password: ")
-		p2, err := r.ReadString('\n')
-		fmt.Fprintln(e.stderr)
-		if err != nil {
-			return "", fmt.Errorf("read password: %w", err)
+		read := func(prompt string) ([]byte, error) {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("password prompt interrupted: %w", err)
+			}
+			fmt.Fprint(e.stderr, prompt)
+			p, err := term.ReadPassword(fd)
+			fmt.Fprintln(e.stderr)
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("password prompt interrupted: %w", err)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read password: %w", err)
+			}
+			return p, nil
 		}
-		p1, p2 = strings.TrimRight(p1, "\r\n"), strings.TrimRight(p2, "\r\n")
-		if p1 != p2 {
+		p1, err := read("New password: ")
+		if err != nil {
+			return "", err
+		}
+		p2, err := read("Repeat password: ")
+		if err != nil {
+			return "", err
+		}
+		if !bytes.Equal(p1, p2) {
 			return "", fmt.Errorf("the passwords do not match")
 		}
-		return p1, nil
+		return string(p1), nil
 	}
 	line, err := bufio.NewReader(e.stdin).ReadString('\n')
 	if err != nil && err != io.EOF {
 		return "", fmt.Errorf("read password from stdin: %w", err)
 	}
 	return strings.TrimRight(line, "\r\n"), nil
-}
-
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// noEcho turns terminal echo off with stty (the standard library has no
-// terminal control) and returns the function that turns it back on. If
-// stty is missing, the password is echoed.
-func noEcho(f *os.File) func() {
-	cmd := exec.Command("stty", "-echo")
-	cmd.Stdin = f
-	if err := cmd.Run(); err != nil {
-		return func() {}
-	}
-	return func() {
-		cmd := exec.Command("stty", "echo")
-		cmd.Stdin = f
-		_ = cmd.Run()
-	}
 }

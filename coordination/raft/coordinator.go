@@ -162,8 +162,20 @@ func Open(ctx context.Context, o Options) (c *Coordinator, err error) {
 		}
 		return false
 	}))
+	// The peer watch has its own observer: its heartbeat observations
+	// never crowd the leader wake-ups above out of their channel.
+	heartbeats := make(chan hraft.Observation, 64)
+	r.RegisterObserver(hraft.NewObserver(heartbeats, false, func(ob *hraft.Observation) bool {
+		switch ob.Data.(type) {
+		case hraft.FailedHeartbeatObservation, hraft.ResumedHeartbeatObservation,
+			hraft.LeaderObservation, hraft.PeerObservation:
+			return true
+		}
+		return false
+	}))
 	c.net.start()
 	c.goBackground(func() { c.observe(observations) })
+	c.goBackground(func() { c.watchPeers(heartbeats) })
 	c.goBackground(c.leaderLoop)
 	c.goBackground(func() { c.membership(hasState) })
 	c.log.Info("raft: started", "node", o.NodeID, "listen", ln.Addr().String(), "advertise", advertise,

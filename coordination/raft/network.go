@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -236,7 +237,14 @@ func (n *network) dial(ctx context.Context, addr string, kind byte, expect strin
 	}
 	peer, err := clientHandshake(conn, kind, n.nodeID, n.secret, expect, certID)
 	if err != nil {
-		if n.refusals.allow("out " + addr) {
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// Connected, but no answer in time (a hung process, a black
+			// hole) or the dial was given up: the peer is down, which the
+			// leader's peer watch reports; this is no authentication
+			// failure.
+			n.log.Debug("raft: a peer did not answer the connection handshake", "addr", addr, "expected_node", expect, "err", err)
+		case n.refusals.allow("out " + addr):
 			n.log.Warn("raft: could not authenticate to a peer", "addr", addr, "expected_node", expect, "err", err)
 		}
 		return fail(fmt.Errorf("%s: %w", addr, err))
