@@ -69,25 +69,25 @@ func TestGatewayReconcileKeepsSubscribeInFlight(t *testing.T) {
 	e, o, _ := newGatewayEnv(t)
 	c := e.dial()
 	c.login()
-	c.sendID(wire.OpSubscribe, 9, &wire.Subscribe{Topic: "fwd", Partition: 1, Prefetch: 4})
+	c.SendID(wire.OpSubscribe, 9, &wire.Subscribe{Topic: "fwd", Partition: 1, Prefetch: 4})
 	up := o.next()
 	<-o.ffs
 	h, _ := up.read() // the owner holds its SUBSCRIBE_OK until the reconcile has run
 	if h.Op != wire.OpSubscribe {
 		t.Fatalf("owner got %s", h.Op)
 	}
-	c.sendID(wire.OpReconcileClient, 10, &wire.ReconcileClient{Policy: wire.ReconcileConservative,
+	c.SendID(wire.OpReconcileClient, 10, &wire.ReconcileClient{Policy: wire.ReconcileConservative,
 		Subscriptions: []wire.ReconcileSub{{Topic: "fwd", Partition: 1, Prefetch: 4}}})
-	res := c.expect(wire.OpReconcileResult, 10).(*wire.ReconcileResult)
+	res := c.Expect(wire.OpReconcileResult, 10).(*wire.ReconcileResult)
 	up.send(wire.OpSubscribeOK, h.RequestID, &wire.SubscribeOK{SubID: 5, Topic: "fwd", Partition: 1, Prefetch: 4})
-	ok := c.expect(wire.OpSubscribeOK, 9).(*wire.SubscribeOK)
+	ok := c.Expect(wire.OpSubscribeOK, 9).(*wire.SubscribeOK)
 	entries := reconcileEntries(res, 1)
 	if len(entries) != 1 || entries[0].Action != wire.ActionKeep || entries[0].Server.Value.SubID != ok.SubID {
 		t.Fatalf("reconcile of a SUBSCRIBE in flight: %+v, want one keep under the id %d of its SUBSCRIBE_OK", entries, ok.SubID)
 	}
 	// The owner was not asked to close anything: the next frame it gets
 	// is the client's next operation.
-	c.sendID(wire.OpPublish, 0, &wire.Publish{Topic: "fwd", Partition: 1, Payload: []byte("after")})
+	c.SendID(wire.OpPublish, 0, &wire.Publish{Topic: "fwd", Partition: 1, Payload: []byte("after")})
 	if h, _ := up.read(); h.Op != wire.OpPublish {
 		t.Fatalf("owner got %s after the reconcile, want the client's PUBLISH", h.Op)
 	}
@@ -101,7 +101,7 @@ func TestGatewayReconcileRacingSubscribeOK(t *testing.T) {
 	e, o, r := newGatewayEnv(t)
 	c := e.dial()
 	c.login()
-	c.sendID(wire.OpSubscribe, 9, &wire.Subscribe{Topic: "fwd", Partition: 1, Prefetch: 4})
+	c.SendID(wire.OpSubscribe, 9, &wire.Subscribe{Topic: "fwd", Partition: 1, Prefetch: 4})
 	up := o.next()
 	<-o.ffs
 	h, _ := up.read()
@@ -122,7 +122,7 @@ func TestGatewayReconcileRacingSubscribeOK(t *testing.T) {
 		})
 	}
 	r.onRoute.Store(&hook)
-	c.sendID(wire.OpReconcileClient, 10, &wire.ReconcileClient{Policy: wire.ReconcileConservative,
+	c.SendID(wire.OpReconcileClient, 10, &wire.ReconcileClient{Policy: wire.ReconcileConservative,
 		Subscriptions: []wire.ReconcileSub{{Topic: "fwd", Partition: 1, Prefetch: 4}, {SubID: 77, Topic: "fwd", Partition: 2, Prefetch: 4}}})
 	select {
 	case <-inRoute:
@@ -130,14 +130,14 @@ func TestGatewayReconcileRacingSubscribeOK(t *testing.T) {
 		t.Fatal("the reconcile did not route partition 2")
 	}
 	up.send(wire.OpSubscribeOK, h.RequestID, &wire.SubscribeOK{SubID: 5, Topic: "fwd", Partition: 1, Prefetch: 4})
-	ok := c.expect(wire.OpSubscribeOK, 9).(*wire.SubscribeOK)
+	ok := c.Expect(wire.OpSubscribeOK, 9).(*wire.SubscribeOK)
 	close(release)
-	res := c.expect(wire.OpReconcileResult, 10).(*wire.ReconcileResult)
+	res := c.Expect(wire.OpReconcileResult, 10).(*wire.ReconcileResult)
 	entries := reconcileEntries(res, 1)
 	if len(entries) != 1 || entries[0].Action != wire.ActionKeep || entries[0].Server.Value.SubID != ok.SubID {
 		t.Fatalf("reconcile racing the SUBSCRIBE_OK: %+v, want one keep under the id %d", entries, ok.SubID)
 	}
-	c.sendID(wire.OpPublish, 0, &wire.Publish{Topic: "fwd", Partition: 1, Payload: []byte("after")})
+	c.SendID(wire.OpPublish, 0, &wire.Publish{Topic: "fwd", Partition: 1, Payload: []byte("after")})
 	if h, body := up.read(); h.Op != wire.OpPublish {
 		t.Fatalf("owner got %s %x after the reconcile, want the client's PUBLISH (nothing closed)", h.Op, body)
 	}
@@ -150,17 +150,17 @@ func TestGatewayReconcileCloseKeepsSubscribeInFlight(t *testing.T) {
 	e, o, _ := newGatewayEnv(t)
 	c := e.dial()
 	c.login()
-	c.sendID(wire.OpSubscribe, 9, &wire.Subscribe{Topic: "fwd", Partition: 1, Prefetch: 4})
+	c.SendID(wire.OpSubscribe, 9, &wire.Subscribe{Topic: "fwd", Partition: 1, Prefetch: 4})
 	up := o.next()
 	<-o.ffs
 	h, _ := up.read()
 	up.send(wire.OpSubscribeOK, h.RequestID, &wire.SubscribeOK{SubID: 5, Topic: "fwd", Partition: 1, Prefetch: 4})
-	c.expect(wire.OpSubscribeOK, 9)
-	c.sendID(wire.OpSubscribe, 11, &wire.Subscribe{Topic: "fwd", Partition: 3, Prefetch: 4})
+	c.Expect(wire.OpSubscribeOK, 9)
+	c.SendID(wire.OpSubscribe, 11, &wire.Subscribe{Topic: "fwd", Partition: 3, Prefetch: 4})
 	h3, _ := up.read() // held
-	c.sendID(wire.OpReconcileClient, 12, &wire.ReconcileClient{Policy: wire.ReconcileConservative,
+	c.SendID(wire.OpReconcileClient, 12, &wire.ReconcileClient{Policy: wire.ReconcileConservative,
 		Subscriptions: []wire.ReconcileSub{{Topic: "fwd", Partition: 3, Prefetch: 4}}})
-	res := c.expect(wire.OpReconcileResult, 12).(*wire.ReconcileResult)
+	res := c.Expect(wire.OpReconcileResult, 12).(*wire.ReconcileResult)
 	if e1 := reconcileEntries(res, 1); len(e1) != 1 || e1[0].Action != wire.ActionCloseServerSide {
 		t.Fatalf("the dropped subscription: %+v, want close_server_side", e1)
 	}
@@ -174,7 +174,7 @@ func TestGatewayReconcileCloseKeepsSubscribeInFlight(t *testing.T) {
 	}
 	up.send(wire.OpReconcileResult, rh.RequestID, &wire.ReconcileResult{})
 	up.send(wire.OpSubscribeOK, h3.RequestID, &wire.SubscribeOK{SubID: 6, Topic: "fwd", Partition: 3, Prefetch: 4})
-	c.expect(wire.OpSubscribeOK, 11)
+	c.Expect(wire.OpSubscribeOK, 11)
 }
 
 // relayConn is a forward.ClientConn whose writer never writes: it counts
@@ -295,17 +295,17 @@ func TestGatewayIdleCloseWaitsForAPublishWaitingForRoom(t *testing.T) {
 	})
 	b := e.dial()
 	b.login()
-	b.sendID(wire.OpPublish, 1, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b1")})
+	b.SendID(wire.OpPublish, 1, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b1")})
 	upB := o.next()
 	<-o.ffs
 	h, _ := upB.read()
 	upB.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 1})
-	b.expect(wire.OpPublishOK, 1)
+	b.Expect(wire.OpPublishOK, 1)
 	// Another connection's publish takes all the room, and its owner holds
 	// the answer.
 	a := e.dial()
 	a.login()
-	a.sendID(wire.OpPublish, 1, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("a1")})
+	a.SendID(wire.OpPublish, 1, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("a1")})
 	upA := o.next()
 	<-o.ffs
 	hA, _ := upA.read()
@@ -314,17 +314,17 @@ func TestGatewayIdleCloseWaitsForAPublishWaitingForRoom(t *testing.T) {
 	}
 	// b's second publish waits for room on its (idle) upstream session
 	// for longer than routing.upstream_idle_close_ms.
-	b.sendID(wire.OpPublish, 2, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b2")})
+	b.SendID(wire.OpPublish, 2, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b2")})
 	upB.expectQuiet(2500 * time.Millisecond)
 	upA.send(wire.OpPublishOK, hA.RequestID, &wire.PublishOK{Offset: 2})
-	a.expect(wire.OpPublishOK, 1)
+	a.Expect(wire.OpPublishOK, 1)
 	h, body := upB.read()
 	var p wire.Publish
 	if h.Op != wire.OpPublish || p.Decode(body) != nil || string(p.Payload) != "b2" {
 		t.Fatalf("owner got %s on b's upstream, want the waiting publish", h.Op)
 	}
 	upB.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 3})
-	b.expect(wire.OpPublishOK, 2)
+	b.Expect(wire.OpPublishOK, 2)
 }
 
 // core/forward/README.md#bounds: the one re-send of a confirmed publish
@@ -337,7 +337,7 @@ func TestGatewayResendAfterMoveCountsInflight(t *testing.T) {
 	c.login()
 	body := &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("moving")}
 	size := int64(len(body.AppendTo(nil)))
-	c.sendID(wire.OpPublish, 5, body)
+	c.SendID(wire.OpPublish, 5, body)
 	up := o.next()
 	<-o.ffs
 	h, _ := up.read()
@@ -351,12 +351,12 @@ func TestGatewayResendAfterMoveCountsInflight(t *testing.T) {
 		t.Fatalf("%d bytes in flight during the re-send, want its %d", n, size)
 	}
 	up2.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 9})
-	c.expect(wire.OpPublishOK, 5)
+	c.Expect(wire.OpPublishOK, 5)
 	if n := e.srv.Gateway().InflightBytes(); n != 0 {
 		t.Fatalf("%d bytes still in flight after the answer", n)
 	}
 	// Moved again during the re-send: 503, and the bytes are released.
-	c.sendID(wire.OpPublish, 6, body)
+	c.SendID(wire.OpPublish, 6, body)
 	h, _ = up2.read()
 	back := core.NodeID("owner")
 	r.target.Store(&back)
@@ -367,7 +367,7 @@ func TestGatewayResendAfterMoveCountsInflight(t *testing.T) {
 	}
 	r.target.Store(&moved)
 	up.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd"})
-	c.expectError(wire.OpError, 6, wire.CodeUnavailable)
+	c.ExpectError(wire.OpError, 6, wire.CodeUnavailable)
 	if n := e.srv.Gateway().InflightBytes(); n != 0 {
 		t.Fatalf("%d bytes still in flight after the second move", n)
 	}

@@ -2,7 +2,6 @@ package forward_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -14,6 +13,7 @@ import (
 	"github.com/fibrilgo/fibril/core/session"
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/wire"
+	"github.com/fibrilgo/fibril/core/wire/wiretest"
 )
 
 // The relay is tested through the session layer that drives it: a real
@@ -82,116 +82,28 @@ func newEnv(t *testing.T, mods ...func(*session.Options)) *env {
 	return e
 }
 
-// client is a strict raw Fibril client: every frame it reads is checked by
-// the test.
+// client is the strict raw client of core/wire/wiretest with this
+// package's conveniences; t and nc are the test and the connection, for
+// tests that write raw bytes or end the socket.
 type client struct {
-	t      *testing.T
-	nc     net.Conn
-	nextID uint64
-	open   bool // the quiet window is over from this client's side
+	*wiretest.Client
+	t  *testing.T
+	nc net.Conn
 }
 
 func (e *env) dial() *client {
 	e.t.Helper()
-	nc, err := net.Dial("tcp", e.ln.Addr().String())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { nc.Close() })
-	return &client{t: e.t, nc: nc, nextID: 1}
-}
-
-func (c *client) send(op wire.Op, body wire.Encoder) uint64 {
-	c.t.Helper()
-	id := c.nextID
-	c.nextID++
-	c.sendID(op, id, body)
-	return id
-}
-
-func (c *client) sendID(op wire.Op, id uint64, body wire.Encoder) {
-	c.t.Helper()
-	if op != wire.OpHello && op != wire.OpAuth && op != wire.OpReconcileClient {
-		c.open = true
-	}
-	if _, err := c.nc.Write(wire.AppendFrame(nil, op, id, body)); err != nil {
-		c.t.Fatalf("write %s: %v", op, err)
-	}
-}
-
-// read returns the next frame, failing the test after d.
-func (c *client) read(d time.Duration) (wire.FrameHeader, wire.Body) {
-	c.t.Helper()
-	h, b, err := c.tryRead(d)
-	if err != nil {
-		c.t.Fatalf("reading a frame: %v", err)
-	}
-	return h, b
-}
-
-func (c *client) tryRead(d time.Duration) (wire.FrameHeader, wire.Body, error) {
-	_ = c.nc.SetReadDeadline(time.Now().Add(d))
-	h, raw, err := wire.ReadFrame(c.nc, nil, 64<<20)
-	if err != nil {
-		return h, nil, err
-	}
-	if len(raw) == 0 {
-		return h, nil, nil
-	}
-	body, err := wire.DecodeBody(h.Op, raw)
-	if err != nil {
-		c.t.Fatalf("broker sent an undecodable %s: %v", h.Op, err)
-	}
-	return h, body, nil
-}
-
-// expect reads the next frame and requires op and request id. Once the
-// quiet window is over, broker PINGs may come first: they are answered
-// and skipped, as SDKs do.
-func (c *client) expect(op wire.Op, id uint64) wire.Body {
-	c.t.Helper()
-	h, b := c.read(5 * time.Second)
-	for h.Op == wire.OpPing && op != wire.OpPing && c.open {
-		c.sendID(wire.OpPong, h.RequestID, nil)
-		h, b = c.read(5 * time.Second)
-	}
-	if h.Op != op || h.RequestID != id {
-		c.t.Fatalf("got %s id %d (%+v), want %s id %d", h.Op, h.RequestID, b, op, id)
-	}
-	return b
-}
-
-// expectError reads an error-bodied frame with the given op, id and code.
-func (c *client) expectError(op wire.Op, id uint64, code uint16) *wire.ErrorBody {
-	c.t.Helper()
-	b := c.expect(op, id)
-	eb, ok := b.(*wire.ErrorBody)
-	if !ok || eb.Code != code {
-		c.t.Fatalf("%s id %d = %+v, want code %d", op, id, b, code)
-	}
-	return eb
-}
-
-// expectSilence requires that nothing arrives within d.
-func (c *client) expectSilence(d time.Duration) {
-	c.t.Helper()
-	h, b, err := c.tryRead(d)
-	if err == nil {
-		c.t.Fatalf("unexpected frame %s id %d: %+v", h.Op, h.RequestID, b)
-	}
-	var ne net.Error
-	if !errors.As(err, &ne) || !ne.Timeout() {
-		c.t.Fatalf("connection ended while expecting silence: %v", err)
-	}
+	wc := wiretest.Dial(e.t, e.ln.Addr().String())
+	return &client{Client: wc, t: e.t, nc: wc.Conn()}
 }
 
 // login is HELLO + AUTH as alice.
 func (c *client) login() {
 	c.t.Helper()
-	id := c.send(wire.OpHello, &wire.Hello{ClientName: "test", ClientVersion: "0", ProtocolVersion: 1})
-	if ok := c.expect(wire.OpHelloOK, id).(*wire.HelloOK); ok.Compliance != wire.Compliance || ok.ProtocolVersion != 1 {
+	id := c.Send(wire.OpHello, &wire.Hello{ClientName: "test", ClientVersion: "0", ProtocolVersion: 1})
+	if ok := c.Expect(wire.OpHelloOK, id).(*wire.HelloOK); ok.Compliance != wire.Compliance || ok.ProtocolVersion != 1 {
 		c.t.Fatalf("HELLO_OK = %+v", ok)
 	}
-	id = c.send(wire.OpAuth, &wire.Auth{Username: "alice", Password: "secret"})
-	c.expect(wire.OpAuthOK, id)
+	id = c.Send(wire.OpAuth, &wire.Auth{Username: "alice", Password: "secret"})
+	c.Expect(wire.OpAuthOK, id)
 }

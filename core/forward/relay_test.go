@@ -221,7 +221,7 @@ func TestGatewayConfirmIsTheOwners(t *testing.T) {
 	c := e.dial()
 	c.login()
 	body := &wire.Publish{Topic: "fwd", Partition: 2, RequireConfirm: true, Payload: []byte("hello")}
-	c.sendID(wire.OpPublish, 77, body)
+	c.SendID(wire.OpPublish, 77, body)
 	up := o.next()
 	fs := <-o.ffs
 	if fs.ActingUsername != "alice" || fs.HopCount != 1 || !fs.ReleaseOnClose() || fs.OriginNodeID != "gw" || len(fs.ClientID) != 36 {
@@ -231,9 +231,9 @@ func TestGatewayConfirmIsTheOwners(t *testing.T) {
 	if h.Op != wire.OpPublish || !bytes.Equal(got, body.AppendTo(nil)) {
 		t.Fatalf("owner got %s %q", h.Op, got)
 	}
-	c.expectSilence(150 * time.Millisecond) // no confirm before the owner's
+	c.ExpectSilence(150 * time.Millisecond) // no confirm before the owner's
 	up.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 777})
-	ok := c.expect(wire.OpPublishOK, 77).(*wire.PublishOK)
+	ok := c.Expect(wire.OpPublishOK, 77).(*wire.PublishOK)
 	if ok.Offset != 777 {
 		t.Fatalf("offset %d, want the owner's 777", ok.Offset)
 	}
@@ -249,17 +249,17 @@ func TestGatewayUpstreamLostIs504(t *testing.T) {
 	e, o, _ := newGatewayEnv(t)
 	c := e.dial()
 	c.login()
-	c.sendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
+	c.SendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
 	up := o.next()
 	<-o.ffs
 	up.read()
 	up.nc.Close()
-	c.expectError(wire.OpError, 5, wire.CodeOutcomeUnknown)
-	c.sendID(wire.OpPublish, 6, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("y")})
+	c.ExpectError(wire.OpError, 5, wire.CodeOutcomeUnknown)
+	c.SendID(wire.OpPublish, 6, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("y")})
 	up2 := o.next()
 	h, _ := up2.read()
 	up2.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 1})
-	c.expect(wire.OpPublishOK, 6)
+	c.Expect(wire.OpPublishOK, 6)
 }
 
 // docs/protocol.md#answers: an owner that refused the connection → 503 (nothing was
@@ -269,10 +269,10 @@ func TestGatewayRefusedIs503AndFailsFast(t *testing.T) {
 	o.refuse.Store(true)
 	c := e.dial()
 	c.login()
-	c.sendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
-	c.expectError(wire.OpError, 5, wire.CodeUnavailable)
-	c.sendID(wire.OpPublish, 6, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
-	c.expectError(wire.OpError, 6, wire.CodeUnavailable)
+	c.SendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
+	c.ExpectError(wire.OpError, 5, wire.CodeUnavailable)
+	c.SendID(wire.OpPublish, 6, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
+	c.ExpectError(wire.OpError, 6, wire.CodeUnavailable)
 	if n := o.dials.Load(); n != 1 {
 		t.Fatalf("%d dials; the second publish must fail fast", n)
 	}
@@ -287,7 +287,7 @@ func TestGatewaySubscribeDeliverSettle(t *testing.T) {
 	e, o, _ := newGatewayEnv(t)
 	c := e.dial()
 	c.login()
-	c.sendID(wire.OpSubscribe, 9, &wire.Subscribe{Topic: "fwd", Partition: 1, Prefetch: 7})
+	c.SendID(wire.OpSubscribe, 9, &wire.Subscribe{Topic: "fwd", Partition: 1, Prefetch: 7})
 	up := o.next()
 	<-o.ffs
 	h, body := up.read()
@@ -296,13 +296,13 @@ func TestGatewaySubscribeDeliverSettle(t *testing.T) {
 		t.Fatalf("owner got %s %+v", h.Op, sreq)
 	}
 	up.send(wire.OpSubscribeOK, h.RequestID, &wire.SubscribeOK{SubID: 5, Topic: "fwd", Partition: 1, Prefetch: 7})
-	ok := c.expect(wire.OpSubscribeOK, 9).(*wire.SubscribeOK)
+	ok := c.Expect(wire.OpSubscribeOK, 9).(*wire.SubscribeOK)
 	if ok.SubID < 1<<48 || ok.Prefetch != 7 {
 		t.Fatalf("SUBSCRIBE_OK %+v", ok)
 	}
 	d := &wire.Deliver{SubID: 5, Topic: "fwd", Partition: 1, Offset: 3, DeliveryTag: 11, Payload: []byte("m")}
 	up.send(wire.OpDeliver, 1000, d)
-	dh, db := c.read(2 * time.Second)
+	dh, db := c.Read(2 * time.Second)
 	got := dh.Op
 	if got != wire.OpDeliver {
 		t.Fatalf("client got %s", got)
@@ -314,13 +314,13 @@ func TestGatewaySubscribeDeliverSettle(t *testing.T) {
 		t.Fatalf("DELIVER %+v: only the sub id may change", gotD)
 	}
 	ack := &wire.Ack{Topic: "fwd", Partition: 1, Tags: []uint64{11}}
-	c.sendID(wire.OpAck, 12, ack)
+	c.SendID(wire.OpAck, 12, ack)
 	ah, abody := up.read()
 	if ah.Op != wire.OpAck || !bytes.Equal(abody, ack.AppendTo(nil)) {
 		t.Fatalf("owner got %s %x, want the client's ACK", ah.Op, abody)
 	}
 	up.nc.Close()
-	sh, sb := c.read(3 * time.Second)
+	sh, sb := c.Read(3 * time.Second)
 	sc, isSC := sb.(*wire.SubscriptionClosed)
 	if sh.Op != wire.OpSubscriptionClosed || !isSC || sc.SubID != ok.SubID || sc.Code != wire.ReasonOwnerMoved {
 		t.Fatalf("after the upstream died: %s %+v", sh.Op, sb)
@@ -334,20 +334,20 @@ func TestGatewayRebuildsUpstreamRedirect(t *testing.T) {
 	e, o, r := newGatewayEnv(t)
 	c := e.dial()
 	c.login()
-	c.sendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
+	c.SendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
 	up := o.next()
 	<-o.ffs
 	raw := &wire.Redirect{Topic: "fwd", Owners: []wire.AdvertisedAddress{{Host: "127.0.0.1", Port: 1}}, PartitioningVersion: 3}
 	h, _ := up.read()
 	up.send(wire.OpRedirect, h.RequestID, raw)
-	c.expectError(wire.OpError, 5, wire.CodeUnavailable)
+	c.ExpectError(wire.OpError, 5, wire.CodeUnavailable)
 
 	mine := &wire.Redirect{Topic: "fwd", Owners: []wire.AdvertisedAddress{{Host: "127.0.0.1", Port: 2}}, PartitioningVersion: 4}
-	c.sendID(wire.OpPublish, 6, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("y")})
+	c.SendID(wire.OpPublish, 6, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("y")})
 	h, _ = up.read()
 	r.redirect.Store(mine)
 	up.send(wire.OpRedirect, h.RequestID, raw)
-	rd := c.expect(wire.OpRedirect, 6).(*wire.Redirect)
+	rd := c.Expect(wire.OpRedirect, 6).(*wire.Redirect)
 	if rd.PartitioningVersion != 4 || rd.Owners[0].Port != 2 {
 		t.Fatalf("redirect %+v, want the gateway's own", rd)
 	}
@@ -370,28 +370,28 @@ func TestGatewayLimitAccounting(t *testing.T) {
 	})
 	a := e.dial()
 	a.login()
-	a.sendID(wire.OpPublish, 1, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("a")})
+	a.SendID(wire.OpPublish, 1, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("a")})
 	up := o.next()
 	<-o.ffs
 	h, _ := up.read()
 	up.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 1})
-	a.expect(wire.OpPublishOK, 1)
+	a.Expect(wire.OpPublishOK, 1)
 	// A second connection to the same owner is over the cap.
 	b := e.dial()
 	b.login()
-	b.sendID(wire.OpPublish, 2, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b")})
-	if eb := b.expectError(wire.OpError, 2, wire.CodeUnavailable); !bytes.Contains([]byte(eb.Message), []byte("max_upstream_sessions_per_owner")) {
+	b.SendID(wire.OpPublish, 2, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b")})
+	if eb := b.ExpectError(wire.OpError, 2, wire.CodeUnavailable); !bytes.Contains([]byte(eb.Message), []byte("max_upstream_sessions_per_owner")) {
 		t.Fatalf("over the cap: %q", eb.Message)
 	}
 	// The owner's error and REDIRECT answers release their bytes too.
-	a.sendID(wire.OpPublish, 3, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("e")})
+	a.SendID(wire.OpPublish, 3, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("e")})
 	h, _ = up.read()
 	up.send(wire.OpError, h.RequestID, &wire.ErrorBody{Code: wire.CodeNotFound, Message: "gone"})
-	a.expectError(wire.OpError, 3, wire.CodeNotFound)
-	a.sendID(wire.OpPublish, 4, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("r")})
+	a.ExpectError(wire.OpError, 3, wire.CodeNotFound)
+	a.SendID(wire.OpPublish, 4, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("r")})
 	h, _ = up.read()
 	up.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd"})
-	a.expectError(wire.OpError, 4, wire.CodeUnavailable)
+	a.ExpectError(wire.OpError, 4, wire.CodeUnavailable)
 	if n := e.srv.Gateway().InflightBytes(); n != 0 {
 		t.Fatalf("%d in-flight bytes still counted", n)
 	}
@@ -408,11 +408,11 @@ func TestGatewayLimitAccounting(t *testing.T) {
 		t.Fatalf("after the reconcile the upstream must end in order (EOF), got %v", err)
 	}
 	testkit.Eventually(t, 5*time.Second, "the upstream released", func() bool { return e.srv.Gateway().Open() == 0 })
-	b.sendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b2")})
+	b.SendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b2")})
 	up2 := o.next()
 	h, _ = up2.read()
 	up2.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 2})
-	b.expect(wire.OpPublishOK, 5)
+	b.Expect(wire.OpPublishOK, 5)
 }
 
 // core/forward/README.md#upstream-sessions: when the owner answers REDIRECT and this broker's
@@ -424,7 +424,7 @@ func TestGatewayRetriesOnceOnMove(t *testing.T) {
 	c := e.dial()
 	c.login()
 	body := &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("moving")}
-	c.sendID(wire.OpPublish, 5, body)
+	c.SendID(wire.OpPublish, 5, body)
 	up := o.next()
 	<-o.ffs
 	h, _ := up.read()
@@ -440,11 +440,11 @@ func TestGatewayRetriesOnceOnMove(t *testing.T) {
 		t.Fatalf("the new owner got %s %q", h.Op, got)
 	}
 	up2.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 9})
-	if ok := c.expect(wire.OpPublishOK, 5).(*wire.PublishOK); ok.Offset != 9 {
+	if ok := c.Expect(wire.OpPublishOK, 5).(*wire.PublishOK); ok.Offset != 9 {
 		t.Fatalf("offset %d, want the new owner's 9", ok.Offset)
 	}
 	// Moved again during the retry: 503, no third attempt.
-	c.sendID(wire.OpPublish, 6, body)
+	c.SendID(wire.OpPublish, 6, body)
 	h, _ = up2.read()
 	back := core.NodeID("owner")
 	r.target.Store(&back)
@@ -452,7 +452,7 @@ func TestGatewayRetriesOnceOnMove(t *testing.T) {
 	h, _ = up.read() // the retry, on the first owner's upstream
 	r.target.Store(&moved)
 	up.send(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: "fwd"})
-	c.expectError(wire.OpError, 6, wire.CodeUnavailable)
+	c.ExpectError(wire.OpError, 6, wire.CodeUnavailable)
 }
 
 // core/forward/README.md#upstream-sessions, core/forward/README.md#bounds: opening the upstream session does not hold up the client's
@@ -464,11 +464,11 @@ func TestGatewayDialDoesNotBlockTheReader(t *testing.T) {
 	o.gate = make(chan struct{})
 	c := e.dial()
 	c.login()
-	c.sendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("a")})
-	c.sendID(wire.OpPublish, 0, &wire.Publish{Topic: "fwd", Payload: []byte("b")}) // fire-and-forget
-	c.sendID(wire.OpPublish, 6, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("c")})
-	c.sendID(wire.OpPing, 7, nil)
-	c.expect(wire.OpPong, 7)
+	c.SendID(wire.OpPublish, 5, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("a")})
+	c.SendID(wire.OpPublish, 0, &wire.Publish{Topic: "fwd", Payload: []byte("b")}) // fire-and-forget
+	c.SendID(wire.OpPublish, 6, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("c")})
+	c.SendID(wire.OpPing, 7, nil)
+	c.Expect(wire.OpPong, 7)
 	close(o.gate)
 	up := o.next()
 	<-o.ffs
@@ -482,8 +482,8 @@ func TestGatewayDialDoesNotBlockTheReader(t *testing.T) {
 			up.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: uint64(len(want))})
 		}
 	}
-	c.expect(wire.OpPublishOK, 5)
-	c.expect(wire.OpPublishOK, 6)
+	c.Expect(wire.OpPublishOK, 5)
+	c.Expect(wire.OpPublishOK, 6)
 	if n := o.dials.Load(); n != 1 {
 		t.Fatalf("%d dials for one owner, want 1", n)
 	}
@@ -497,7 +497,7 @@ func TestGatewaySubscribeRetriesOnceOnMove(t *testing.T) {
 	c := e.dial()
 	c.login()
 	sub := &wire.Subscribe{Topic: "fwd", Partition: 3, Prefetch: 4}
-	c.sendID(wire.OpSubscribe, 9, sub)
+	c.SendID(wire.OpSubscribe, 9, sub)
 	up := o.next()
 	<-o.ffs
 	h, _ := up.read()
@@ -511,9 +511,9 @@ func TestGatewaySubscribeRetriesOnceOnMove(t *testing.T) {
 		t.Fatalf("the new owner got %s %q", h.Op, got)
 	}
 	up2.send(wire.OpSubscribeOK, h.RequestID, &wire.SubscribeOK{SubID: 8, Topic: "fwd", Partition: 3, Prefetch: 4})
-	ok := c.expect(wire.OpSubscribeOK, 9).(*wire.SubscribeOK)
+	ok := c.Expect(wire.OpSubscribeOK, 9).(*wire.SubscribeOK)
 	up2.send(wire.OpDeliver, 1000, &wire.Deliver{SubID: 8, Topic: "fwd", Partition: 3, DeliveryTag: 1, Payload: []byte("m")})
-	if dh, db := c.read(2 * time.Second); dh.Op != wire.OpDeliver || db.(*wire.Deliver).SubID != ok.SubID {
+	if dh, db := c.Read(2 * time.Second); dh.Op != wire.OpDeliver || db.(*wire.Deliver).SubID != ok.SubID {
 		t.Fatalf("client got %s %+v, want the new owner's delivery", dh.Op, db)
 	}
 }

@@ -17,29 +17,29 @@ func TestForwardedSessionOwnerChecks(t *testing.T) {
 	e := newEnv(t)
 	u := e.dial()
 	u.login()
-	u.sendID(wire.OpForwardedSession, 5, ffs("gw", 1, true, wire.FlagReleaseOnClose))
-	u.expectError(wire.OpError, 5, wire.CodeForbidden)
-	u.sendID(wire.OpPing, 6, nil)
-	u.expect(wire.OpPong, 6)
+	u.SendID(wire.OpForwardedSession, 5, ffs("gw", 1, true, wire.FlagReleaseOnClose))
+	u.ExpectError(wire.OpError, 5, wire.CodeForbidden)
+	u.SendID(wire.OpPing, 6, nil)
+	u.Expect(wire.OpPong, 6)
 
 	n := e.dial()
 	n.hello(false)
 	n.auth("@node", "s3cret")
-	n.sendID(wire.OpForwardedSession, 7, rawBody("FFS9junk"))
-	if eb := n.expectError(wire.OpError, 7, wire.CodeBadRequest); !strings.Contains(eb.Message, "malformed") {
+	n.SendID(wire.OpForwardedSession, 7, rawBody("FFS9junk"))
+	if eb := n.ExpectError(wire.OpError, 7, wire.CodeBadRequest); !strings.Contains(eb.Message, "malformed") {
 		t.Fatalf("malformed body: %q", eb.Message)
 	}
-	n.sendID(wire.OpForwardedSession, 8, ffs("gw", 2, true, 0))
-	if eb := n.expectError(wire.OpError, 8, wire.CodeBadRequest); !strings.Contains(eb.Message, "hop count must be 1") {
+	n.SendID(wire.OpForwardedSession, 8, ffs("gw", 2, true, 0))
+	if eb := n.ExpectError(wire.OpError, 8, wire.CodeBadRequest); !strings.Contains(eb.Message, "hop count must be 1") {
 		t.Fatalf("hop count: %q", eb.Message)
 	}
-	n.sendID(wire.OpForwardedSession, 9, ffs("gw", 1, true, wire.FlagReleaseOnClose))
-	ok := n.expect(wire.OpForwardedSessionOK, 9).(*wire.ForwardedSessionOK)
+	n.SendID(wire.OpForwardedSession, 9, ffs("gw", 1, true, wire.FlagReleaseOnClose))
+	ok := n.Expect(wire.OpForwardedSessionOK, 9).(*wire.ForwardedSessionOK)
 	if ok.ForwardingVersion != 2 {
 		t.Fatalf("forwarding version %d", ok.ForwardingVersion)
 	}
-	n.sendID(wire.OpForwardedSession, 10, ffs("gw", 1, false, 0))
-	if eb := n.expectError(wire.OpError, 10, wire.CodeBadRequest); eb.Message != "session already forwarded" {
+	n.SendID(wire.OpForwardedSession, 10, ffs("gw", 1, false, 0))
+	if eb := n.ExpectError(wire.OpError, 10, wire.CodeBadRequest); eb.Message != "session already forwarded" {
 		t.Fatalf("second: %q", eb.Message)
 	}
 
@@ -50,10 +50,10 @@ func TestForwardedSessionOwnerChecks(t *testing.T) {
 	p := ev.dial()
 	p.hello(false)
 	p.auth("@node", "s3cret")
-	p.sendID(wire.OpForwardedSession, 11, ffs("node-c", 1, true, 0))
-	p.expectError(wire.OpError, 11, wire.CodeForbidden)
-	p.sendID(wire.OpForwardedSession, 12, ffs("node-b", 1, true, 0))
-	p.expect(wire.OpForwardedSessionOK, 12)
+	p.SendID(wire.OpForwardedSession, 11, ffs("node-c", 1, true, 0))
+	p.ExpectError(wire.OpError, 11, wire.CodeForbidden)
+	p.SendID(wire.OpForwardedSession, 12, ffs("node-b", 1, true, 0))
+	p.Expect(wire.OpForwardedSessionOK, 12)
 
 	// A forwarded session from this broker itself (a peer address that
 	// loops back, e.g. a shared load-balancer address) is refused.
@@ -61,8 +61,8 @@ func TestForwardedSessionOwnerChecks(t *testing.T) {
 	l := es.dial()
 	l.hello(false)
 	l.auth("@node", "s3cret")
-	l.sendID(wire.OpForwardedSession, 13, ffs("me", 1, true, 0))
-	if eb := l.expectError(wire.OpError, 13, wire.CodeBadRequest); !strings.Contains(eb.Message, "itself") {
+	l.SendID(wire.OpForwardedSession, 13, ffs("me", 1, true, 0))
+	if eb := l.ExpectError(wire.OpError, 13, wire.CodeBadRequest); !strings.Contains(eb.Message, "itself") {
 		t.Fatalf("loop: %q", eb.Message)
 	}
 }
@@ -79,8 +79,8 @@ func TestReleaseOnClose(t *testing.T) {
 			n := e.dial()
 			n.hello(false)
 			n.auth("@node", "s3cret")
-			n.sendID(wire.OpForwardedSession, 3, ffs("gw", 1, release, wire.FlagReleaseOnClose))
-			n.expect(wire.OpForwardedSessionOK, 3)
+			n.SendID(wire.OpForwardedSession, 3, ffs("gw", 1, release, wire.FlagReleaseOnClose))
+			n.Expect(wire.OpForwardedSessionOK, 3)
 			n.subscribe("held", 10, false)
 			pub := e.dial()
 			pub.login()
@@ -100,7 +100,7 @@ func TestReleaseOnClose(t *testing.T) {
 					t.Fatalf("redelivered %q", d.Payload)
 				}
 			} else {
-				other.expectSilence(500 * time.Millisecond)
+				other.ExpectSilence(500 * time.Millisecond)
 			}
 		})
 	}

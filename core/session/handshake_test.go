@@ -32,25 +32,25 @@ func TestHandshakeFailures(t *testing.T) {
 	e := newEnv(t)
 
 	c := e.dial()
-	c.sendID(wire.OpPing, 9, nil)
-	c.expectError(wire.OpError, 9, wire.CodeBadRequest)
-	c.expectClosed(time.Second)
+	c.SendID(wire.OpPing, 9, nil)
+	c.ExpectError(wire.OpError, 9, wire.CodeBadRequest)
+	c.ExpectClosed(time.Second)
 
 	c = e.dial()
 	if _, err := c.nc.Write(append(wire.AppendFrameHeader(nil, wire.FrameHeader{BodyLen: 3, Version: 1, Op: wire.OpHello, RequestID: 1}), 'F', 'H', 'X')); err != nil {
 		t.Fatal(err)
 	}
-	eb := c.expectError(wire.OpError, 1, wire.CodeBadRequest)
+	eb := c.ExpectError(wire.OpError, 1, wire.CodeBadRequest)
 	// The decoder's error already names the op; the answer says it once.
 	if want := `malformed HELLO: field "magic": truncated at byte 0`; eb.Message != want {
 		t.Fatalf("malformed HELLO answered %q, want %q", eb.Message, want)
 	}
-	c.expectClosed(time.Second)
+	c.ExpectClosed(time.Second)
 
 	c = e.dial()
-	c.sendID(wire.OpHello, 1, &wire.Hello{ClientName: "x", ProtocolVersion: 2})
-	c.expectError(wire.OpHelloErr, 1, wire.CodeUnsupportedVersion)
-	c.expectClosed(time.Second)
+	c.SendID(wire.OpHello, 1, &wire.Hello{ClientName: "x", ProtocolVersion: 2})
+	c.ExpectError(wire.OpHelloErr, 1, wire.CodeUnsupportedVersion)
+	c.ExpectClosed(time.Second)
 }
 
 // docs/protocol.md#answers: a frame header announcing more than max_frame_bytes → ERROR
@@ -64,15 +64,15 @@ func TestFrameTooLarge(t *testing.T) {
 	if _, err := c.nc.Write(big); err != nil {
 		t.Fatal(err)
 	}
-	c.expectError(wire.OpError, 77, wire.CodeBadRequest)
-	c.expectClosed(time.Second)
+	c.ExpectError(wire.OpError, 77, wire.CodeBadRequest)
+	c.ExpectClosed(time.Second)
 
 	c = e.dial()
 	if _, err := c.nc.Write(big); err != nil {
 		t.Fatal(err)
 	}
-	c.expectError(wire.OpError, 77, wire.CodeBadRequest)
-	c.expectClosed(time.Second)
+	c.ExpectError(wire.OpError, 77, wire.CodeBadRequest)
+	c.ExpectClosed(time.Second)
 }
 
 // S-7, docs/protocol.md#answers: before authentication only AUTH, PING and PONG are
@@ -82,11 +82,11 @@ func TestAuthRequired(t *testing.T) {
 	e := newEnv(t)
 	c := e.dial()
 	c.hello(false)
-	c.sendID(wire.OpPing, 5, nil)
-	c.expect(wire.OpPong, 5)
+	c.SendID(wire.OpPing, 5, nil)
+	c.Expect(wire.OpPong, 5)
 	id := c.publish("orders", "x", true)
-	c.expectError(wire.OpError, id, wire.CodeUnauthorized)
-	c.expectClosed(time.Second)
+	c.ExpectError(wire.OpError, id, wire.CodeUnauthorized)
+	c.ExpectClosed(time.Second)
 }
 
 // S-8, docs/protocol.md#answers: wrong credentials → AUTH_ERR 401 and close.
@@ -94,9 +94,9 @@ func TestWrongPassword(t *testing.T) {
 	e := newEnv(t)
 	c := e.dial()
 	c.hello(false)
-	id := c.send(wire.OpAuth, &wire.Auth{Username: "alice", Password: "nope"})
-	c.expectError(wire.OpAuthErr, id, wire.CodeUnauthorized)
-	c.expectClosed(time.Second)
+	id := c.Send(wire.OpAuth, &wire.Auth{Username: "alice", Password: "nope"})
+	c.ExpectError(wire.OpAuthErr, id, wire.CodeUnauthorized)
+	c.ExpectClosed(time.Second)
 }
 
 // D-1 (S-9): AUTH repeated on an authenticated connection re-checks: the
@@ -106,9 +106,9 @@ func TestAuthRecheck(t *testing.T) {
 	c := e.dial()
 	c.login()
 	c.auth("alice", "secret")
-	id := c.send(wire.OpAuth, &wire.Auth{Username: "bob", Password: "secret"})
-	c.expectError(wire.OpAuthErr, id, wire.CodeUnauthorized)
-	c.expectClosed(time.Second)
+	id := c.Send(wire.OpAuth, &wire.Auth{Username: "bob", Password: "secret"})
+	c.ExpectError(wire.OpAuthErr, id, wire.CodeUnauthorized)
+	c.ExpectClosed(time.Second)
 }
 
 // S-12, docs/protocol.md#malformed: unknown opcodes, a second HELLO and server→client ops
@@ -118,18 +118,18 @@ func TestUnknownAndNodeOnlyOps(t *testing.T) {
 	e := newEnv(t)
 	c := e.dial()
 	c.login()
-	c.sendID(wire.Op(150), 10, nil)
-	c.expectError(wire.OpError, 10, wire.CodeBadRequest)
-	c.sendID(wire.OpHello, 11, &wire.Hello{ClientName: "again", ProtocolVersion: 1})
-	c.expectError(wire.OpError, 11, wire.CodeBadRequest)
-	c.sendID(wire.OpDeliver, 12, &wire.Deliver{Topic: "t"})
-	c.expectError(wire.OpError, 12, wire.CodeBadRequest)
-	c.sendID(wire.OpForwardedSession, 13, &wire.ForwardedSession{OriginNodeID: "gw", HopCount: 1})
-	c.expectError(wire.OpError, 13, wire.CodeForbidden)
-	c.sendID(wire.OpReplicationRead, 14, nil)
-	c.expectError(wire.OpError, 14, wire.CodeForbidden)
-	c.sendID(wire.OpPing, 15, nil)
-	c.expect(wire.OpPong, 15)
+	c.SendID(wire.Op(150), 10, nil)
+	c.ExpectError(wire.OpError, 10, wire.CodeBadRequest)
+	c.SendID(wire.OpHello, 11, &wire.Hello{ClientName: "again", ProtocolVersion: 1})
+	c.ExpectError(wire.OpError, 11, wire.CodeBadRequest)
+	c.SendID(wire.OpDeliver, 12, &wire.Deliver{Topic: "t"})
+	c.ExpectError(wire.OpError, 12, wire.CodeBadRequest)
+	c.SendID(wire.OpForwardedSession, 13, &wire.ForwardedSession{OriginNodeID: "gw", HopCount: 1})
+	c.ExpectError(wire.OpError, 13, wire.CodeForbidden)
+	c.SendID(wire.OpReplicationRead, 14, nil)
+	c.ExpectError(wire.OpError, 14, wire.CodeForbidden)
+	c.SendID(wire.OpPing, 15, nil)
+	c.Expect(wire.OpPong, 15)
 }
 
 // S-146, docs/protocol.md#owner-side: with inter-broker TLS on, @node needs
@@ -148,24 +148,24 @@ func TestNodeLoginNeedsPeerIdentity(t *testing.T) {
 	})
 	c := e.dial()
 	c.hello(false)
-	id := c.send(wire.OpAuth, &wire.Auth{Username: "@node", Password: "s3cret"})
-	eb := c.expectError(wire.OpAuthErr, id, wire.CodeUnauthorized)
+	id := c.Send(wire.OpAuth, &wire.Auth{Username: "@node", Password: "s3cret"})
+	eb := c.ExpectError(wire.OpAuthErr, id, wire.CodeUnauthorized)
 	if !strings.Contains(eb.Message, "inter-broker TLS") {
 		t.Fatalf("refusal should say why: %q", eb.Message)
 	}
-	c.expectClosed(time.Second)
+	c.ExpectClosed(time.Second)
 
 	u := e.dial()
 	u.login() // a user never needs a peer identity
-	u.sendID(wire.OpReplicationRead, 7, nil)
-	u.expectError(wire.OpError, 7, wire.CodeForbidden)
+	u.SendID(wire.OpReplicationRead, 7, nil)
+	u.ExpectError(wire.OpError, 7, wire.CodeForbidden)
 
 	verified.Store(true)
 	n := e.dial()
 	n.hello(false)
 	n.auth("@node", "s3cret")
-	n.sendID(wire.OpReplicationRead, 8, nil)
-	n.expectError(wire.OpError, 8, wire.CodeBadRequest) // past the 403: the op itself is not served yet
+	n.SendID(wire.OpReplicationRead, 8, nil)
+	n.ExpectError(wire.OpError, 8, wire.CodeBadRequest) // past the 403: the op itself is not served yet
 }
 
 // S-11, docs/protocol.md#heartbeats: the broker PINGs about one interval after the handshake
@@ -174,16 +174,16 @@ func TestHeartbeatAndIdleTimeout(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.Heartbeat = 100 * time.Millisecond })
 	c := e.dial()
 	c.login()
-	c.sendID(wire.OpPing, 3, nil) // ends the quiet window, like an SDK's first PING
-	c.expect(wire.OpPong, 3)
-	h, _ := c.read(time.Second)
+	c.SendID(wire.OpPing, 3, nil) // ends the quiet window, like an SDK's first PING
+	c.Expect(wire.OpPong, 3)
+	h, _ := c.Read(time.Second)
 	if h.Op != wire.OpPing {
 		t.Fatalf("expected a broker PING, got %s", h.Op)
 	}
 	// Say nothing more: the broker must close within ~3–4 intervals.
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		h, _, err := c.tryRead(time.Until(deadline))
+		h, _, err := c.TryRead(time.Until(deadline))
 		if err != nil {
 			break
 		}
@@ -203,7 +203,7 @@ func TestNoPingDuringQuietWindow(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.Heartbeat = 50 * time.Millisecond })
 	c := e.dial()
 	c.login()
-	c.expectClosed(2 * time.Second)
+	c.ExpectClosed(2 * time.Second)
 }
 
 // A client that keeps answering PINGs stays connected.
@@ -211,14 +211,14 @@ func TestHeartbeatKeepsAlive(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.Heartbeat = 50 * time.Millisecond })
 	c := e.dial()
 	c.login()
-	c.sendID(wire.OpPing, 3, nil)
-	c.expect(wire.OpPong, 3)
+	c.SendID(wire.OpPing, 3, nil)
+	c.Expect(wire.OpPong, 3)
 	for i := 0; i < 10; i++ {
-		h, _ := c.read(time.Second)
+		h, _ := c.Read(time.Second)
 		if h.Op != wire.OpPing {
 			t.Fatalf("got %s", h.Op)
 		}
-		c.sendID(wire.OpPong, h.RequestID, nil)
+		c.SendID(wire.OpPong, h.RequestID, nil)
 	}
 }
 
@@ -227,7 +227,7 @@ func TestHeartbeatKeepsAlive(t *testing.T) {
 func TestFirstFrameTimeout(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.FirstFrame = 100 * time.Millisecond })
 	c := e.dial()
-	c.expectClosed(2 * time.Second)
+	c.ExpectClosed(2 * time.Second)
 }
 
 // A reader whose client stops reading stops taking requests once its
@@ -244,7 +244,7 @@ func TestSlowReaderBackpressure(t *testing.T) {
 	}
 	go func() { _, _ = c.nc.Write(batch) }()
 	for i := 0; i < n; i++ {
-		h, _ := c.read(5 * time.Second)
+		h, _ := c.Read(5 * time.Second)
 		if h.Op != wire.OpPong || h.RequestID != uint64(1000+i) {
 			t.Fatalf("answer %d: %s id %d", i, h.Op, h.RequestID)
 		}
@@ -262,5 +262,5 @@ func TestHeaderVersionAndFlagsIgnored(t *testing.T) {
 	if _, err := c.nc.Write(f); err != nil {
 		t.Fatal(err)
 	}
-	c.expect(wire.OpPong, 42)
+	c.Expect(wire.OpPong, 42)
 }

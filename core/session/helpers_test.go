@@ -2,13 +2,10 @@ package session
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +15,7 @@ import (
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/wire"
+	"github.com/fibrilgo/fibril/core/wire/wiretest"
 )
 
 // fakeAuth accepts user/secret for "alice" and "bob", and "@node"/"s3cret"
@@ -161,124 +159,20 @@ func (e *env) restartBroker() {
 	e.start(owner)
 }
 
-// client is a strict raw Fibril client: every frame it reads is checked by
-// the test.
+// client is the strict raw client of core/wire/wiretest with this
+// package's conveniences; t and nc are the test and the connection, for
+// tests that write raw bytes or end the socket.
 type client struct {
-	t      *testing.T
-	nc     net.Conn
-	nextID uint64
-	ident  wire.ResumeIdentity
-	open   bool // the quiet window is over from this client's side (docs/protocol.md#quiet-window)
+	*wiretest.Client
+	t     *testing.T
+	nc    net.Conn
+	ident wire.ResumeIdentity
 }
 
 func (e *env) dial() *client {
 	e.t.Helper()
-	nc, err := net.Dial("tcp", e.ln.Addr().String())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { nc.Close() })
-	return &client{t: e.t, nc: nc, nextID: 1}
-}
-
-func (c *client) send(op wire.Op, body wire.Encoder) uint64 {
-	c.t.Helper()
-	id := c.nextID
-	c.nextID++
-	c.sendID(op, id, body)
-	return id
-}
-
-func (c *client) sendID(op wire.Op, id uint64, body wire.Encoder) {
-	c.t.Helper()
-	if op != wire.OpHello && op != wire.OpAuth && op != wire.OpReconcileClient {
-		c.open = true
-	}
-	if _, err := c.nc.Write(wire.AppendFrame(nil, op, id, body)); err != nil {
-		c.t.Fatalf("write %s: %v", op, err)
-	}
-}
-
-// read returns the next frame, failing the test after d.
-func (c *client) read(d time.Duration) (wire.FrameHeader, wire.Body) {
-	c.t.Helper()
-	h, b, err := c.tryRead(d)
-	if err != nil {
-		c.t.Fatalf("reading a frame: %v", err)
-	}
-	return h, b
-}
-
-func (c *client) tryRead(d time.Duration) (wire.FrameHeader, wire.Body, error) {
-	_ = c.nc.SetReadDeadline(time.Now().Add(d))
-	h, raw, err := wire.ReadFrame(c.nc, nil, 64<<20)
-	if err != nil {
-		return h, nil, err
-	}
-	if len(raw) == 0 {
-		return h, nil, nil
-	}
-	body, err := wire.DecodeBody(h.Op, raw)
-	if err != nil {
-		c.t.Fatalf("broker sent an undecodable %s: %v", h.Op, err)
-	}
-	return h, body, nil
-}
-
-// expect reads the next frame and requires op and request id. Once the
-// quiet window is over, broker PINGs may come first: they are answered
-// and skipped, as SDKs do. Before that any other frame fails the test.
-func (c *client) expect(op wire.Op, id uint64) wire.Body {
-	c.t.Helper()
-	h, b := c.read(5 * time.Second)
-	for h.Op == wire.OpPing && op != wire.OpPing && c.open {
-		c.sendID(wire.OpPong, h.RequestID, nil)
-		h, b = c.read(5 * time.Second)
-	}
-	if h.Op != op || h.RequestID != id {
-		c.t.Fatalf("got %s id %d (%+v), want %s id %d", h.Op, h.RequestID, b, op, id)
-	}
-	return b
-}
-
-// expectError reads an error-bodied frame with the given op, id and code.
-func (c *client) expectError(op wire.Op, id uint64, code uint16) *wire.ErrorBody {
-	c.t.Helper()
-	b := c.expect(op, id)
-	eb, ok := b.(*wire.ErrorBody)
-	if !ok || eb.Code != code {
-		c.t.Fatalf("%s id %d = %+v, want code %d", op, id, b, code)
-	}
-	return eb
-}
-
-// expectSilence requires that nothing arrives within d.
-func (c *client) expectSilence(d time.Duration) {
-	c.t.Helper()
-	h, b, err := c.tryRead(d)
-	if err == nil {
-		c.t.Fatalf("unexpected frame %s id %d: %+v", h.Op, h.RequestID, b)
-	}
-	var ne net.Error
-	if !errors.As(err, &ne) || !ne.Timeout() {
-		c.t.Fatalf("connection ended while expecting silence: %v", err)
-	}
-}
-
-// expectClosed requires the broker to close the connection within d.
-func (c *client) expectClosed(d time.Duration) {
-	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		h, _, err := c.tryRead(time.Until(deadline))
-		if err == nil {
-			c.t.Fatalf("expected close, got %s id %d", h.Op, h.RequestID)
-		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "reset") {
-			return
-		}
-		c.t.Fatalf("expected close, got %v", err)
-	}
+	wc := wiretest.Dial(e.t, e.ln.Addr().String())
+	return &client{Client: wc, t: e.t, nc: wc.Conn()}
 }
 
 // hello sends HELLO (with the stored identity when resume is set) and
@@ -289,8 +183,8 @@ func (c *client) hello(resume bool) *wire.HelloOK {
 	if resume {
 		h.Resume = wire.Some(c.ident)
 	}
-	id := c.send(wire.OpHello, h)
-	ok := c.expect(wire.OpHelloOK, id).(*wire.HelloOK)
+	id := c.Send(wire.OpHello, h)
+	ok := c.Expect(wire.OpHelloOK, id).(*wire.HelloOK)
 	if ok.Compliance != wire.Compliance || ok.ProtocolVersion != 1 {
 		c.t.Fatalf("HELLO_OK = %+v", ok)
 	}
@@ -300,8 +194,8 @@ func (c *client) hello(resume bool) *wire.HelloOK {
 
 func (c *client) auth(user, pw string) {
 	c.t.Helper()
-	id := c.send(wire.OpAuth, &wire.Auth{Username: user, Password: pw})
-	c.expect(wire.OpAuthOK, id)
+	id := c.Send(wire.OpAuth, &wire.Auth{Username: user, Password: pw})
+	c.Expect(wire.OpAuthOK, id)
 }
 
 // login is HELLO + AUTH as alice.
@@ -314,25 +208,25 @@ func (c *client) login() *wire.HelloOK {
 
 func (c *client) publish(topic string, payload string, confirm bool) uint64 {
 	c.t.Helper()
-	return c.send(wire.OpPublish, &wire.Publish{Topic: topic, RequireConfirm: confirm, Payload: []byte(payload)})
+	return c.Send(wire.OpPublish, &wire.Publish{Topic: topic, RequireConfirm: confirm, Payload: []byte(payload)})
 }
 
 func (c *client) subscribe(topic string, prefetch uint32, autoAck bool) *wire.SubscribeOK {
 	c.t.Helper()
-	id := c.send(wire.OpSubscribe, &wire.Subscribe{Topic: topic, Prefetch: prefetch, AutoAck: autoAck})
-	return c.expect(wire.OpSubscribeOK, id).(*wire.SubscribeOK)
+	id := c.Send(wire.OpSubscribe, &wire.Subscribe{Topic: topic, Prefetch: prefetch, AutoAck: autoAck})
+	return c.Expect(wire.OpSubscribeOK, id).(*wire.SubscribeOK)
 }
 
 // nextDeliver reads frames until a DELIVER arrives, answering broker PINGs.
 func (c *client) nextDeliver() (wire.FrameHeader, *wire.Deliver) {
 	c.t.Helper()
 	for {
-		h, b := c.read(5 * time.Second)
+		h, b := c.Read(5 * time.Second)
 		switch h.Op {
 		case wire.OpDeliver:
 			return h, b.(*wire.Deliver)
 		case wire.OpPing:
-			c.sendID(wire.OpPong, h.RequestID, nil)
+			c.SendID(wire.OpPong, h.RequestID, nil)
 		default:
 			c.t.Fatalf("expected DELIVER, got %s id %d: %+v", h.Op, h.RequestID, b)
 		}
@@ -340,7 +234,7 @@ func (c *client) nextDeliver() (wire.FrameHeader, *wire.Deliver) {
 }
 
 func (c *client) ack(d *wire.Deliver) {
-	c.sendID(wire.OpAck, d.DeliveryTag, &wire.Ack{Topic: d.Topic, Group: d.Group, Partition: d.Partition, Tags: []uint64{d.DeliveryTag}})
+	c.SendID(wire.OpAck, d.DeliveryTag, &wire.Ack{Topic: d.Topic, Group: d.Group, Partition: d.Partition, Tags: []uint64{d.DeliveryTag}})
 }
 
 // rawBody is a body sent as given (malformed ones included).

@@ -18,7 +18,7 @@ func TestReconcileVerdicts(t *testing.T) {
 	c.subscribe("d", 4, false) // the client will not list it
 	g := wire.Some("g1")
 
-	id := c.send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileConservative, Subscriptions: []wire.ReconcileSub{
+	id := c.Send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileConservative, Subscriptions: []wire.ReconcileSub{
 		{SubID: kept.SubID, Topic: "a", Prefetch: 4},
 		{SubID: rekeyed.SubID + 100, Topic: "b", Prefetch: 4},
 		{SubID: mismatch.SubID, Topic: "c", Prefetch: 5},
@@ -26,7 +26,7 @@ func TestReconcileVerdicts(t *testing.T) {
 		{SubID: 901, Topic: "f", Prefetch: 1, AutoAck: true},          // auto-ack → server_missing
 		{SubID: 902, Topic: "a", Group: g, Partition: 0, Prefetch: 1}, // grouped: sorts after ungrouped
 	}})
-	res := c.expect(wire.OpReconcileResult, id).(*wire.ReconcileResult)
+	res := c.Expect(wire.OpReconcileResult, id).(*wire.ReconcileResult)
 	type want struct {
 		topic  string
 		group  bool
@@ -73,13 +73,13 @@ func TestReconcileRestore(t *testing.T) {
 	e := newEnv(t)
 	c := e.dial()
 	c.login()
-	c.expect(wire.OpPublishOK, c.publish("jobs", "x", true))
-	c.expect(wire.OpDeclarePlexusOK, c.send(wire.OpDeclarePlexus, &wire.DeclarePlexus{Topic: "s", Durability: wire.DurabilityDurable}))
-	id := c.send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileRestore, Subscriptions: []wire.ReconcileSub{
+	c.Expect(wire.OpPublishOK, c.publish("jobs", "x", true))
+	c.Expect(wire.OpDeclarePlexusOK, c.Send(wire.OpDeclarePlexus, &wire.DeclarePlexus{Topic: "s", Durability: wire.DurabilityDurable}))
+	id := c.Send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileRestore, Subscriptions: []wire.ReconcileSub{
 		{SubID: 7, Topic: "jobs", Prefetch: 2},
 		{SubID: 8, Topic: "s", Prefetch: 2}, // a stream topic: cannot be a queue subscription
 	}})
-	res := c.expect(wire.OpReconcileResult, id).(*wire.ReconcileResult)
+	res := c.Expect(wire.OpReconcileResult, id).(*wire.ReconcileResult)
 	if len(res.Entries) != 2 {
 		t.Fatalf("%+v", res)
 	}

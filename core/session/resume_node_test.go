@@ -54,12 +54,12 @@ func nodeSessionEnv(t *testing.T) (*env, *peerCerts, wire.ResumeIdentity, *wire.
 	certs.present(g, "node-b")
 	g.hello(false)
 	g.auth("@node", "s3cret")
-	g.sendID(wire.OpForwardedSession, 50, ffs("node-b", 1, true, 0))
-	g.expect(wire.OpForwardedSessionOK, 50)
+	g.SendID(wire.OpForwardedSession, 50, ffs("node-b", 1, true, 0))
+	g.Expect(wire.OpForwardedSessionOK, 50)
 	g.subscribe("held", 10, false)
 	pub := e.dial()
 	pub.login()
-	pub.expect(wire.OpPublishOK, pub.publish("held", "m1", true))
+	pub.Expect(wire.OpPublishOK, pub.publish("held", "m1", true))
 	_, d := g.nextDeliver()
 	if err := g.nc.(*net.TCPConn).SetLinger(0); err != nil { // an abort (RST), not an orderly close
 		t.Fatal(err)
@@ -97,22 +97,22 @@ func TestResumedNodeSessionNeedsProofBeforeAnyOp(t *testing.T) {
 	}{
 		{"PUBLISH", func(c *client) uint64 { return c.publish("held", "forged", true) }},
 		{"ACK", func(c *client) uint64 { c.ack(held); return held.DeliveryTag }},
-		{"FORWARDED_SESSION", func(c *client) uint64 { return c.send(wire.OpForwardedSession, ffs("node-c", 1, true, 0)) }},
+		{"FORWARDED_SESSION", func(c *client) uint64 { return c.Send(wire.OpForwardedSession, ffs("node-c", 1, true, 0)) }},
 		{"RECONCILE_CLIENT", func(c *client) uint64 {
-			return c.send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileRestore})
+			return c.Send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileRestore})
 		}},
 	}
 	for _, op := range ops {
 		t.Run(op.name, func(t *testing.T) {
 			c := resumeAs(t, e, certs, ident, "")
-			c.sendID(wire.OpPing, 900, nil) // answered in every state; ends the quiet window
-			c.expect(wire.OpPong, 900)
+			c.SendID(wire.OpPing, 900, nil) // answered in every state; ends the quiet window
+			c.Expect(wire.OpPong, 900)
 			id := op.send(c)
-			eb := c.expectError(wire.OpError, id, wire.CodeUnauthorized)
+			eb := c.ExpectError(wire.OpError, id, wire.CodeUnauthorized)
 			if !strings.Contains(eb.Message, "@node") {
 				t.Fatalf("the 401 should say what to send: %q", eb.Message)
 			}
-			c.expectClosed(time.Second)
+			c.ExpectClosed(time.Second)
 		})
 	}
 
@@ -123,7 +123,7 @@ func TestResumedNodeSessionNeedsProofBeforeAnyOp(t *testing.T) {
 	n.ack(held)
 	pub := e.dial()
 	pub.login()
-	pub.expect(wire.OpPublishOK, pub.publish("held", "m2", true))
+	pub.Expect(wire.OpPublishOK, pub.publish("held", "m2", true))
 	if _, d := n.nextDeliver(); string(d.Payload) != "m2" {
 		t.Fatalf("delivered %q after the resume, want m2 (m1 was acknowledged)", d.Payload)
 	}
@@ -149,24 +149,24 @@ func TestResumedNodeSessionReproof(t *testing.T) {
 	for _, r := range refusals {
 		t.Run(r.name, func(t *testing.T) {
 			c := resumeAs(t, e, certs, ident, r.node)
-			id := c.send(wire.OpAuth, &wire.Auth{Username: r.user, Password: r.pw})
-			eb := c.expectError(wire.OpAuthErr, id, wire.CodeUnauthorized)
+			id := c.Send(wire.OpAuth, &wire.Auth{Username: r.user, Password: r.pw})
+			eb := c.ExpectError(wire.OpAuthErr, id, wire.CodeUnauthorized)
 			if !strings.Contains(eb.Message, r.why) {
 				t.Fatalf("refusal %q does not mention %q", eb.Message, r.why)
 			}
-			c.expectClosed(time.Second)
+			c.ExpectClosed(time.Second)
 		})
 	}
 
 	n := resumeAs(t, e, certs, ident, "node-b")
 	n.auth("@node", "s3cret")
 	n.auth("@node", "s3cret") // a re-check on the proven connection
-	n.sendID(wire.OpForwardedSession, 60, ffs("node-c", 1, true, 0))
-	n.expectError(wire.OpError, 60, wire.CodeForbidden)
-	n.sendID(wire.OpForwardedSession, 61, ffs("node-b", 1, true, 0))
-	n.expect(wire.OpForwardedSessionOK, 61)
-	n.sendID(wire.OpForwardedSession, 62, ffs("node-b", 1, true, 0))
-	n.expectError(wire.OpError, 62, wire.CodeBadRequest) // once per connection, as ever
+	n.SendID(wire.OpForwardedSession, 60, ffs("node-c", 1, true, 0))
+	n.ExpectError(wire.OpError, 60, wire.CodeForbidden)
+	n.SendID(wire.OpForwardedSession, 61, ffs("node-b", 1, true, 0))
+	n.Expect(wire.OpForwardedSessionOK, 61)
+	n.SendID(wire.OpForwardedSession, 62, ffs("node-b", 1, true, 0))
+	n.ExpectError(wire.OpError, 62, wire.CodeBadRequest) // once per connection, as ever
 	n.ack(held)
 	infos := e.srv.Connections()
 	var found bool

@@ -19,13 +19,13 @@ func TestPublishConfirm(t *testing.T) {
 	c.login()
 	for i := 0; i < 3; i++ {
 		id := c.publish("orders", "m", true)
-		ok := c.expect(wire.OpPublishOK, id).(*wire.PublishOK)
+		ok := c.Expect(wire.OpPublishOK, id).(*wire.PublishOK)
 		if ok.Offset != uint64(i) {
 			t.Fatalf("offset %d, want %d", ok.Offset, i)
 		}
 	}
 	c.publish("orders", "quiet", false)
-	c.expectSilence(200 * time.Millisecond)
+	c.ExpectSilence(200 * time.Millisecond)
 }
 
 // docs/protocol.md#answers: a malformed confirmed publish → ERROR 400 (open); a malformed
@@ -37,21 +37,21 @@ func TestPublishErrors(t *testing.T) {
 	c.login()
 	body := (&wire.Publish{Topic: "t", RequireConfirm: true, Payload: []byte("x")}).AppendTo(nil)
 	c.nc.Write(append(wire.AppendFrameHeader(nil, wire.FrameHeader{BodyLen: uint32(len(body) + 1), Version: 1, Op: wire.OpPublish, RequestID: 50}), append(body, 0xff)...))
-	c.expectError(wire.OpError, 50, wire.CodeBadRequest)
+	c.ExpectError(wire.OpError, 50, wire.CodeBadRequest)
 
 	body = (&wire.Publish{Topic: "t", RequireConfirm: false, Payload: []byte("x")}).AppendTo(nil)
 	c.nc.Write(append(wire.AppendFrameHeader(nil, wire.FrameHeader{BodyLen: uint32(len(body) + 1), Version: 1, Op: wire.OpPublish, RequestID: 51}), append(body, 0xff)...))
-	c.sendID(wire.OpPublish, 52, &wire.Publish{Topic: "t", Headers: wire.Headers{{Key: "fibril.x", Value: "1"}}}) // reserved header, unconfirmed
-	c.sendID(wire.OpAck, 53, &wire.Ack{Topic: "nope", Tags: []uint64{99}})
-	c.sendID(wire.OpNack, 54, &wire.Nack{Topic: "t", Tags: []uint64{1}, NotBefore: wire.Some(uint64(5))})
-	c.expectSilence(200 * time.Millisecond)
+	c.SendID(wire.OpPublish, 52, &wire.Publish{Topic: "t", Headers: wire.Headers{{Key: "fibril.x", Value: "1"}}}) // reserved header, unconfirmed
+	c.SendID(wire.OpAck, 53, &wire.Ack{Topic: "nope", Tags: []uint64{99}})
+	c.SendID(wire.OpNack, 54, &wire.Nack{Topic: "t", Tags: []uint64{1}, NotBefore: wire.Some(uint64(5))})
+	c.ExpectSilence(200 * time.Millisecond)
 
-	id := c.send(wire.OpPublish, &wire.Publish{Topic: "t", RequireConfirm: true, Headers: wire.Headers{{Key: "stroma.x", Value: "1"}}})
-	c.expectError(wire.OpError, id, wire.CodeBadRequest) // S-33
-	id = c.send(wire.OpPublish, &wire.Publish{Topic: "t", RequireConfirm: true, Payload: make([]byte, 1<<20+1)})
-	c.expectError(wire.OpError, id, wire.CodePayloadTooLarge)
-	c.sendID(wire.OpPing, 60, nil)
-	c.expect(wire.OpPong, 60)
+	id := c.Send(wire.OpPublish, &wire.Publish{Topic: "t", RequireConfirm: true, Headers: wire.Headers{{Key: "stroma.x", Value: "1"}}})
+	c.ExpectError(wire.OpError, id, wire.CodeBadRequest) // S-33
+	id = c.Send(wire.OpPublish, &wire.Publish{Topic: "t", RequireConfirm: true, Payload: make([]byte, 1<<20+1)})
+	c.ExpectError(wire.OpError, id, wire.CodePayloadTooLarge)
+	c.SendID(wire.OpPing, 60, nil)
+	c.Expect(wire.OpPong, 60)
 }
 
 // S-43, docs/protocol.md#answers last sentence: SUBSCRIBE_OK is written before the first
@@ -63,7 +63,7 @@ func TestSubscribeOKBeforeDeliver(t *testing.T) {
 	c := e.dial()
 	c.login()
 	for i := 0; i < 5; i++ {
-		c.expect(wire.OpPublishOK, c.publish("jobs", "p", true))
+		c.Expect(wire.OpPublishOK, c.publish("jobs", "p", true))
 	}
 	ok := c.subscribe("jobs", 2, false)
 	if ok.SubID == 0 || ok.SubID >= maxSubID || ok.Prefetch != 2 {
@@ -74,7 +74,7 @@ func TestSubscribeOKBeforeDeliver(t *testing.T) {
 	if d1.SubID != ok.SubID || d1.Offset != 0 || d2.Offset != 1 || string(d1.Payload) != "p" {
 		t.Fatalf("deliveries %+v %+v", d1, d2)
 	}
-	c.expectSilence(150 * time.Millisecond) // prefetch 2 reached
+	c.ExpectSilence(150 * time.Millisecond) // prefetch 2 reached
 	c.ack(d1)
 	_, d3 := c.nextDeliver()
 	if d3.Offset != 2 {
@@ -89,24 +89,24 @@ func TestSubscribeConflicts(t *testing.T) {
 	c := e.dial()
 	c.login()
 	c.subscribe("jobs", 1, false)
-	id := c.send(wire.OpSubscribe, &wire.Subscribe{Topic: "jobs", Prefetch: 1})
-	c.expectError(wire.OpError, id, wire.CodeConflict)
+	id := c.Send(wire.OpSubscribe, &wire.Subscribe{Topic: "jobs", Prefetch: 1})
+	c.ExpectError(wire.OpError, id, wire.CodeConflict)
 
-	id = c.send(wire.OpDeclarePlexus, &wire.DeclarePlexus{Topic: "events", PartitionCount: wire.Some(uint32(2)), Durability: wire.DurabilityDurable})
-	if ok := c.expect(wire.OpDeclarePlexusOK, id).(*wire.DeclarePlexusOK); ok.PartitionCount != 2 {
+	id = c.Send(wire.OpDeclarePlexus, &wire.DeclarePlexus{Topic: "events", PartitionCount: wire.Some(uint32(2)), Durability: wire.DurabilityDurable})
+	if ok := c.Expect(wire.OpDeclarePlexusOK, id).(*wire.DeclarePlexusOK); ok.PartitionCount != 2 {
 		t.Fatalf("DECLARE_PLEXUS_OK = %+v", ok)
 	}
-	id = c.send(wire.OpSubscribe, &wire.Subscribe{Topic: "events", Prefetch: 1})
-	c.expectError(wire.OpError, id, wire.CodeBadRequest)
-	id = c.send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "events"})
-	c.expectError(wire.OpError, id, wire.CodeBadRequest) // not supported yet
-	id = c.send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "nothing"})
-	c.expectError(wire.OpError, id, wire.CodeNotFound) // S-72
+	id = c.Send(wire.OpSubscribe, &wire.Subscribe{Topic: "events", Prefetch: 1})
+	c.ExpectError(wire.OpError, id, wire.CodeBadRequest)
+	id = c.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "events"})
+	c.ExpectError(wire.OpError, id, wire.CodeBadRequest) // not supported yet
+	id = c.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "nothing"})
+	c.ExpectError(wire.OpError, id, wire.CodeNotFound) // S-72
 	id = c.publish("events", "x", true)
-	c.expectError(wire.OpError, id, wire.CodeBadRequest) // stream publish: not supported yet
+	c.ExpectError(wire.OpError, id, wire.CodeBadRequest) // stream publish: not supported yet
 	c.publish("events", "x", false)                      // unconfirmed: nothing
-	c.sendID(wire.OpPing, 99, nil)
-	c.expect(wire.OpPong, 99)
+	c.SendID(wire.OpPing, 99, nil)
+	c.Expect(wire.OpPong, 99)
 }
 
 // S-113: a standalone TOPOLOGY answer has generation 0, no queue entries
@@ -115,19 +115,19 @@ func TestStandaloneTopology(t *testing.T) {
 	e := newEnv(t)
 	c := e.dial()
 	c.login()
-	c.expect(wire.OpDeclareQueueOK, c.send(wire.OpDeclareQueue, &wire.DeclareQueue{Topic: "q", PartitionCount: wire.Some(uint32(3))}))
-	c.expect(wire.OpDeclarePlexusOK, c.send(wire.OpDeclarePlexus, &wire.DeclarePlexus{Topic: "s", PartitionCount: wire.Some(uint32(2)), Durability: wire.DurabilityDurable}))
-	topo := c.expect(wire.OpTopologyOK, c.send(wire.OpTopology, &wire.TopologyRequest{})).(*wire.TopologyOK)
+	c.Expect(wire.OpDeclareQueueOK, c.Send(wire.OpDeclareQueue, &wire.DeclareQueue{Topic: "q", PartitionCount: wire.Some(uint32(3))}))
+	c.Expect(wire.OpDeclarePlexusOK, c.Send(wire.OpDeclarePlexus, &wire.DeclarePlexus{Topic: "s", PartitionCount: wire.Some(uint32(2)), Durability: wire.DurabilityDurable}))
+	topo := c.Expect(wire.OpTopologyOK, c.Send(wire.OpTopology, &wire.TopologyRequest{})).(*wire.TopologyOK)
 	if topo.Generation != 0 || len(topo.Queues) != 0 || len(topo.Streams) != 2 ||
 		topo.Streams[1].Partition != 1 || topo.Streams[1].PartitionCount != 2 || len(topo.Streams[0].Owners) != 0 {
 		t.Fatalf("TOPOLOGY_OK = %+v", topo)
 	}
-	topo = c.expect(wire.OpTopologyOK, c.send(wire.OpTopology, &wire.TopologyRequest{Topic: wire.Some("q")})).(*wire.TopologyOK)
+	topo = c.Expect(wire.OpTopologyOK, c.Send(wire.OpTopology, &wire.TopologyRequest{Topic: wire.Some("q")})).(*wire.TopologyOK)
 	if len(topo.Streams) != 0 || len(topo.Queues) != 0 {
 		t.Fatalf("filtered TOPOLOGY_OK = %+v", topo)
 	}
-	c.sendID(wire.OpTopologyUpdateAck, 7, &wire.TopologyUpdateAck{Generation: 3})
-	c.expectSilence(100 * time.Millisecond)
+	c.SendID(wire.OpTopologyUpdateAck, 7, &wire.TopologyUpdateAck{Generation: 3})
+	c.ExpectSilence(100 * time.Millisecond)
 }
 
 // S-101, S-102, S-62: a socket cut within the grace resumes the session:
@@ -137,8 +137,8 @@ func TestResumeKeepsLeases(t *testing.T) {
 	e := newEnv(t)
 	c := e.dial()
 	c.login()
-	c.expect(wire.OpPublishOK, c.publish("jobs", "a", true))
-	c.expect(wire.OpPublishOK, c.publish("jobs", "b", true))
+	c.Expect(wire.OpPublishOK, c.publish("jobs", "a", true))
+	c.Expect(wire.OpPublishOK, c.publish("jobs", "b", true))
 	sub := c.subscribe("jobs", 1, false)
 	_, d := c.nextDeliver()
 	c.nc.Close() // network blip
@@ -151,10 +151,10 @@ func TestResumeKeepsLeases(t *testing.T) {
 	}
 	c2.auth("alice", "secret") // D-1: a re-check, answered AUTH_OK
 	// Quiet window: nothing until the reconcile answer (docs/protocol.md#quiet-window).
-	c2.expectSilence(150 * time.Millisecond)
-	id := c2.send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileRestore,
+	c2.ExpectSilence(150 * time.Millisecond)
+	id := c2.Send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileRestore,
 		Subscriptions: []wire.ReconcileSub{{SubID: sub.SubID, Topic: "jobs", Prefetch: 1}}})
-	res := c2.expect(wire.OpReconcileResult, id).(*wire.ReconcileResult)
+	res := c2.Expect(wire.OpReconcileResult, id).(*wire.ReconcileResult)
 	if len(res.Entries) != 1 || res.Entries[0].Code != wire.ReasonMatched {
 		t.Fatalf("reconcile %+v", res)
 	}
@@ -173,7 +173,7 @@ func TestGraceExpiry(t *testing.T) {
 	e.grace.Store(100)
 	c := e.dial()
 	c.login()
-	c.expect(wire.OpPublishOK, c.publish("jobs", "a", true))
+	c.Expect(wire.OpPublishOK, c.publish("jobs", "a", true))
 	c.subscribe("jobs", 1, false)
 	c.nextDeliver()
 	c.nc.Close()
@@ -225,19 +225,19 @@ func TestSupersededConnection(t *testing.T) {
 		t.Fatalf("%+v", ok)
 	}
 	c2.auth("alice", "secret")
-	c2.sendID(wire.OpPing, 500, nil) // ends the quiet window
-	c2.expect(wire.OpPong, 500)
+	c2.SendID(wire.OpPing, 500, nil) // ends the quiet window
+	c2.Expect(wire.OpPong, 500)
 
 	p := e.dial()
 	p.login()
-	p.expect(wire.OpPublishOK, p.publish("jobs", "x", true))
+	p.Expect(wire.OpPublishOK, p.publish("jobs", "x", true))
 	_, d := c2.nextDeliver()
 	if string(d.Payload) != "x" {
 		t.Fatalf("delivery %+v", d)
 	}
 	c.nc.Close() // the superseded socket ends
 	time.Sleep(50 * time.Millisecond)
-	p.expect(wire.OpPublishOK, p.publish("jobs", "y", true))
+	p.Expect(wire.OpPublishOK, p.publish("jobs", "y", true))
 	_, d = c2.nextDeliver()
 	if string(d.Payload) != "y" {
 		t.Fatalf("after the old socket closed: %+v", d)
@@ -252,7 +252,7 @@ func TestResumeAfterRestart(t *testing.T) {
 	e := newEnv(t)
 	c := e.dial()
 	c.login()
-	c.expect(wire.OpPublishOK, c.publish("jobs", "a", true))
+	c.Expect(wire.OpPublishOK, c.publish("jobs", "a", true))
 	sub := c.subscribe("jobs", 1, false)
 	_, d := c.nextDeliver()
 	e.restartBroker()
@@ -263,17 +263,17 @@ func TestResumeAfterRestart(t *testing.T) {
 	if ok.ResumeOutcome != wire.ResumeResumedAfterRestart || ok.ClientID != c.ident.ClientID || ok.ResumeToken != c.ident.ResumeToken {
 		t.Fatalf("after restart: %+v", ok)
 	}
-	id := c2.send(wire.OpReconcileClient, &wire.ReconcileClient{})
-	c2.expectError(wire.OpError, id, wire.CodeUnauthorized) // unauthenticated
-	c2.expectClosed(time.Second)
+	id := c2.Send(wire.OpReconcileClient, &wire.ReconcileClient{})
+	c2.ExpectError(wire.OpError, id, wire.CodeUnauthorized) // unauthenticated
+	c2.ExpectClosed(time.Second)
 
 	c3 := e.dial()
 	c3.ident = c.ident
 	c3.hello(true) // resumes the empty session registered under the old ids
 	c3.auth("alice", "secret")
-	id = c3.send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileRestore,
+	id = c3.Send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileRestore,
 		Subscriptions: []wire.ReconcileSub{{SubID: sub.SubID, Topic: "jobs", Prefetch: 1}}})
-	res := c3.expect(wire.OpReconcileResult, id).(*wire.ReconcileResult)
+	res := c3.Expect(wire.OpReconcileResult, id).(*wire.ReconcileResult)
 	if res.Entries[0].Code != wire.ReasonServerRestored {
 		t.Fatalf("reconcile %+v", res)
 	}
@@ -309,12 +309,12 @@ func TestAutoAckSlowClientBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := p.publish("bulk", "last", true)
-	p.expect(wire.OpPublishOK, id)
+	p.Expect(wire.OpPublishOK, id)
 
 	c := e.dial()
 	c.login()
 	// Subscribe without reading anything else.
-	sid := c.send(wire.OpSubscribe, &wire.Subscribe{Topic: "bulk", Prefetch: 1, AutoAck: true})
+	sid := c.Send(wire.OpSubscribe, &wire.Subscribe{Topic: "bulk", Prefetch: 1, AutoAck: true})
 	var sess *Session
 	testkit.Eventually(t, time.Second, "the session", func() bool {
 		for _, s := range e.srv.sessions.all() {
@@ -338,7 +338,7 @@ func TestAutoAckSlowClientBounded(t *testing.T) {
 	if d := e.qm.Stats().Delivered; d >= n {
 		t.Fatalf("the engine handed out all %d messages to a client that reads nothing", d)
 	}
-	c.expect(wire.OpSubscribeOK, sid)
+	c.Expect(wire.OpSubscribeOK, sid)
 	for i := 0; i <= n; i++ {
 		c.nextDeliver()
 	}
@@ -356,7 +356,7 @@ func TestConfirmWrittenByReader(t *testing.T) {
 	e.start(e.opts.OwnerID)
 	c := e.dial()
 	c.login()
-	c.expect(wire.OpPublishOK, c.publish("rtt", "warm", true)) // creates the queue
+	c.Expect(wire.OpPublishOK, c.publish("rtt", "warm", true)) // creates the queue
 	byReader := func() int {
 		n := 0
 		for _, st := range e.writes.all() {
@@ -368,7 +368,7 @@ func TestConfirmWrittenByReader(t *testing.T) {
 	}
 	before := byReader()
 	for i := range 5 {
-		c.expect(wire.OpPublishOK, c.publish("rtt", fmt.Sprint(i), true))
+		c.Expect(wire.OpPublishOK, c.publish("rtt", fmt.Sprint(i), true))
 	}
 	if got := byReader() - before; got < 4 {
 		t.Fatalf("%d of 5 one-at-a-time confirms written by the reader, want at least 4", got)
@@ -388,7 +388,7 @@ func TestConfirmWrittenByReader(t *testing.T) {
 	id := c.publish("rtt", "last", true)
 	gotOK, gotDeliver := false, false
 	for !gotOK || !gotDeliver {
-		h, b := c.read(5 * time.Second)
+		h, b := c.Read(5 * time.Second)
 		switch {
 		case h.Op == wire.OpPublishOK && h.RequestID == id:
 			gotOK = true
@@ -396,7 +396,7 @@ func TestConfirmWrittenByReader(t *testing.T) {
 			gotDeliver = true
 			c.ack(b.(*wire.Deliver))
 		case h.Op == wire.OpPing:
-			c.sendID(wire.OpPong, h.RequestID, nil)
+			c.SendID(wire.OpPong, h.RequestID, nil)
 		default:
 			t.Fatalf("unexpected %s id %d", h.Op, h.RequestID)
 		}
@@ -417,7 +417,7 @@ func TestIdleConnectionHoldsNoWriteBuffer(t *testing.T) {
 		c.publish("orders", "m", true)
 	}
 	for range 20 {
-		if h, _ := c.read(5 * time.Second); h.Op != wire.OpPublishOK {
+		if h, _ := c.Read(5 * time.Second); h.Op != wire.OpPublishOK {
 			t.Fatalf("got %s, want PUBLISH_OK", h.Op)
 		}
 	}
