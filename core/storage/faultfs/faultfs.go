@@ -326,6 +326,39 @@ func (f *FS) Crash(rng *rand.Rand) *FS {
 	return nf
 }
 
+// CrashSyncing returns the filesystem as found after a power loss that came
+// right after the files for which synced reports true (by path) were
+// fsynced: those keep their current content, every other file exactly its
+// durable content (nothing written since its last Sync survives). Directory
+// entries are the durable ones, as with Crash. It retires f. Tests use it to
+// build one precise crash state, such as a journal entry that reached the
+// disk while the record it names did not.
+func (f *FS) CrashSyncing(synced func(path string) bool) *FS {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.crashed = true
+	nf := New()
+	copies := map[*inode]*inode{}
+	for p, d := range f.dirs {
+		nd := &dir{cur: map[string]*inode{}, durable: map[string]*inode{}}
+		for n, ino := range d.durable {
+			c := copies[ino]
+			if c == nil {
+				b := ino.durable
+				if synced(filepath.Join(p, n)) {
+					b = ino.data
+				}
+				b = append([]byte(nil), b...)
+				c = &inode{data: b, durable: append([]byte(nil), b...), dirtyFrom: len(b)}
+				copies[ino] = c
+			}
+			nd.cur[n], nd.durable[n] = c, c
+		}
+		nf.dirs[p] = nd
+	}
+	return nf
+}
+
 // crashContent picks what a file holds after a power loss.
 func crashContent(ino *inode, rng *rand.Rand) []byte {
 	d := min(ino.dirtyFrom, len(ino.durable), len(ino.data))
