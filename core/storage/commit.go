@@ -521,6 +521,11 @@ func (p *Partition) commitOnce(jsync, inline bool) bool {
 			err = p.fail(serr)
 		}
 	}
+	if err == nil && closing {
+		if serr := p.settleSlots(); serr != nil {
+			err = p.fail(serr)
+		}
+	}
 	// Whatever is still dirty (written without an fsync in this commit, or
 	// journal writes racing with it) gets its interval fsync scheduled. A
 	// journal write after the dirty check arms the timer itself
@@ -706,17 +711,53 @@ func (p *Partition) trimReserve(s *segment) error {
 
 // syncLog fsyncs the active segment (written since its last fsync) and
 // keeps the recent fsync time for gather.
+//
+// Before the fsync it rewrites the header's durable slot (record.go) with
+// the size the previous fsync made durable, when the slot lags: the same
+// fsync carries it, so recording the durable size costs one small write
+// per commit and no fsync of its own. The slot never claims bytes this
+// fsync is still making durable — a power loss during it may keep the new
+// slot and lose some of those bytes — so it trails by one commit; recovery
+// relies only on what it claims (README.md#recovery).
 func (p *Partition) syncLog() error {
-	start := time.Now()
-	if err := syncFile(p.act.f); err != nil {
-		return fmt.Errorf("fsync %s: %w", p.act.path, err)
+	act := p.act
+	if act.dslotOK && act.dslot != act.durSize {
+		if err := writeDurable(act.f, segMagic, act.base, act.durSize); err != nil {
+			return fmt.Errorf("write %s: %w", act.path, err)
+		}
+		act.dslot = act.durSize
 	}
+	size := act.size // only the writer role changes it
+	start := time.Now()
+	if err := syncFile(act.f); err != nil {
+		return fmt.Errorf("fsync %s: %w", act.path, err)
+	}
+	act.durSize = size
 	p.logDirty = false
 	d := time.Since(start)
 	p.mu.Lock()
 	p.syncDur = (3*p.syncDur + d) / 4
 	p.mu.Unlock()
 	return nil
+}
+
+// settleSlots runs at Close, after the last fsyncs: the durable slots of
+// the active segment and the journal, which trail by one fsync, catch up
+// with one more fsync each (only when they lag). After a clean shutdown
+// recovery then knows every byte was durable, and judges damage anywhere
+// as corruption. Writer role.
+func (p *Partition) settleSlots() error {
+	act := p.act
+	if act.dslotOK && act.dslot != act.durSize && !p.logDirty {
+		if err := writeDurable(act.f, segMagic, act.base, act.durSize); err != nil {
+			return fmt.Errorf("write %s: %w", act.path, err)
+		}
+		if err := syncFile(act.f); err != nil {
+			return fmt.Errorf("fsync %s: %w", act.path, err)
+		}
+		act.dslot = act.durSize
+	}
+	return p.j.settleSlot()
 }
 
 // fail moves the partition into the fail-stop state and returns the error
