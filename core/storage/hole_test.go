@@ -15,7 +15,7 @@ import (
 // disk keeps no order among pages it was not asked to flush). Damage that
 // starts at or after the last durable size is a torn tail — recovery cuts
 // the log there and loses nothing confirmed — not corruption
-// (README.md#recovery).
+// (core/storage/README.md#recovery).
 func TestHoleInUnsyncedLogTailIsATornTail(t *testing.T) {
 	for _, policy := range []storage.FsyncPolicy{storage.FsyncAlways, storage.FsyncInterval, storage.FsyncNone} {
 		t.Run(policy.String(), func(t *testing.T) {
@@ -166,6 +166,34 @@ func TestDamageInsideDurableLogIsQuarantined(t *testing.T) {
 	f.WriteAt(make([]byte, 4096), 8192) // a zeroed page among durable records
 	f.Sync()
 	f.Close()
+	_, err = storage.OpenPartition("/p", o)
+	if !errors.Is(err, storage.ErrQuarantined) {
+		t.Fatalf("open with durable records damaged: %v, want quarantine", err)
+	}
+}
+
+// While a partition runs, its header's durable slot follows the fsyncs
+// (trailing by less than 64 KiB): after a crash, damage well inside what
+// was durable, with intact records after it, is corruption, not a torn
+// tail.
+func TestDamageBeforeDurableSlotAfterCrashIsQuarantined(t *testing.T) {
+	fsys := faultfs.New()
+	o := storage.Options{FS: fsys, Logger: quietLogger(), IndexEveryBytes: 1 << 20}
+	p := mustOpen(t, "/p", o)
+	for i := range 200 { // ~200 KiB, every record confirmed
+		if _, err := p.Append(payload(i, 1000), int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crashed := fsys.CrashHole(rand.New(rand.NewPCG(1, 1))) // never closed
+	f, err := crashed.OpenFile("/p/00000000000000000000.log", 2 /* O_RDWR */, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt(make([]byte, 4096), 8192) // media damage among durable records
+	f.Sync()
+	f.Close()
+	o.FS = crashed
 	_, err = storage.OpenPartition("/p", o)
 	if !errors.Is(err, storage.ErrQuarantined) {
 		t.Fatalf("open with durable records damaged: %v, want quarantine", err)

@@ -34,9 +34,9 @@ const recHeaderLen = 24
 // it records no durable size. The journal's header has the same layout
 // with its own magic and the generation in place of base. The durable
 // slot is rewritten (bytes [12,28), one write inside one sector) right
-// before each fsync, with the size the previous fsync made durable, so
-// what it claims is always on disk; recovery uses it to tell a torn tail
-// from corruption (README.md#recovery).
+// before an fsync, with the size an earlier fsync made durable, so what it
+// claims is always on disk; recovery uses it to tell a torn tail from
+// corruption (core/storage/README.md#recovery).
 const (
 	segHeaderLen  = 32
 	formatVersion = 1 // the index file's version, and headers without a durable slot
