@@ -647,11 +647,19 @@ func (p *Partition) roll(base uint64) error {
 		f.Close()
 		return fmt.Errorf("write %s: %w", s.path, err)
 	}
+	// The header is durable before any record is written after it (one
+	// fsync per roll): otherwise a power loss could lose the header's page
+	// and keep records after it, which recovery could not tell from a
+	// damaged header; now a bad header with records after it is
+	// corruption, and one with nothing after it a torn creation.
+	if err := syncFile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("fsync %s: %w", s.path, err)
+	}
 	if err := p.fs.SyncDir(p.dir); err != nil {
 		f.Close()
 		return fmt.Errorf("fsync dir %s: %w", p.dir, err)
 	}
-	p.logDirty = true // the header is not fsynced yet
 	p.mu.Lock()
 	p.segs = append(p.segs, s)
 	p.retainDue = true
@@ -752,8 +760,9 @@ func (p *Partition) syncLog() error {
 }
 
 // settleSlots runs at Close, after the last fsyncs: the durable slots of
-// the active segment and the journal, which trail by one fsync, catch up
-// with one more fsync each (only when they lag). After a clean shutdown
+// the active segment and the journal, which trail the durable size (see
+// syncLog and journal.sync), catch up with one more fsync each (only when
+// they lag). After a clean shutdown
 // recovery then knows every byte was durable, and judges damage anywhere
 // as corruption. Writer role.
 func (p *Partition) settleSlots() error {

@@ -199,3 +199,37 @@ func TestDamageBeforeDurableSlotAfterCrashIsQuarantined(t *testing.T) {
 		t.Fatalf("open with durable records damaged: %v, want quarantine", err)
 	}
 }
+
+// A segment created at a roll: its header must be durable before records
+// are written after it, or a power loss that loses the header's page and
+// keeps the records after it is indistinguishable from a damaged header.
+func TestHoleOverNewSegmentIsATornTail(t *testing.T) {
+	fsys := faultfs.New()
+	o := storage.Options{Fsync: storage.FsyncInterval, FsyncInterval: time.Hour, FS: fsys, Logger: quietLogger(),
+		SegmentMaxBytes: 16 << 10}
+	p := mustOpen(t, "/p", o)
+	n := 0
+	for ; n < 14; n++ { // the first segment
+		if _, err := p.Append(payload(n, 1000), int64(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	confirmed := n
+	for ; n < 14+12; n++ { // a roll, then ~12 KiB in the new segment, unsynced
+		if _, err := p.Append(payload(n, 1000), int64(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.FS = fsys.CrashHole(rand.New(rand.NewPCG(1, 1)))
+	p, err := storage.OpenPartition("/p", o)
+	if err != nil {
+		t.Fatalf("reopen after a hole in a new segment: %v", err)
+	}
+	defer p.Close()
+	if _, next := p.Bounds(); next < uint64(confirmed) {
+		t.Fatalf("next %d: records before the roll lost", next)
+	}
+}

@@ -34,6 +34,8 @@ import (
 //
 // Older segments can never legitimately have a torn tail: the committer
 // fsyncs a segment before it creates the next one (under every policy).
+// Nor can a header be torn once records follow it: a new segment's header
+// is fsynced before any record is written after it.
 
 // openLog recovers the segments of dir. names is the sorted directory list.
 func (p *Partition) openLog(names []string) error {
