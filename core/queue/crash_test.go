@@ -3,12 +3,15 @@ package queue
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fibrilgo/fibril/core/clock"
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/storage/faultfs"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -251,4 +254,130 @@ func TestProcessCrashAckedNeverReturn_S25(t *testing.T) {
 		}
 		m2.Close()
 	}
+}
+
+// S-145: engine state journaled for a record that never reached the disk
+// must not outlive the recovery that dropped the record. A message is
+// readable before it is durable, so it can be NACKed (requeue, not_before
+// ahead) while its record is still unsynced; the crash keeps the journal
+// entry and loses the record. The next message published takes the same
+// offset and must start clean — at this restart and at every later one: not
+// delayed, not carrying the old retry count (max_retries 1 would otherwise
+// dead-letter it on its first NACK).
+func TestLostRecordsEngineStateDoesNotReachItsSuccessor_S145(t *testing.T) {
+	fs := faultfs.New()
+	opts := crashOptions(fs)
+	opts.Storage.Fsync = storage.FsyncNone // the record is written, never fsynced
+	fake := opts.Clock.(*clock.Fake)
+	m, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := QueueSpec{Key: crashSrc, PartitionCount: wire.Some[uint32](1), MaxRetries: wire.Some[uint32](1),
+		DLQ: wire.Some(wire.DLQPolicy{Kind: wire.DLQNamed, Topic: crashDead.Topic})}
+	if _, err := m.DeclareQueue(spec); err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.Partition(crashSrc, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := fake.Now().UnixMilli()
+	if err := p.Publish(&Message{Payload: []byte("old"), Received: now}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	s, err := p.Subscribe(r, SubscribeOptions{Prefetch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []*Delivery
+	testkit.Eventually(t, 5*time.Second, "the unsynced message delivered", func() bool {
+		ds = append(ds, r.take()...)
+		return len(ds) == 1
+	})
+	if ds[0].Offset != 0 {
+		t.Fatalf("first message at offset %d", ds[0].Offset)
+	}
+	s.Nack(tags(ds), true, wire.Some(uint64(now+3_600_000)))
+
+	// Power loss: the journal had just been fsynced, the log never was.
+	crashed := fs.CrashSyncing(func(path string) bool { return strings.HasSuffix(path, ".jnl") })
+	m.Close() // errors expected: the old filesystem is gone
+
+	opts = crashOptions(crashed)
+	opts.Clock = fake
+	m, err = Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err = m.Partition(crashSrc, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type confirm struct {
+		off uint64
+		err error
+	}
+	done := make(chan confirm, 1)
+	if err := p.Publish(&Message{Payload: []byte("new"), Received: now}, func(off uint64, err error) { done <- confirm{off, err} }); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-done; c.err != nil || c.off != 0 {
+		t.Fatalf("new message confirmed at offset %d, err %v; want offset 0", c.off, c.err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	m, err = Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	p, err = m.Partition(crashSrc, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := p.Depth(); d.Delayed != 0 || d.Ready != 1 {
+		t.Fatalf("after the restarts the new message is %+v, want ready and not delayed", d)
+	}
+	r = &recorder{}
+	s, err = p.Subscribe(r, SubscribeOptions{Prefetch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds = nil
+	testkit.Eventually(t, 5*time.Second, "the new message delivered", func() bool {
+		ds = append(ds, r.take()...)
+		return len(ds) == 1
+	})
+	if string(ds[0].Payload) != "new" {
+		t.Fatalf("delivered %q, want the new message", ds[0].Payload)
+	}
+	if v, ok := header(ds[0], "fibril.retries"); ok {
+		t.Fatalf("the new message carries fibril.retries=%q from the lost one", v)
+	}
+	s.Nack(tags(ds), true, noTime)
+	ds = nil
+	testkit.Eventually(t, 5*time.Second, "the NACKed message redelivered", func() bool {
+		ds = append(ds, r.take()...)
+		return len(ds) == 1
+	})
+	if v, _ := header(ds[0], "fibril.retries"); string(ds[0].Payload) != "new" || v != "1" {
+		t.Fatalf("redelivered %q with fibril.retries=%q, want the new message retried once", ds[0].Payload, v)
+	}
+	if d := drainDead(t, m); d != 0 {
+		t.Fatalf("%d messages dead-lettered", d)
+	}
+}
+
+// drainDead counts what the dead-letter queue of the crash tests holds.
+func drainDead(t *testing.T, m *Manager) int {
+	t.Helper()
+	n := 0
+	for _, c := range drain(t, m, crashDead) {
+		n += c
+	}
+	return n
 }

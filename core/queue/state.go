@@ -125,10 +125,16 @@ func (p *Partition) recover() error {
 		return err
 	}
 	p.ttl.Filter(func(due) bool { return true }) // heapify
+	lost := 0
 	for off, s := range st {
-		// After a power loss the journal may name records that did not
-		// survive (S-145); settled ones need nothing.
-		if off >= next || p.log.IsSettled(off) {
+		// After a crash the journal may name records that did not survive
+		// (S-145): a message is deliverable, and so can be NACKed, before
+		// its record is durable. Settled ones need nothing.
+		if off >= next {
+			lost++
+			continue
+		}
+		if p.log.IsSettled(off) {
 			continue
 		}
 		if s.retries > 0 {
@@ -136,6 +142,17 @@ func (p *Partition) recover() error {
 		}
 		if s.at > now && s.at > p.delayed[off] {
 			p.delayLocked(off, s.at)
+		}
+	}
+	if lost > 0 {
+		// Skipping them is not enough: the next record published takes the
+		// same offset, and at a later restart it would inherit their retry
+		// count and not-before (held back, dead-lettered at max_retries).
+		// The compaction rewrites the journal durably without them before
+		// the partition accepts a publish.
+		p.m.log.Warn("queue: dropping engine state of records lost in a crash", "queue", p.q.key.String(), "partition", p.index, "entries", lost, "next", next)
+		if err := p.log.CompactState(p.snapshotLocked()); err != nil {
+			return err
 		}
 	}
 	p.compactAt = max(compactMin, 4*p.log.StateJournalBytes())

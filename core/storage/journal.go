@@ -22,14 +22,15 @@ import (
 // leading snapshot are intact wins, so a crash at any point of a compaction
 // leaves either the old or the new generation whole.
 //
-// File header (32 bytes, little-endian):
+// File header (32 bytes, little-endian), laid out like a segment's (see
+// record.go), version 2:
 //
 //	0  [8]byte magic "FBRLJNL\x00"
-//	8  u32 version   1
-//	12 u32 reserved
+//	8  u32 version   2 (1: no durable slot, still read)
+//	12 u32 durable   bytes an fsync had made durable when it was written
 //	16 u64 generation
-//	24 u32 reserved
-//	28 u32 crc       CRC32C of bytes [0,28)
+//	24 u32 slot crc  CRC32C of bytes [12,24)
+//	28 u32 crc       CRC32C of bytes [0,12) and [16,24)
 //
 // Entry:
 //
@@ -70,20 +71,11 @@ func parseJournalName(name string) (uint64, bool) {
 	return v, err == nil
 }
 
-func encodeJHeader(gen uint64) []byte {
-	h := make([]byte, jHeaderLen)
-	copy(h[0:8], jMagic[:])
-	binary.LittleEndian.PutUint32(h[8:12], formatVersion)
-	binary.LittleEndian.PutUint64(h[16:24], gen)
-	binary.LittleEndian.PutUint32(h[28:32], crc32.Checksum(h[:28], castTab))
-	return h
-}
-
-func checkJHeader(h []byte, gen uint64) bool {
-	return len(h) >= jHeaderLen && [8]byte(h[0:8]) == jMagic &&
-		crc32.Checksum(h[:28], castTab) == binary.LittleEndian.Uint32(h[28:32]) &&
-		binary.LittleEndian.Uint32(h[8:12]) == formatVersion &&
-		binary.LittleEndian.Uint64(h[16:24]) == gen
+// checkJHeader reports whether h is a valid header of generation gen, and
+// the durable size its slot records (-1: none).
+func checkJHeader(h []byte, gen uint64) (bool, int64) {
+	why, durable := checkFileHeader(h, jMagic, gen, "generation")
+	return why == "", durable
 }
 
 // appendEntry frames one journal entry onto b.
@@ -150,13 +142,20 @@ type journal struct {
 	// replay): they RLock; compaction Locks to swap generations.
 	swapMu sync.RWMutex
 
-	mu      sync.Mutex
-	gen     uint64
-	f       File
-	path    string
-	size    int64
-	seq     uint64 // bumped by every write
-	synced  uint64 // seq covered by the last successful fsync
+	mu     sync.Mutex
+	gen    uint64
+	f      File
+	path   string
+	size   int64
+	seq    uint64 // bumped by every write
+	synced uint64 // seq covered by the last successful fsync
+	// durSize is the size of the current generation that the last
+	// successful fsync covered; slot is what its header's durable slot
+	// says (written before the next fsync when it lags), slotOK whether
+	// the header has one (version 2).
+	durSize int64
+	slot    int64
+	slotOK  bool
 	set     rangeSet
 	durable uint64 // settled frontier as of the last successful fsync
 	buf     []byte
@@ -211,7 +210,7 @@ func openJournal(fsys FS, dir string, names []string, log *slog.Logger, next uin
 		if err := syncFile(j.f); err != nil {
 			return nil, err
 		}
-		j.synced = j.seq
+		j.synced, j.durSize = j.seq, j.size
 	}
 	return j, nil
 }
@@ -238,10 +237,16 @@ func (j *journal) tryOpen(g uint64, path string) (bool, error) {
 		return false, err
 	}
 	h := make([]byte, jHeaderLen)
-	if size < jHeaderLen || !readFull(f, h, 0) || !checkJHeader(h, g) {
+	var ok bool
+	durable := int64(-1)
+	if size >= jHeaderLen && readFull(f, h, 0) {
+		ok, durable = checkJHeader(h, g)
+	}
+	if !ok {
 		f.Close()
 		return false, nil
 	}
+	slotOK := binary.LittleEndian.Uint32(h[8:12]) == headerVersion
 	r := newRecReader(f, jHeaderLen, size)
 	kind, payload, _, bad, err := nextEntry(r)
 	if err != nil && err != io.EOF {
@@ -285,11 +290,16 @@ func (j *journal) tryOpen(g uint64, path string) (bool, error) {
 		if bad == "" {
 			continue
 		}
-		if intactAfter(f, pos, size, jEntryHeaderLen, journalCandidate, journalVerify) {
+		// Past the durable size the damage is a torn tail whatever follows
+		// (pages of an unsynced write reach the disk in any order); before
+		// it, or with no durable size recorded, intact entries after the
+		// damage mean corruption.
+		torn := durable >= 0 && pos >= durable
+		if !torn && intactAfter(f, pos, size, jEntryHeaderLen, journalCandidate, journalVerify) {
 			f.Close()
 			return false, &CorruptionError{File: path, Pos: pos, Reason: bad + "; intact journal entries follow"}
 		}
-		j.log.Warn("storage: truncating torn journal tail", "file", path, "pos", pos, "bytes_dropped", size-pos, "reason", bad)
+		j.log.Warn("storage: truncating torn journal tail", "file", path, "pos", pos, "bytes_dropped", size-pos, "reason", bad, "durable", durable)
 		if err := f.Truncate(pos); err != nil {
 			f.Close()
 			return false, err
@@ -299,9 +309,17 @@ func (j *journal) tryOpen(g uint64, path string) (bool, error) {
 			return false, err
 		}
 		size = pos
+		durable = pos // fsynced just now
 		break
 	}
 	j.gen, j.f, j.path, j.size, j.set = g, f, path, size, set
+	j.slotOK, j.slot = slotOK, durable
+	// What is durable now: at least what the slot claims; without a slot,
+	// claim no more than the header until the next fsync.
+	j.durSize = jHeaderLen
+	if durable >= 0 {
+		j.durSize = min(durable, size)
+	}
 	return true, nil
 }
 
@@ -336,7 +354,10 @@ func (j *journal) create(g uint64, engine []byte, hasEngine bool) error {
 	} else {
 		p = append(p, 0)
 	}
-	b := appendEntry(encodeJHeader(g), kindSnapshot, p)
+	b := appendEntry(encodeFileHeader(jMagic, g, 0), kindSnapshot, p)
+	// The slot may claim the whole file at once: a generation is only ever
+	// used with its snapshot intact, which the fsync below makes durable.
+	putDurable(b, int64(len(b)))
 	if _, err := writeFile(f, b, 0); err != nil {
 		f.Close()
 		return fmt.Errorf("write %s: %w", path, err)
@@ -351,6 +372,7 @@ func (j *journal) create(g uint64, engine []byte, hasEngine bool) error {
 	}
 	old, oldPath := j.f, j.path
 	j.gen, j.f, j.path, j.size = g, f, path, int64(len(b))
+	j.durSize, j.slot, j.slotOK = int64(len(b)), int64(len(b)), true
 	j.seq++
 	j.synced = j.seq
 	if old != nil {
@@ -418,8 +440,17 @@ func (j *journal) sync(first uint64) error {
 	j.swapMu.RLock()
 	defer j.swapMu.RUnlock()
 	j.mu.Lock()
-	f, seq, fr := j.f, j.seq, j.set.frontierFrom(first)
+	f, seq, fr, size := j.f, j.seq, j.set.frontierFrom(first), j.size
 	clean := seq == j.synced
+	if !clean && j.slotOK && j.slot != j.durSize {
+		// The header learns what the previous fsync made durable; this
+		// fsync carries it (no fsync of its own).
+		if err := writeDurable(f, jMagic, j.gen, j.durSize); err != nil {
+			j.mu.Unlock()
+			return fmt.Errorf("write %s: %w", j.path, err)
+		}
+		j.slot = j.durSize
+	}
 	j.mu.Unlock()
 	if clean {
 		return nil
@@ -430,8 +461,29 @@ func (j *journal) sync(first uint64) error {
 	j.mu.Lock()
 	if seq > j.synced {
 		j.synced, j.durable = seq, fr
+		j.durSize = max(j.durSize, size)
 	}
 	j.mu.Unlock()
+	return nil
+}
+
+// settleSlot brings the header's durable slot up to the fsynced size, with
+// an fsync of its own, when it lags and nothing is left unsynced (Close).
+func (j *journal) settleSlot() error {
+	j.swapMu.RLock()
+	defer j.swapMu.RUnlock()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.slotOK || j.slot == j.durSize || j.seq != j.synced {
+		return nil
+	}
+	if err := writeDurable(j.f, jMagic, j.gen, j.durSize); err != nil {
+		return fmt.Errorf("write %s: %w", j.path, err)
+	}
+	if err := syncFile(j.f); err != nil {
+		return fmt.Errorf("fsync %s: %w", j.path, err)
+	}
+	j.slot = j.durSize
 	return nil
 }
 

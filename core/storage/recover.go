@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -15,18 +16,26 @@ import (
 //   - Every segment is scanned from its last trustworthy index point (the
 //     header when the index is missing or invalid) to its end.
 //   - In the newest segment the first bad record (short, bad CRC, wrong
-//     length) ends the log. If no intact record follows it anywhere in the
-//     file it is a torn tail: the file is truncated there, fsynced, and a
+//     length, or an intact one with the wrong offset) ends the log. If it
+//     starts at or after the durable size the header's slot records
+//     (record.go), it is a torn tail whatever follows: bytes written after
+//     the last fsync reach the disk in no particular order, so a lost page
+//     may sit before kept ones. The file is truncated there, fsynced, and a
 //     warning names the file, position and bytes dropped (when all of it
 //     is zero it is the space reserved ahead of the log, see reserve in
-//     commit.go: truncated the same way, without a warning). If an intact
-//     record does follow, the damage is not a torn write: quarantine.
+//     commit.go: truncated the same way, without a warning). Before the
+//     durable size, or when the header records none (version 1, or a slot
+//     that fails its check), it is a torn tail only if no intact record
+//     follows anywhere in the file; if one does (or the record is intact
+//     with the wrong offset), the damage is not a torn write: quarantine.
 //   - A bad record in an older segment, a CRC-intact record carrying the
 //     wrong offset, or offsets that are not dense across segments are
 //     corruption: OpenPartition returns a *CorruptionError.
 //
 // Older segments can never legitimately have a torn tail: the committer
 // fsyncs a segment before it creates the next one (under every policy).
+// Nor can a header be torn once records follow it: a new segment's header
+// is fsynced before any record is written after it.
 
 // openLog recovers the segments of dir. names is the sorted directory list.
 func (p *Partition) openLog(names []string) error {
@@ -115,11 +124,12 @@ func (p *Partition) recoverSegment(s *segment, newest, hasIdx bool) error {
 	}
 	h := make([]byte, segHeaderLen)
 	why := "short header"
+	durable := int64(-1)
 	if size >= segHeaderLen {
 		if !readFull(s.f, h, 0) {
 			return fmt.Errorf("storage: read header of %s", s.path)
 		}
-		why = checkSegHeader(h, s.base)
+		why, durable = checkSegHeader(h, s.base)
 	}
 	if why != "" {
 		if !newest {
@@ -133,8 +143,10 @@ func (p *Partition) recoverSegment(s *segment, newest, hasIdx bool) error {
 		if err := s.f.Truncate(0); err != nil {
 			return err
 		}
-		return p.writeSegHeader(s)
+		return p.writeSegHeader(s) // version 2, all of it durable
 	}
+	s.dslotOK = binary.LittleEndian.Uint32(h[8:12]) == headerVersion
+	s.dslot = durable
 
 	start := idxEntry{0, segHeaderLen}
 	rebuilt := true
@@ -164,10 +176,11 @@ func (p *Partition) recoverSegment(s *segment, newest, hasIdx bool) error {
 			if !newest {
 				return &CorruptionError{File: s.path, Pos: pos, ExpectedOffset: off, Reason: bad + " in an older segment"}
 			}
-			if strings.HasPrefix(bad, "offset field") {
+			torn := durable >= 0 && pos >= durable // see the rules at the top
+			if !torn && strings.HasPrefix(bad, "offset field") {
 				return &CorruptionError{File: s.path, Pos: pos, ExpectedOffset: off, Reason: "intact record with the wrong offset (" + bad + ")"}
 			}
-			if intactAfter(s.f, pos, size, recHeaderLen, logCandidate(off, size-pos), logVerify) {
+			if !torn && intactAfter(s.f, pos, size, recHeaderLen, logCandidate(off, size-pos), logVerify) {
 				return &CorruptionError{File: s.path, Pos: pos, ExpectedOffset: off, Reason: bad + "; intact records follow"}
 			}
 			if zeroFrom(s.f, pos, size) {
@@ -175,7 +188,7 @@ func (p *Partition) recoverSegment(s *segment, newest, hasIdx bool) error {
 				// by a crash: nothing was written there.
 				p.log.Debug("storage: dropping reserved space after the last record", "file", s.path, "pos", pos, "bytes", size-pos)
 			} else {
-				p.log.Warn("storage: truncating torn log tail", "file", s.path, "pos", pos, "bytes_dropped", size-pos, "reason", bad)
+				p.log.Warn("storage: truncating torn log tail", "file", s.path, "pos", pos, "bytes_dropped", size-pos, "reason", bad, "durable", durable)
 			}
 			if err := s.f.Truncate(pos); err != nil {
 				return err
@@ -183,6 +196,7 @@ func (p *Partition) recoverSegment(s *segment, newest, hasIdx bool) error {
 			if err := syncFile(s.f); err != nil {
 				return err
 			}
+			durable = pos // all of it, now
 			break
 		}
 		s.noteRecord(off, decodeHeader(rec).ts, pos, len(rec), p.opts.IndexEveryBytes)
@@ -195,6 +209,12 @@ func (p *Partition) recoverSegment(s *segment, newest, hasIdx bool) error {
 		s.size = int64(start.pos)
 	}
 	s.alloc = s.size // the file ends at its data now (truncated above if not)
+	// What is durable: at least what the slot says; without one, claim no
+	// more than the header until the next fsync.
+	s.durSize = segHeaderLen
+	if durable >= 0 {
+		s.durSize = min(durable, s.size)
+	}
 	switch {
 	case newest && hasIdx:
 		// The active segment's index is rewritten at roll or close; a stale

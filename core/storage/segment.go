@@ -35,6 +35,14 @@ type segment struct {
 	index   []idxEntry // sparse index: first entry is always {0, segHeaderLen}
 	lastIdx int64      // file position of the last index entry
 
+	// The header's durable slot (record.go), owned by the writer role:
+	// durSize is the size the last completed fsync covered, dslot what the
+	// header says (rewritten before an fsync when it lags), dslotOK whether
+	// the header has a slot (version 2; a version 1 segment never gets one).
+	durSize int64
+	dslot   int64
+	dslotOK bool
+
 	// ioMu keeps the read handle open while a reader uses it outside
 	// Partition.mu: readers RLock; whoever closes it (retention, Close,
 	// the descriptor cache's eviction) holds it for writing.
@@ -69,6 +77,9 @@ func newSegment(dir string, base uint64) *segment {
 		index:   []idxEntry{{rel: 0, pos: segHeaderLen}},
 		lastIdx: segHeaderLen,
 		slot:    -1,
+		durSize: segHeaderLen,
+		dslot:   segHeaderLen,
+		dslotOK: true,
 	}
 }
 

@@ -13,8 +13,18 @@
 //     the durable directory entries, and for each file its durable content
 //     plus a random prefix of the bytes written since its last sync (torn at
 //     any byte). Sometimes the rest of the unsynced region is kept as
-//     garbage or zeros (the size reached the disk, the data did not), and
-//     sometimes an unsynced truncation is undone.
+//     garbage or zeros (the size reached the disk, the data did not),
+//     sometimes an unsynced truncation is undone, and sometimes the tail
+//     has a hole: every unsynced byte reached the disk except one or more
+//     whole 4 KiB pages inside the unsynced region, which read as zeros (a
+//     disk keeps no order among the pages it has not been asked to flush).
+//   - A write that overwrites bytes already synced, before the file's
+//     unsynced tail (a header field, or a record written into space the
+//     file was extended by and synced), survives or not per 512-byte
+//     sector: a sector is written whole or not at all, the atomicity that
+//     databases rely on for their control blocks. CrashHole is a crash that
+//     always makes a page hole where one fits, in such overwrites or in the
+//     tail.
 //   - Directories themselves (MkdirAll) are durable at once.
 //
 // Errors can be injected on the Nth Sync (file or directory) or Nth write.
@@ -47,8 +57,40 @@ type inode struct {
 	data    []byte // current content
 	durable []byte // content as of the last Sync
 	// dirtyFrom: every byte before it is identical in data and durable
-	// (the first position written or truncated since the last Sync).
+	// (the first position written or truncated since the last Sync),
+	// except the islands.
 	dirtyFrom int
+	// islands are the ranges before dirtyFrom overwritten since the last
+	// Sync (ascending, disjoint).
+	islands []span
+}
+
+type span struct{ from, to int }
+
+// addIsland records [from, to) as overwritten, merging ranges that touch.
+func (ino *inode) addIsland(from, to int) {
+	out := ino.islands[:0:0]
+	for _, r := range ino.islands {
+		if r.to < from || r.from > to {
+			out = append(out, r)
+			continue
+		}
+		from, to = min(from, r.from), max(to, r.to)
+	}
+	out = append(out, span{from, to})
+	sort.Slice(out, func(i, j int) bool { return out[i].from < out[j].from })
+	ino.islands = out
+}
+
+// clipIslands drops island bytes at or past end (they are in the tail now).
+func (ino *inode) clipIslands(end int) {
+	out := ino.islands[:0]
+	for _, r := range ino.islands {
+		if r.from < end {
+			out = append(out, span{r.from, min(r.to, end)})
+		}
+	}
+	ino.islands = out
 }
 
 type dir struct {
@@ -127,8 +169,9 @@ func (f *FS) FileSyncs(ext string) int {
 
 // Unsynced returns, for every file (by path) whose content has changed
 // since its last Sync, how many bytes a power loss could lose or garble
-// now: the span from the first changed byte to the end of the longer of
-// the current and the durable content. Files that are fully durable are
+// now: the span from the first changed byte of the tail to the end of the
+// longer of the current and the durable content, plus the synced bytes
+// overwritten before it. Files that are fully durable are
 // not listed. Directory entries are not considered.
 func (f *FS) Unsynced() map[string]int {
 	f.mu.Lock()
@@ -137,7 +180,11 @@ func (f *FS) Unsynced() map[string]int {
 	for p, d := range f.dirs {
 		for n, ino := range d.cur {
 			from := min(ino.dirtyFrom, len(ino.data), len(ino.durable))
-			if k := max(len(ino.data), len(ino.durable)) - from; k > 0 {
+			k := max(len(ino.data), len(ino.durable)) - from
+			for _, r := range ino.islands {
+				k += min(r.to, from) - min(r.from, from)
+			}
+			if k > 0 {
 				out[filepath.Join(p, n)] = k
 			}
 		}
@@ -176,6 +223,7 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (storage.File, er
 	case flag&os.O_TRUNC != 0:
 		ino.data = ino.data[:0]
 		ino.dirtyFrom = 0
+		ino.islands = nil
 	}
 	return &File{fs: f, ino: ino, name: name, ro: flag&(os.O_RDWR|os.O_WRONLY) == 0}, nil
 }
@@ -292,7 +340,16 @@ func (f *FS) syncFault() error {
 
 // Crash returns the filesystem as found after a power loss at this instant
 // (see the package comment) and retires f.
-func (f *FS) Crash(rng *rand.Rand) *FS {
+func (f *FS) Crash(rng *rand.Rand) *FS { return f.crash(rng, false) }
+
+// CrashHole is Crash where every file whose unsynced tail holds a whole
+// 4 KiB page with bytes after it loses exactly such a hole — the first
+// whole page of the unsynced tail, and at random up to three more — and
+// keeps every other byte written, before and after it. Other files keep
+// all their writes. It retires f.
+func (f *FS) CrashHole(rng *rand.Rand) *FS { return f.crash(rng, true) }
+
+func (f *FS) crash(rng *rand.Rand, hole bool) *FS {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.crashed = true
@@ -315,7 +372,7 @@ func (f *FS) Crash(rng *rand.Rand) *FS {
 			ino := d.durable[n]
 			c := copies[ino]
 			if c == nil {
-				b := crashContent(ino, rng)
+				b := crashContent(ino, rng, hole)
 				c = &inode{data: b, durable: append([]byte(nil), b...), dirtyFrom: len(b)}
 				copies[ino] = c
 			}
@@ -326,15 +383,78 @@ func (f *FS) Crash(rng *rand.Rand) *FS {
 	return nf
 }
 
-// crashContent picks what a file holds after a power loss.
-func crashContent(ino *inode, rng *rand.Rand) []byte {
+// CrashSyncing returns the filesystem as found after a power loss that came
+// right after the files for which synced reports true (by path) were
+// fsynced: those keep their current content, every other file exactly its
+// durable content (nothing written since its last Sync survives). Directory
+// entries are the durable ones, as with Crash. It retires f. Tests use it to
+// build one precise crash state, such as a journal entry that reached the
+// disk while the record it names did not.
+func (f *FS) CrashSyncing(synced func(path string) bool) *FS {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.crashed = true
+	nf := New()
+	copies := map[*inode]*inode{}
+	for p, d := range f.dirs {
+		nd := &dir{cur: map[string]*inode{}, durable: map[string]*inode{}}
+		for n, ino := range d.durable {
+			c := copies[ino]
+			if c == nil {
+				b := ino.durable
+				if synced(filepath.Join(p, n)) {
+					b = ino.data
+				}
+				b = append([]byte(nil), b...)
+				c = &inode{data: b, durable: append([]byte(nil), b...), dirtyFrom: len(b)}
+				copies[ino] = c
+			}
+			nd.cur[n], nd.durable[n] = c, c
+		}
+		nf.dirs[p] = nd
+	}
+	return nf
+}
+
+// sectorSize is the unit a disk writes whole or not at all (islands).
+const sectorSize = 512
+
+// pageSize is the unit of a hole in the unsynced tail.
+const pageSize = 4096
+
+// crashContent picks what a file holds after a power loss. With hole, the
+// tail gets a hole when one fits, and otherwise survives whole.
+func crashContent(ino *inode, rng *rand.Rand, hole bool) []byte {
 	d := min(ino.dirtyFrom, len(ino.durable), len(ino.data))
+	// Overwritten synced bytes: each sector is old or new.
+	head := append([]byte(nil), ino.data[:d]...)
+	for _, r := range ino.islands {
+		for a := r.from; a < min(r.to, d); {
+			e := min((a/sectorSize+1)*sectorSize, r.to, d)
+			if !hole && rng.IntN(2) == 0 {
+				copy(head[a:e], ino.durable[a:e])
+			}
+			a = e
+		}
+	}
+	if hole {
+		if out, ok := holeContent(ino, d, head, rng, true); ok {
+			return out
+		}
+		return append(head, ino.data[d:]...)
+	}
+	x := rng.IntN(7)
+	if x == 3 {
+		if out, ok := holeContent(ino, d, head, rng, false); ok {
+			return out
+		}
+	}
 	keep := d
 	if len(ino.data) > d {
 		keep += rng.IntN(len(ino.data) - d + 1)
 	}
-	out := append([]byte(nil), ino.data[:keep]...)
-	switch rng.IntN(6) {
+	out := append(head, ino.data[d:keep]...)
+	switch x {
 	case 0: // the size reached the disk, the data did not: garbage
 		for range len(ino.data) - keep {
 			out = append(out, byte(rng.UintN(256)))
@@ -347,6 +467,47 @@ func crashContent(ino *inode, rng *rand.Rand) []byte {
 		}
 	}
 	return out
+}
+
+// holeContent returns the file with every write kept except one to four
+// consecutive whole pages of the unsynced region (the overwritten ranges
+// and the tail from d), which hold what the disk had before (zeros past
+// the durable end); at least one byte after the hole is kept. head is the
+// content before d. first puts the hole at the first page that fits. ok is
+// false when no page fits.
+func holeContent(ino *inode, d int, head []byte, rng *rand.Rand, first bool) ([]byte, bool) {
+	data := ino.data
+	spans := make([]span, 0, len(ino.islands)+1)
+	for _, r := range ino.islands {
+		if r.from < d {
+			spans = append(spans, span{r.from, min(r.to, d)})
+		}
+	}
+	spans = append(spans, span{d, len(data)})
+	var pages []int
+	for _, r := range spans {
+		for a := (r.from + pageSize - 1) / pageSize * pageSize; a+pageSize <= r.to && a+pageSize < len(data); a += pageSize {
+			pages = append(pages, a)
+		}
+	}
+	if len(pages) == 0 {
+		return nil, false
+	}
+	i := 0
+	if !first {
+		i = rng.IntN(len(pages))
+	}
+	n := 1
+	for want := 1 + rng.IntN(4); n < want && i+n < len(pages) && pages[i+n] == pages[i]+n*pageSize; n++ {
+	}
+	out := append(head, data[d:]...)
+	for b := pages[i]; b < pages[i]+n*pageSize; b++ {
+		out[b] = 0
+		if b < len(ino.durable) {
+			out[b] = ino.durable[b]
+		}
+	}
+	return out, true
 }
 
 // File is an open file of FS.
@@ -413,7 +574,12 @@ func (h *File) WriteAt(p []byte, off int64) (int, error) {
 		clear(ino.data[n:]) // a gap past the old end reads as zeros
 	}
 	copy(ino.data[off:], p)
-	ino.dirtyFrom = min(ino.dirtyFrom, int(off))
+	if end <= ino.dirtyFrom && end <= len(ino.durable) {
+		ino.addIsland(int(off), end) // synced bytes overwritten, the tail untouched
+	} else {
+		ino.dirtyFrom = min(ino.dirtyFrom, int(off))
+		ino.clipIslands(ino.dirtyFrom)
+	}
 	return len(p), nil
 }
 
@@ -431,6 +597,10 @@ func (h *File) Sync() error {
 	ino := h.ino
 	d := min(ino.dirtyFrom, len(ino.durable))
 	ino.durable = append(ino.durable[:d], ino.data[d:]...)
+	for _, r := range ino.islands {
+		copy(ino.durable[r.from:r.to], ino.data[r.from:r.to])
+	}
+	ino.islands = nil
 	ino.dirtyFrom = len(ino.data)
 	if h.fs.fileSyncs == nil {
 		h.fs.fileSyncs = map[string]int{}
@@ -453,6 +623,7 @@ func (h *File) Truncate(size int64) error {
 		ino.data = append(ino.data, make([]byte, int(size)-len(ino.data))...)
 	}
 	ino.dirtyFrom = min(ino.dirtyFrom, int(size))
+	ino.clipIslands(ino.dirtyFrom)
 	return nil
 }
 

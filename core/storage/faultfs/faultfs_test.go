@@ -138,3 +138,78 @@ func TestUnsynced(t *testing.T) {
 		t.Fatalf("after syncing everything: %v", u)
 	}
 }
+
+// A hole: whole pages inside the unsynced tail read as zeros while the
+// bytes after them survive; synced bytes are never touched.
+func TestCrashHole(t *testing.T) {
+	durable := bytes.Repeat([]byte{1}, 5000)
+	tail := bytes.Repeat([]byte{2}, 3*pageSize)
+	f := New()
+	f.MkdirAll("/d", 0o755)
+	write(t, f, "/d/a", durable, true)
+	f.SyncDir("/d")
+	write(t, f, "/d/a", tail, false)
+	got, ok := content(t, f.CrashHole(rand.New(rand.NewPCG(1, 2))), "/d/a")
+	if !ok || len(got) != len(durable)+len(tail) || !bytes.Equal(got[:len(durable)], durable) {
+		t.Fatalf("durable part or size changed: ok=%v len %d", ok, len(got))
+	}
+	// The first whole page of the tail starts at 8192.
+	if !bytes.Equal(got[8192:8192+pageSize], make([]byte, pageSize)) {
+		t.Fatal("no hole at the first whole unsynced page")
+	}
+	if got[5000] != 2 || got[len(got)-1] != 2 {
+		t.Fatal("bytes around the hole were not kept")
+	}
+	// Crash makes holes too, somewhere in the unsynced region.
+	holes := 0
+	for seed := range uint64(200) {
+		f := New()
+		f.MkdirAll("/d", 0o755)
+		write(t, f, "/d/a", durable, true)
+		f.SyncDir("/d")
+		write(t, f, "/d/a", tail, false)
+		got, _ := content(t, f.Crash(rand.New(rand.NewPCG(seed, 3))), "/d/a")
+		if !bytes.Equal(got[:len(durable)], durable) {
+			t.Fatalf("seed %d: durable bytes changed", seed)
+		}
+		if len(got) == len(durable)+len(tail) && got[len(got)-1] == 2 && bytes.Contains(got, make([]byte, pageSize)) {
+			holes++
+		}
+	}
+	if holes == 0 {
+		t.Fatal("Crash never made a hole")
+	}
+}
+
+// Overwriting synced bytes (a header field) leaves the tail alone: a crash
+// keeps each overwritten sector old or new and every synced byte after it.
+func TestOverwriteOfSyncedBytes(t *testing.T) {
+	old := bytes.Repeat([]byte{1}, 2000)
+	sawOld, sawNew := false, false
+	for seed := range uint64(100) {
+		f := New()
+		f.MkdirAll("/d", 0o755)
+		write(t, f, "/d/a", old, true)
+		f.SyncDir("/d")
+		h, _ := f.OpenFile("/d/a", os.O_RDWR, 0)
+		h.WriteAt([]byte{9, 9, 9, 9}, 12)
+		if u := f.Unsynced(); u["/d/a"] != 4 {
+			t.Fatalf("unsynced %v, want the 4 overwritten bytes", u)
+		}
+		got, _ := content(t, f.Crash(rand.New(rand.NewPCG(seed, 4))), "/d/a")
+		if len(got) != len(old) || !bytes.Equal(got[16:], old[16:]) || !bytes.Equal(got[:12], old[:12]) {
+			t.Fatalf("seed %d: synced bytes outside the overwrite changed", seed)
+		}
+		switch {
+		case bytes.Equal(got[12:16], old[12:16]):
+			sawOld = true
+		case bytes.Equal(got[12:16], []byte{9, 9, 9, 9}):
+			sawNew = true
+		default:
+			t.Fatalf("seed %d: a sector was torn: %v", seed, got[12:16])
+		}
+	}
+	if !sawOld || !sawNew {
+		t.Fatalf("old %v new %v: want both outcomes", sawOld, sawNew)
+	}
+}
