@@ -395,4 +395,9 @@ var keys = []Key{
 		Env: []string{"FIBRIL_ROUTING_UPSTREAM_IDLE_CLOSE_MS"},
 		Doc: "Milliseconds after which an idle upstream session closes.",
 	},
+	{
+		Name: "routing.declare_placement_timeout_ms", Kind: KindInt, Default: int64(5000), Min: bound(1), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_ROUTING_DECLARE_PLACEMENT_TIMEOUT_MS"},
+		Doc: "Milliseconds a declaration's answer waits for every partition to have an owner, so clients can use them at once; it answers anyway after this.",
+	},
 }
