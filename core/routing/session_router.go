@@ -48,9 +48,15 @@ func (r *SessionRouter) Route(ref core.PartitionRef, publish bool, version uint6
 		}
 	}
 	d := Decide(snap, r.Self, ref, forwarded)
-	if d.Action == Refuse && (errors.Is(d.Err, core.ErrNotFound) || !d.Partition.Placed()) && r.catchUp(ref) {
-		snap = r.Cluster.Snapshot()
-		d = Decide(snap, r.Self, ref, forwarded)
+	if d.Action == Refuse && (errors.Is(d.Err, core.ErrNotFound) || !d.Partition.Placed()) {
+		// Decide again when the catch-up waited, and also when the view
+		// moved on by itself meanwhile (CatchUp then finds it current and
+		// does not wait): a refusal from the older view would be stale.
+		waited := r.catchUp(ref)
+		if now := r.Cluster.Snapshot(); waited || now != snap {
+			snap = now
+			d = Decide(snap, r.Self, ref, forwarded)
+		}
 	}
 	switch d.Action {
 	case Redirect:
