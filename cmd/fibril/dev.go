@@ -33,8 +33,9 @@ type devNode struct {
 // runDev is `fibril dev`: a local cluster of N brokers on loopback ports,
 // each a child process of this binary on embedded raft, for trying the
 // cluster out and for tests. It prints one line per broker (node id, role,
-// client address, admin URL) once every broker is ready, and stops them
-// all gracefully when ctx ends (Ctrl-C).
+// client address, admin URL) and "cluster ready" once every broker is
+// ready and a declaration would be placed at once (waitDevReady), and
+// stops them all gracefully when ctx ends (Ctrl-C).
 func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fibril dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
