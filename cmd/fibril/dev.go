@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,8 +33,9 @@ type devNode struct {
 // runDev is `fibril dev`: a local cluster of N brokers on loopback ports,
 // each a child process of this binary on embedded raft, for trying the
 // cluster out and for tests. It prints one line per broker (node id, role,
-// client address, admin URL) once every broker is ready, and stops them
-// all gracefully when ctx ends (Ctrl-C).
+// client address, admin URL) and "cluster ready" once every broker is
+// ready and a declaration would be placed at once (waitDevReady), and
+// stops them all gracefully when ctx ends (Ctrl-C).
 func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fibril dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -214,33 +216,120 @@ func devSecret(root string) (string, error) {
 	return path, os.WriteFile(path, []byte(hex.EncodeToString(b[:])+"\n"), 0o600)
 }
 
-// waitDevReady waits until every broker's /readyz answers 200 (bounded).
+// waitDevReady waits (bounded) until every broker's /readyz answers 200
+// and then until a declaration would be placed (devPlacementReady): a
+// broker is ready as soon as it holds its lease, but a queue declared
+// then would wait for the placement controller and for the other nodes to
+// be seen live, so "cluster ready" waits for those too.
 func waitDevReady(ctx context.Context, cluster []*devNode) error {
 	deadline := time.Now().Add(60 * time.Second)
 	hc := &http.Client{Timeout: time.Second}
-	for _, n := range cluster {
-		for {
-			select {
-			case <-n.exited:
-				return fmt.Errorf("%s exited during startup", n.id)
-			case <-ctx.Done():
-				return ctx.Err()
-			default:
-			}
-			resp, err := hc.Get("http://" + n.admin + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
+	wait := func(what string, ok func(*devNode) bool) error {
+		for _, n := range cluster {
+			for !ok(n) {
+				select {
+				case <-n.exited:
+					return fmt.Errorf("%s exited during startup", n.id)
+				case <-ctx.Done():
+					return ctx.Err()
+				default:
 				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("%s: %s after 60 s", n.id, what)
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s not ready after 60 s", n.id)
-			}
-			time.Sleep(100 * time.Millisecond)
+		}
+		return nil
+	}
+	if err := wait("not ready", func(n *devNode) bool {
+		resp, err := hc.Get("http://" + n.admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}); err != nil {
+		return err
+	}
+	return wait("the cluster does not place partitions yet (no placement controller, or not every broker live in its view)",
+		func(n *devNode) bool { return devPlacementReady(hc, n, cluster) })
+}
+
+// devPlacementReady reports whether n's view of the cluster would place
+// a declaration at once, from its admin topology API: every dev broker is
+// a live, non-draining member, and the node running the placement
+// controller has been seen (a node flags only itself as controller, so
+// every broker's answer is consulted until one says so). A topology API
+// the dev process may not read (admin authentication or admin TLS turned
+// on through the extra broker flags) cannot tell, and is not waited for.
+func devPlacementReady(hc *http.Client, n *devNode, cluster []*devNode) bool {
+	view, ok := devTopology(hc, n)
+	if !ok {
+		return false
+	}
+	if view == nil {
+		return true // cannot tell: readiness alone
+	}
+	live := map[string]bool{}
+	for _, m := range view.Nodes {
+		if m.Live && !m.Draining {
+			live[m.ID] = true
 		}
 	}
-	return nil
+	for _, m := range cluster {
+		if !live[m.id] {
+			return false
+		}
+	}
+	for _, m := range cluster {
+		v, ok := devTopology(hc, m)
+		if !ok {
+			return false
+		}
+		if v == nil {
+			return true
+		}
+		for _, node := range v.Nodes {
+			if node.ID == m.id && node.Controller {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// devTopologyView is the part of GET /admin/api/topology dev reads.
+type devTopologyView struct {
+	Nodes []struct {
+		ID         string `json:"id"`
+		Live       bool   `json:"live"`
+		Draining   bool   `json:"draining"`
+		Controller bool   `json:"controller"`
+	} `json:"nodes"`
+}
+
+// devTopology reads n's topology view. ok is false while it cannot be
+// read yet; a nil view with ok means it will not be readable (401, 403:
+// admin authentication is on; or the admin listener speaks TLS).
+func devTopology(hc *http.Client, n *devNode) (view *devTopologyView, ok bool) {
+	resp, err := hc.Get("http://" + n.admin + "/admin/api/topology")
+	if err != nil {
+		return nil, false
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusBadRequest:
+		return nil, true
+	default:
+		return nil, false
+	}
+	var v devTopologyView
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&v); err != nil {
+		return nil, false
+	}
+	return &v, true
 }
 
 func anyExited(cluster []*devNode) <-chan struct{} {

@@ -25,6 +25,7 @@ import (
 	"github.com/fibrilgo/fibril/core/config"
 	"github.com/fibrilgo/fibril/core/lograte"
 	"github.com/fibrilgo/fibril/core/routing"
+	"github.com/fibrilgo/fibril/core/settings"
 	"github.com/fibrilgo/fibril/core/wire"
 	"github.com/fibrilgo/fibril/plugins"
 	"github.com/fibrilgo/fibril/plugins/host"
@@ -118,7 +119,8 @@ func (b *Broker) startCluster() error {
 	}
 	c := &coordinated{b: b, coord: coord, cl: cl, self: routing.Self{ID: id, Advertise: toEndpoints(adv), Private: cfg.Broker.Visibility == string(core.Private)},
 		stop: make(chan struct{}), done: make(chan struct{}), noGatewayWarned: lograte.Limiter[struct{}]{Every: noGatewayWarnEvery}}
-	c.router = &routing.SessionRouter{Cluster: cl, Self: c.self, DefaultPartitions: c.defaultPartitions} // Queues: openQueues
+	c.router = &routing.SessionRouter{Cluster: cl, Self: c.self, DefaultPartitions: c.defaultPartitions, // Queues: openQueues
+		PlacementTimeout: c.placementTimeout}
 	b.cluster = c
 	b.cluster.registerMetrics(b.registry)
 	b.log.Info("joined the cluster", "backend", cfg.Coordination.Backend, "secret_from", origin,
@@ -194,6 +196,12 @@ func (c *coordinated) close() {
 // (the router's declarations read it).
 func (c *coordinated) defaultPartitions() uint32 {
 	return uint32(max(c.b.settings.Current().Partitioning.DefaultPartitionCount, 1))
+}
+
+// placementTimeout is routing.declare_placement_timeout_ms (the router's
+// declarations read it).
+func (c *coordinated) placementTimeout() time.Duration {
+	return settings.Ms(c.b.settings.Current().Routing.DeclarePlacementTimeoutMS)
 }
 
 // coordinationConfig hands a backend its keys as strings (plugins.CoordinationEnv).

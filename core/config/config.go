@@ -232,7 +232,8 @@ type Runtime struct {
 	Routing Routing
 }
 
-// Routing holds the forwarding limits (core/forward/README.md#bounds).
+// Routing holds the forwarding limits (core/forward/README.md#bounds) and
+// how long a declaration waits for its partitions to be placed.
 type Routing struct {
 	MaxUpstreamSessions         int64 `key:"routing.max_upstream_sessions"`
 	MaxUpstreamSessionsPerOwner int64 `key:"routing.max_upstream_sessions_per_owner"`
@@ -240,6 +241,7 @@ type Routing struct {
 	ForwardTimeoutMS            int64 `key:"routing.forward_timeout_ms"`
 	UpstreamConnectTimeoutMS    int64 `key:"routing.upstream_connect_timeout_ms"`
 	UpstreamIdleCloseMS         int64 `key:"routing.upstream_idle_close_ms"`
+	DeclarePlacementTimeoutMS   int64 `key:"routing.declare_placement_timeout_ms"`
 }
 
 // Secret holds a secret string. It prints as "<redacted>" through fmt and

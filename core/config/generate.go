@@ -201,7 +201,7 @@ func WriteExample(w io.Writer) error {
 		}
 	}
 	b.WriteString("\n")
-	b.WriteString(wrap("# ", "The forwarding limits "+strings.Join(routing, ", ")+
+	b.WriteString(wrap("# ", "The routing settings "+strings.Join(routing, ", ")+
 		" are runtime settings with built-in defaults and no boot seed: they cannot be set in this file,"+
 		" the environment or flags, only through the cluster's runtime settings document.", 78))
 	_, err := io.WriteString(w, b.String())
@@ -265,7 +265,7 @@ var sectionDocs = map[string]string{
 	"plugins":      "External plugins.",
 	"log":          "Logging (log/slog).",
 	"runtime_seed": "Seeds of the runtime settings document: used only when the cluster has no document yet; afterwards the document wins and changes go through the admin API.",
-	"routing":      "Forwarding limits (see core/forward/README.md). Runtime settings with built-in defaults and no boot seed: setting them at boot is an error; they change through the runtime settings document.",
+	"routing":      "Forwarding limits (see core/forward/README.md) and how long a declaration waits for its partitions to be placed. Runtime settings with built-in defaults and no boot seed: setting them at boot is an error; they change through the runtime settings document.",
 }
 
 // mdCell escapes text for a Markdown table cell.

@@ -164,7 +164,7 @@ var keys = []Key{
 	{
 		Name: "tls.cert_path", Kind: KindString, Default: "",
 		Env: []string{"FIBRIL_TLS_CERT_PATH"},
-		Doc: "PEM certificate chain of the broker; set together with tls.key_path.",
+		Doc: "PEM certificate chain of the broker, presented as the file holds it: the leaf first, then its issuers (include the CA whose fingerprint clients pin: SDKs accept a pinned CA only from the presented chain); set together with tls.key_path.",
 	},
 	{
 		Name: "tls.key_path", Kind: KindString, Default: "",
@@ -174,7 +174,7 @@ var keys = []Key{
 	{
 		Name: "tls.auto_self_signed", Kind: KindBool, Default: false,
 		Env: []string{"FIBRIL_TLS_AUTO_SELF_SIGNED"},
-		Doc: "Create a CA and a server certificate under <data_dir>/tls on first boot and print the CA fingerprint.",
+		Doc: "Create a CA and a server certificate under <data_dir>/tls on first boot and print the CA fingerprint; the broker presents its certificate followed by that CA, so clients may pin either.",
 	},
 	{
 		Name: "tls.admin_enabled", Kind: KindOptBool, Default: nil, Follows: "tls.enabled",
@@ -394,5 +394,10 @@ var keys = []Key{
 		Name: "routing.upstream_idle_close_ms", Kind: KindInt, Default: int64(30000), Min: bound(1), Class: RuntimeOnly,
 		Env: []string{"FIBRIL_ROUTING_UPSTREAM_IDLE_CLOSE_MS"},
 		Doc: "Milliseconds after which an idle upstream session closes.",
+	},
+	{
+		Name: "routing.declare_placement_timeout_ms", Kind: KindInt, Default: int64(5000), Min: bound(1), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_ROUTING_DECLARE_PLACEMENT_TIMEOUT_MS"},
+		Doc: "Milliseconds a declaration's answer waits for every partition to have an owner, so clients can use them at once; it answers anyway after this.",
 	},
 }

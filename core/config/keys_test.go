@@ -150,7 +150,7 @@ func TestDefaultRuntime(t *testing.T) {
 	r := DefaultRuntime()
 	want := Routing{
 		MaxUpstreamSessions: 4096, MaxUpstreamSessionsPerOwner: 1024, MaxInflightForwardBytes: 268435456,
-		ForwardTimeoutMS: 30000, UpstreamConnectTimeoutMS: 5000, UpstreamIdleCloseMS: 30000,
+		ForwardTimeoutMS: 30000, UpstreamConnectTimeoutMS: 5000, UpstreamIdleCloseMS: 30000, DeclarePlacementTimeoutMS: 5000,
 	}
 	if r.Routing != want {
 		t.Errorf("DefaultRuntime() = %+v, want %+v", r.Routing, want)

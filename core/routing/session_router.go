@@ -25,9 +25,19 @@ type SessionRouter struct {
 	// DefaultPartitions is partitioning.default_partition_count, read at
 	// each declaration.
 	DefaultPartitions func() uint32
+	// PlacementTimeout is routing.declare_placement_timeout_ms, read at
+	// each declaration: how long its answer waits for the partitions to
+	// get owners (AwaitPlacement). nil means DefaultPlacementTimeout.
+	PlacementTimeout func() time.Duration
 }
 
-var _ session.Router = (*SessionRouter)(nil)
+var (
+	_ session.Router          = (*SessionRouter)(nil)
+	_ session.PlacementWaiter = (*SessionRouter)(nil)
+)
+
+// DefaultPlacementTimeout is the built-in routing.declare_placement_timeout_ms.
+const DefaultPlacementTimeout = 5 * time.Second
 
 // Route implements session.Router (docs/protocol.md#answers).
 func (r *SessionRouter) Route(ref core.PartitionRef, publish bool, version uint64, forwarded bool) session.Route {
@@ -38,9 +48,15 @@ func (r *SessionRouter) Route(ref core.PartitionRef, publish bool, version uint6
 		}
 	}
 	d := Decide(snap, r.Self, ref, forwarded)
-	if d.Action == Refuse && (errors.Is(d.Err, core.ErrNotFound) || !d.Partition.Placed()) && r.catchUp(ref) {
-		snap = r.Cluster.Snapshot()
-		d = Decide(snap, r.Self, ref, forwarded)
+	if d.Action == Refuse && (errors.Is(d.Err, core.ErrNotFound) || !d.Partition.Placed()) {
+		// Decide again when the catch-up waited, and also when the view
+		// moved on by itself meanwhile (CatchUp then finds it current and
+		// does not wait): a refusal from the older view would be stale.
+		waited := r.catchUp(ref)
+		if now := r.Cluster.Snapshot(); waited || now != snap {
+			snap = now
+			d = Decide(snap, r.Self, ref, forwarded)
+		}
 	}
 	switch d.Action {
 	case Redirect:
@@ -137,6 +153,64 @@ func (r *SessionRouter) DeclareStream(ctx context.Context, spec queue.StreamSpec
 	}
 	_, err = r.Queues.ApplyStream(info)
 	return info, err
+}
+
+// AwaitPlacement implements session.PlacementWaiter: it returns once every
+// partition of the declared channel has an owner in this broker's view, so
+// that an operation a client sends right after the declaration's answer
+// finds an owner to serve, forward or redirect to instead of a "no owner
+// yet" 409 or 503 that SDKs do not retry (docs/protocol.md#declare). The
+// placement controller assigns new partitions within a round trip or two
+// of the coordinator; when it cannot (no controller, no live node that
+// takes partitions) the wait ends after PlacementTimeout and the client
+// gets the declaration's answer anyway, and later operations the answers
+// they get today.
+func (r *SessionRouter) AwaitPlacement(ctx context.Context, topic, group string, stream bool) {
+	limit := DefaultPlacementTimeout
+	if r.PlacementTimeout != nil {
+		limit = r.PlacementTimeout()
+	}
+	placed := func() bool {
+		snap := r.Cluster.Snapshot()
+		var parts []cluster.Partition
+		if stream {
+			st := snap.Stream(topic)
+			if st == nil {
+				return false
+			}
+			parts = st.Parts
+		} else {
+			q := snap.Queue(topic, group)
+			if q == nil {
+				return false
+			}
+			parts = q.Parts
+		}
+		for _, p := range parts {
+			if !p.Placed() {
+				return false
+			}
+		}
+		return true
+	}
+	if placed() || limit <= 0 {
+		return
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		changed := r.Cluster.Changed()
+		if placed() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Topology implements session.Router.

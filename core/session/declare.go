@@ -8,7 +8,9 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// handleDeclareQueue answers DECLARE_QUEUE (docs/protocol.md#declare, S-18).
+// handleDeclareQueue answers DECLARE_QUEUE (docs/protocol.md#declare, S-18). In a
+// cluster the answer waits, off the reader, until the queue's partitions
+// have owners (answerWhenPlaced).
 func (c *Conn) handleDeclareQueue(id uint64, body []byte) {
 	var d wire.DeclareQueue
 	if err := d.Decode(body); err != nil {
@@ -35,7 +37,8 @@ func (c *Conn) handleDeclareQueue(id uint64, body []byte) {
 		c.replyError(id, core.Code(err), err.Error())
 		return
 	}
-	c.reply(wire.OpDeclareQueueOK, id, &wire.DeclareQueueOK{Status: "stored", PartitionCount: info.PartitionCount})
+	c.answerWhenPlaced(wire.OpDeclareQueueOK, id, &wire.DeclareQueueOK{Status: "stored", PartitionCount: info.PartitionCount},
+		info.Key.Topic, info.Key.Group.Value, false)
 }
 
 // handleDeclarePlexus answers DECLARE_PLEXUS (docs/protocol.md#declare, S-70): the stream
@@ -66,7 +69,8 @@ func (c *Conn) handleDeclarePlexus(id uint64, body []byte) {
 		c.replyError(id, core.Code(err), err.Error())
 		return
 	}
-	c.reply(wire.OpDeclarePlexusOK, id, &wire.DeclarePlexusOK{Status: "stored", PartitionCount: info.PartitionCount})
+	c.answerWhenPlaced(wire.OpDeclarePlexusOK, id, &wire.DeclarePlexusOK{Status: "stored", PartitionCount: info.PartitionCount},
+		info.Topic, "", true)
 }
 
 // handleTopology answers TOPOLOGY for a standalone broker exactly as S-113

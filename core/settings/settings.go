@@ -60,7 +60,8 @@ type Partitioning struct {
 }
 
 // Routing is the `routing` group: forwarding limits
-// (core/forward/README.md#bounds).
+// (core/forward/README.md#bounds) and the placement wait of a
+// declaration's answer.
 type Routing struct {
 	MaxUpstreamSessions         int64 `json:"max_upstream_sessions"`
 	MaxUpstreamSessionsPerOwner int64 `json:"max_upstream_sessions_per_owner"`
@@ -68,6 +69,7 @@ type Routing struct {
 	ForwardTimeoutMS            int64 `json:"forward_timeout_ms"`
 	UpstreamConnectTimeoutMS    int64 `json:"upstream_connect_timeout_ms"`
 	UpstreamIdleCloseMS         int64 `json:"upstream_idle_close_ms"`
+	DeclarePlacementTimeoutMS   int64 `json:"declare_placement_timeout_ms"`
 }
 
 // Seed builds version 1 of the document from boot configuration.
@@ -82,8 +84,26 @@ func Seed(seed config.RuntimeSeedSettings, rt config.Runtime) Document {
 		Partitioning: Partitioning{DefaultPartitionCount: p.DefaultPartitionCount},
 		Routing: Routing{MaxUpstreamSessions: r.MaxUpstreamSessions, MaxUpstreamSessionsPerOwner: r.MaxUpstreamSessionsPerOwner,
 			MaxInflightForwardBytes: r.MaxInflightForwardBytes, ForwardTimeoutMS: r.ForwardTimeoutMS,
-			UpstreamConnectTimeoutMS: r.UpstreamConnectTimeoutMS, UpstreamIdleCloseMS: r.UpstreamIdleCloseMS},
+			UpstreamConnectTimeoutMS: r.UpstreamConnectTimeoutMS, UpstreamIdleCloseMS: r.UpstreamIdleCloseMS,
+			DeclarePlacementTimeoutMS: r.DeclarePlacementTimeoutMS},
 	}
+}
+
+// decode parses a stored document. The routing group has built-in
+// defaults and no boot seed, so a document stored before one of its
+// settings existed takes that setting's default instead of failing
+// validation with a zero: an upgrade must not refuse to start over a
+// setting the operator never had the chance to set. (A document sent to
+// Replace is taken as it is: an omitted setting there is an error.)
+func decode(b []byte) (Document, error) {
+	d := Document{Routing: routingDefaults()}
+	err := json.Unmarshal(b, &d)
+	return d, err
+}
+
+// routingDefaults is the routing group of the built-in defaults.
+func routingDefaults() Routing {
+	return Seed(config.RuntimeSeedSettings{}, config.DefaultRuntime()).Routing
 }
 
 // Validate applies S-172's bounds. Every problem names its setting.
@@ -106,7 +126,7 @@ func (d Document) Validate() error {
 	rt := config.Runtime{Routing: config.Routing{MaxUpstreamSessions: r.MaxUpstreamSessions,
 		MaxUpstreamSessionsPerOwner: r.MaxUpstreamSessionsPerOwner, MaxInflightForwardBytes: r.MaxInflightForwardBytes,
 		ForwardTimeoutMS: r.ForwardTimeoutMS, UpstreamConnectTimeoutMS: r.UpstreamConnectTimeoutMS,
-		UpstreamIdleCloseMS: r.UpstreamIdleCloseMS}}
+		UpstreamIdleCloseMS: r.UpstreamIdleCloseMS, DeclarePlacementTimeoutMS: r.DeclarePlacementTimeoutMS}}
 	if err := config.ValidateRuntime(rt, config.Origin{}); err != nil {
 		errs = append(errs, err)
 	}
@@ -150,8 +170,8 @@ func Open(path string, seed Document) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("runtime settings: %w", err)
 	}
-	var d Document
-	if err := json.Unmarshal(b, &d); err != nil {
+	d, err := decode(b)
+	if err != nil {
 		return nil, fmt.Errorf("runtime settings %s: %w", path, err)
 	}
 	if err := d.Validate(); err != nil {

@@ -49,8 +49,8 @@ func OpenShared(ctx context.Context, doc core.Document, seed Document, log *slog
 }
 
 func parseDocument(b []byte) (Document, error) {
-	var d Document
-	if err := json.Unmarshal(b, &d); err != nil {
+	d, err := decode(b)
+	if err != nil {
 		return d, err
 	}
 	if err := d.Validate(); err != nil {

@@ -129,10 +129,10 @@ func (ca *autoCA) ensureServer(want sans, now time.Time, log *slog.Logger) (*tls
 		if err != nil {
 			reason = err.Error()
 		} else if reason = ca.unusable(pair.Leaf, now); reason == "" {
-			usable = pair
+			usable = ca.chain(pair)
 			reason = renewReason(pair.Leaf, want, now)
 			if reason == "" {
-				return pair, nil
+				return usable, nil
 			}
 		}
 	} else {
@@ -158,6 +158,7 @@ func (ca *autoCA) mintServer(want sans, now time.Time, reason string, log *slog.
 	if err != nil {
 		return nil, fmt.Errorf("%s: mint server certificate: %w", autoKey, err)
 	}
+	certPEM = append(certPEM, encodeCert(ca.cert.Raw)...) // the file holds the chain it is served with
 	// Key first: after a crash between the writes the old certificate no
 	// longer matches the key, and the next start re-mints.
 	if err := writeFileAtomic(ca.path(ServerKeyFile), keyPEM, 0o600); err != nil {
@@ -172,7 +173,17 @@ func (ca *autoCA) mintServer(want sans, now time.Time, reason string, log *slog.
 	}
 	log.Info("tls: minted a server certificate", "reason", reason, "file", ca.path(ServerFile),
 		"dns", want.dns, "ips", want.ips, "not_after", pair.Leaf.NotAfter.UTC())
-	return pair, nil
+	return ca.chain(pair), nil
+}
+
+// chain makes pair present its leaf followed by this CA, whatever the
+// certificate file held after the leaf (an older server.pem holds the
+// leaf alone). SDKs that pin the CA fingerprint the broker logs accept
+// the CA only when it is in the presented chain and signed the leaf
+// (S-152); clients that trust ca.pem are not affected.
+func (ca *autoCA) chain(pair *tls.Certificate) *tls.Certificate {
+	pair.Certificate = [][]byte{pair.Certificate[0], ca.cert.Raw}
+	return pair
 }
 
 // unusable says why a server certificate cannot be served at all, or "".

@@ -175,6 +175,14 @@ func loadAutoPeer(opts PeerOptions, log *slog.Logger) (*Peer, error) {
 		log.Info("tls: minted a peer certificate", "reason", reason, "node", opts.NodeID,
 			"file", files.CertFile, "not_after", pair.Leaf.NotAfter.UTC())
 	}
+	// The peer certificate is presented with the cluster CA after it, as
+	// generated client-listener material is (S-152), and the file holds
+	// that chain: transports and plugins load it from there. A file from
+	// before holds the leaf alone and is rewritten once.
+	pair = ca.chain(pair)
+	if err := writeIfChanged(files.CertFile, append(encodeCert(pair.Certificate[0]), encodeCert(ca.cert.Raw)...), 0o644); err != nil {
+		return nil, fmt.Errorf("%s: write %s: %w", peerAutoWhat, files.CertFile, err)
+	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.cert)
 	return &Peer{nodeID: opts.NodeID, files: files, pair: pair, pool: pool}, nil
@@ -212,6 +220,7 @@ func mintPeer(files PeerFiles, ca *autoCA, nodeID string, now time.Time) (*tls.C
 	if err != nil {
 		return nil, fmt.Errorf("%s: mint the peer certificate: %w", peerAutoWhat, err)
 	}
+	certPEM = append(certPEM, encodeCert(ca.cert.Raw)...) // the chain it is presented with
 	// Key first, as for server.pem: a crash between the writes leaves a
 	// mismatched pair, which the next start re-mints.
 	if err := writeFileAtomic(files.KeyFile, keyPEM, 0o600); err != nil {
