@@ -58,7 +58,7 @@ func TestDeclareAnswerWaitsForPlacementOffTheReader(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.Router = r })
 	c := e.dial()
 	c.login()
-	declID := c.send(wire.OpDeclareQueue, &wire.DeclareQueue{Topic: "orders", PartitionCount: wire.Some(uint32(3))})
+	declID := c.Send(wire.OpDeclareQueue, &wire.DeclareQueue{Topic: "orders", PartitionCount: wire.Some(uint32(3))})
 	select {
 	case topic := <-r.waiting:
 		if topic != "orders" {
@@ -67,12 +67,12 @@ func TestDeclareAnswerWaitsForPlacementOffTheReader(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the declaration did not wait for placement")
 	}
-	pingID := c.send(wire.OpPing, nil)
-	c.expect(wire.OpPong, pingID)
-	topoID := c.send(wire.OpTopology, &wire.TopologyRequest{})
-	c.expect(wire.OpTopologyOK, topoID)
+	pingID := c.Send(wire.OpPing, nil)
+	c.Expect(wire.OpPong, pingID)
+	topoID := c.Send(wire.OpTopology, &wire.TopologyRequest{})
+	c.Expect(wire.OpTopologyOK, topoID)
 	close(r.release)
-	ok := c.expect(wire.OpDeclareQueueOK, declID).(*wire.DeclareQueueOK)
+	ok := c.Expect(wire.OpDeclareQueueOK, declID).(*wire.DeclareQueueOK)
 	if ok.Status != "stored" || ok.PartitionCount != 3 {
 		t.Fatalf("DECLARE_QUEUE_OK = %+v", ok)
 	}
@@ -85,7 +85,7 @@ func TestDeclareWaitEndsWithTheConnection(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.Router = r })
 	c := e.dial()
 	c.login()
-	c.send(wire.OpDeclareQueue, &wire.DeclareQueue{Topic: "orders"})
+	c.Send(wire.OpDeclareQueue, &wire.DeclareQueue{Topic: "orders"})
 	select {
 	case <-r.waiting:
 	case <-time.After(5 * time.Second):
