@@ -3,7 +3,7 @@
 # measured in the same run, alternating, so that a change can show it costs
 # no throughput on this noisy machine. See README.md beside this file.
 #
-#   integration/bench/before-after.sh BEFORE_REV [AFTER_REV] [--reps 2] [--duration 10s] [--warmup 2s]
+#   integration/bench/before-after.sh BEFORE_REV [AFTER_REV] [--reps 2] [--duration 10s] [--warmup 2s] [--scenarios publish,e2e]
 #
 # AFTER_REV defaults to the work tree. Two scenarios, each 1 KiB messages,
 # window 256, prefetch 256, fsync always (the default):
@@ -17,13 +17,14 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
 die() { echo "before-after.sh: $*" >&2; exit 1; }
-[ $# -ge 1 ] || die "usage: before-after.sh BEFORE_REV [AFTER_REV] [--reps N] [--duration D] [--warmup D]"
+[ $# -ge 1 ] || die "usage: before-after.sh BEFORE_REV [AFTER_REV] [--reps N] [--duration D] [--warmup D] [--scenarios publish,e2e]"
 BEFORE=$1; shift
 AFTER=""
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then AFTER=$1; shift; fi
 REPS=2
 DURATION=10s
 WARMUP=2s
+SCENARIOS=publish,e2e
 PORT=19886
 ADMIN_PORT=18091
 while [ $# -gt 0 ]; do
@@ -31,6 +32,7 @@ while [ $# -gt 0 ]; do
 	--reps) REPS=$2; shift 2 ;;
 	--duration) DURATION=$2; shift 2 ;;
 	--warmup) WARMUP=$2; shift 2 ;;
+	--scenarios) SCENARIOS=$2; shift 2 ;;
 	*) die "unknown option $1" ;;
 	esac
 done
@@ -88,7 +90,7 @@ PY
 }
 
 printf '%-8s %-4s %-8s %12s %10s\n' scenario rep build "msgs/s" "p99 ms" | tee "$WORK/results"
-for sc in publish e2e; do
+for sc in ${SCENARIOS//,/ }; do
 	for rep in $(seq 1 "$REPS"); do
 		if [ $((rep % 2)) = 1 ]; then order=(before after); else order=(after before); fi
 		for b in "${order[@]}"; do
@@ -105,6 +107,8 @@ for line in open(sys.argv[1]).read().splitlines()[1:]:
     sc, _, build, rate, _ = line.split()
     runs[(sc, build)].append(float(rate))
 for sc in ("publish", "e2e"):
+    if not runs[(sc, "before")]:
+        continue
     b = sum(runs[(sc, "before")]) / len(runs[(sc, "before")])
     a = sum(runs[(sc, "after")]) / len(runs[(sc, "after")])
     print(f"{sc:8} before {b:9.0f}  after {a:9.0f}  after/before {a / b:.2f}")
