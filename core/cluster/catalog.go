@@ -173,22 +173,33 @@ const maxAwaitIndex = 2 * time.Second
 // It gives up after maxAwaitIndex or when ctx ends: the declaration stands
 // either way, and the topology push brings it to the client later.
 func (c *Cluster) awaitIndex(ctx context.Context, idx uint64) {
-	if c.Snapshot().Index >= idx {
-		return
+	c.Await(ctx, maxAwaitIndex, func(s *Snapshot) bool { return s.Index >= idx })
+}
+
+// Await waits until cond holds for this node's view, at most limit (none
+// when limit is not positive) or until ctx ends, and reports whether it
+// held. It looks again at every new snapshot: the channel is taken before
+// the look, so a snapshot published in between is never missed.
+func (c *Cluster) Await(ctx context.Context, limit time.Duration, cond func(*Snapshot) bool) bool {
+	if cond(c.Snapshot()) {
+		return true
 	}
-	t := time.NewTimer(maxAwaitIndex)
+	if limit <= 0 {
+		return false
+	}
+	t := time.NewTimer(limit)
 	defer t.Stop()
 	for {
 		changed := c.Changed()
-		if c.Snapshot().Index >= idx {
-			return
+		if cond(c.Snapshot()) {
+			return true
 		}
 		select {
 		case <-changed:
 		case <-t.C:
-			return
+			return false
 		case <-ctx.Done():
-			return
+			return false
 		}
 	}
 }

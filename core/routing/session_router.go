@@ -170,8 +170,7 @@ func (r *SessionRouter) AwaitPlacement(ctx context.Context, topic, group string,
 	if r.PlacementTimeout != nil {
 		limit = r.PlacementTimeout()
 	}
-	placed := func() bool {
-		snap := r.Cluster.Snapshot()
+	r.Cluster.Await(ctx, limit, func(snap *cluster.Snapshot) bool {
 		var parts []cluster.Partition
 		if stream {
 			st := snap.Stream(topic)
@@ -192,25 +191,7 @@ func (r *SessionRouter) AwaitPlacement(ctx context.Context, topic, group string,
 			}
 		}
 		return true
-	}
-	if placed() || limit <= 0 {
-		return
-	}
-	t := time.NewTimer(limit)
-	defer t.Stop()
-	for {
-		changed := r.Cluster.Changed()
-		if placed() {
-			return
-		}
-		select {
-		case <-changed:
-		case <-t.C:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
+	})
 }
 
 // Topology implements session.Router.
