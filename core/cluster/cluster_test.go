@@ -180,7 +180,16 @@ func TestDeadOwnerKeepsWrittenPartitions(t *testing.T) {
 	tc := newTestCluster(t, "a", "b", "c")
 	a := tc.nodes["a"]
 	declare(t, a.Cluster, "orders", 6)
-	testkit.Eventually(t, 5*time.Second, "placed", func() bool { return allPlaced(a.Snapshot(), "orders") })
+	// Every node's view, not only the declaring one's: the victim's own
+	// view is read below and may trail a's.
+	testkit.Eventually(t, 5*time.Second, "placed in every view", func() bool {
+		for _, n := range tc.nodes {
+			if !allPlaced(n.Snapshot(), "orders") {
+				return false
+			}
+		}
+		return true
+	})
 	victim := core.NodeID("b")
 	if a.IsController() || tc.nodes["b"].IsController() {
 		victim = "c"
