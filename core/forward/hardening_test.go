@@ -295,12 +295,7 @@ func TestGatewayIdleCloseWaitsForAPublishWaitingForRoom(t *testing.T) {
 	})
 	b := e.dial()
 	b.login()
-	b.SendID(wire.OpPublish, 1, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("b1")})
-	upB := o.next()
-	<-o.ffs
-	h, _ := upB.read()
-	upB.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 1})
-	b.Expect(wire.OpPublishOK, 1)
+	upB := confirmOnNewUpstream(b, o, "b1")
 	// Another connection's publish takes all the room, and its owner holds
 	// the answer.
 	a := e.dial()

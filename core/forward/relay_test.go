@@ -160,6 +160,21 @@ func (o *fakeOwner) next() *ownerConn {
 	}
 }
 
+// confirmOnNewUpstream sends a confirmed publish (request id 1) on c that
+// opens an upstream session to o, has the owner confirm it at offset 1,
+// checks the client's PUBLISH_OK and returns the owner's side of that
+// session.
+func confirmOnNewUpstream(c *client, o *fakeOwner, payload string) *ownerConn {
+	c.t.Helper()
+	c.SendID(wire.OpPublish, 1, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte(payload)})
+	up := o.next()
+	<-o.ffs
+	h, _ := up.read()
+	up.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 1})
+	c.Expect(wire.OpPublishOK, 1)
+	return up
+}
+
 func (c *ownerConn) tryRead(d time.Duration) (wire.FrameHeader, []byte, error) {
 	_ = c.nc.SetReadDeadline(time.Now().Add(d))
 	h, body, err := wire.ReadFrame(c.br, nil, 1<<20)
@@ -370,12 +385,7 @@ func TestGatewayLimitAccounting(t *testing.T) {
 	})
 	a := e.dial()
 	a.login()
-	a.SendID(wire.OpPublish, 1, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("a")})
-	up := o.next()
-	<-o.ffs
-	h, _ := up.read()
-	up.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 1})
-	a.Expect(wire.OpPublishOK, 1)
+	up := confirmOnNewUpstream(a, o, "a")
 	// A second connection to the same owner is over the cap.
 	b := e.dial()
 	b.login()
@@ -385,7 +395,7 @@ func TestGatewayLimitAccounting(t *testing.T) {
 	}
 	// The owner's error and REDIRECT answers release their bytes too.
 	a.SendID(wire.OpPublish, 3, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("e")})
-	h, _ = up.read()
+	h, _ := up.read()
 	up.send(wire.OpError, h.RequestID, &wire.ErrorBody{Code: wire.CodeNotFound, Message: "gone"})
 	a.ExpectError(wire.OpError, 3, wire.CodeNotFound)
 	a.SendID(wire.OpPublish, 4, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("r")})
