@@ -718,14 +718,17 @@ func (p *Partition) trimReserve(s *segment) error {
 }
 
 // slotLagBytes is how far the log's durable slot may trail the durable
-// size before a commit rewrites it. Rewriting it at every commit put a
-// second page into every fsync: +14% on the median 1 KiB append + fdatasync
-// on this project's ext4 VM (145 → 165 µs), paid by every confirm of a
-// one-message-at-a-time producer. Every 64 KiB it costs that producer one
-// commit in 64, and a batch of 64 KiB or more shares it among its records.
-// The price is precision: damage in the last < 64 KiB (plus one commit)
-// before a crash cannot be told from a torn write (core/storage/README.md#recovery).
-const slotLagBytes = 64 << 10
+// size before a commit rewrites it. Rewriting it puts a second page (at
+// the start of the file, away from the records) into that commit's fsync:
+// +14% on the median 1 KiB append + fdatasync on this project's ext4 VM
+// (145 → 165 µs). At 64 KiB a saturated producer (~20 KiB per commit)
+// paid it every third commit, ~7% of confirmed-publish throughput
+// (integration/bench/before-after.sh); at 1 MiB it is one commit in about
+// fifty there and one in a thousand for a one-message-at-a-time producer.
+// The price is precision: damage in the last < 1 MiB (plus one commit)
+// before a crash cannot be told from a torn write
+// (core/storage/README.md#recovery).
+const slotLagBytes = 1 << 20
 
 // syncLog fsyncs the active segment (written since its last fsync) and
 // keeps the recent fsync time for gather.

@@ -173,14 +173,14 @@ func TestDamageInsideDurableLogIsQuarantined(t *testing.T) {
 }
 
 // While a partition runs, its header's durable slot follows the fsyncs
-// (trailing by less than 64 KiB): after a crash, damage well inside what
+// (trailing by less than 1 MiB): after a crash, damage well inside what
 // was durable, with intact records after it, is corruption, not a torn
 // tail.
 func TestDamageBeforeDurableSlotAfterCrashIsQuarantined(t *testing.T) {
 	fsys := faultfs.New()
 	o := storage.Options{FS: fsys, Logger: quietLogger(), IndexEveryBytes: 1 << 20}
 	p := mustOpen(t, "/p", o)
-	for i := range 200 { // ~200 KiB, every record confirmed
+	for i := range 2500 { // ~2.5 MiB, every record confirmed
 		if _, err := p.Append(payload(i, 1000), int64(i)); err != nil {
 			t.Fatal(err)
 		}

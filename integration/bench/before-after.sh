@@ -77,25 +77,31 @@ run() { # run NAME SCENARIO: one fresh broker, one bench, prints "msgs/s p99_ms"
 	local out
 	out=$(timeout 120 "$bin/fibrilctl" --addr "127.0.0.1:$PORT" bench --topic "ba-$2" --size 1024 --window 256 \
 		--prefetch 256 --confirmed "${load[@]}" --duration "$DURATION" --warmup "$WARMUP" --json --progress=false)
+	# The broker's CPU time (user + system clock ticks) over the whole run.
+	local ticks
+	ticks=$(awk '{print $14 + $15}' "/proc/$PID/stat")
 	kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
-	# publish: confirmed msgs/s and confirm p99; e2e: delivered msgs/s and publish->deliver p99.
-	python3 - "$2" "$out" <<'PY'
+	# publish: confirmed msgs/s and confirm p99; e2e: delivered msgs/s and
+	# publish->deliver p99; both: the broker's CPU µs per confirmed message
+	# (warmup and drain included), steadier than the rate on a noisy machine.
+	python3 - "$2" "$out" "$ticks" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
 r = json.loads(sys.argv[2])
+cpu_us = int(sys.argv[3]) / int(sys.argv[4]) * 1e6 / max(r['confirmed'], 1)
 if sys.argv[1] == "publish":
-    print(f"{r['publish_msgs_per_sec']:.0f} {r['confirm_p99_us'] / 1000:.1f}")
+    print(f"{r['publish_msgs_per_sec']:.0f} {r['confirm_p99_us'] / 1000:.1f} {cpu_us:.2f}")
 else:
-    print(f"{r['deliver_msgs_per_sec']:.0f} {r['e2e_p99_us'] / 1000:.1f}")
+    print(f"{r['deliver_msgs_per_sec']:.0f} {r['e2e_p99_us'] / 1000:.1f} {cpu_us:.2f}")
 PY
 }
 
-printf '%-8s %-4s %-8s %12s %10s\n' scenario rep build "msgs/s" "p99 ms" | tee "$WORK/results"
+printf '%-8s %-4s %-8s %12s %10s %12s\n' scenario rep build "msgs/s" "p99 ms" "cpu µs/msg" | tee "$WORK/results"
 for sc in ${SCENARIOS//,/ }; do
 	for rep in $(seq 1 "$REPS"); do
 		if [ $((rep % 2)) = 1 ]; then order=(before after); else order=(after before); fi
 		for b in "${order[@]}"; do
-			read -r rate p99 < <(run "$b" "$sc")
-			printf '%-8s %-4s %-8s %12s %10s\n' "$sc" "$rep" "$b" "$rate" "$p99" | tee -a "$WORK/results"
+			read -r rate p99 cpu < <(run "$b" "$sc")
+			printf '%-8s %-4s %-8s %12s %10s %12s\n' "$sc" "$rep" "$b" "$rate" "$p99" "$cpu" | tee -a "$WORK/results"
 		done
 	done
 done
@@ -103,13 +109,18 @@ done
 python3 - "$WORK/results" <<'PY'
 import collections, sys
 runs = collections.defaultdict(list)
+cpus = collections.defaultdict(list)
 for line in open(sys.argv[1]).read().splitlines()[1:]:
-    sc, _, build, rate, _ = line.split()
+    sc, _, build, rate, _, cpu = line.split()
     runs[(sc, build)].append(float(rate))
+    cpus[(sc, build)].append(float(cpu))
 for sc in ("publish", "e2e"):
     if not runs[(sc, "before")]:
         continue
     b = sum(runs[(sc, "before")]) / len(runs[(sc, "before")])
     a = sum(runs[(sc, "after")]) / len(runs[(sc, "after")])
-    print(f"{sc:8} before {b:9.0f}  after {a:9.0f}  after/before {a / b:.2f}")
+    cb = sum(cpus[(sc, "before")]) / len(cpus[(sc, "before")])
+    ca = sum(cpus[(sc, "after")]) / len(cpus[(sc, "after")])
+    print(f"{sc:8} before {b:9.0f}  after {a:9.0f}  after/before {a / b:.2f}   "
+          f"cpu µs/msg before {cb:.2f} after {ca:.2f} after/before {ca / cb:.2f}")
 PY
