@@ -13,7 +13,7 @@ import (
 	"github.com/fibrilgo/fibril/core/client"
 )
 
-const benchArgs = `--topic T [--partitions N] [--size BYTES] [--producers P] [--consumers C] [--window W] [--confirmed]
+const benchArgs = `--topic T [--queues Q] [--partitions N] [--size BYTES] [--producers P] [--consumers C] [--window W] [--confirmed]
        [--prefetch N] [--auto-ack] [--duration D] [--warmup D] [--drain D] [--rate R] [--max-ahead N]
        [--mode throughput|rtt|fsync] [--fsync-dir DIR] [--json] [--progress=false]`
 
@@ -21,7 +21,7 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 	fs := newFlagSet("bench", benchArgs, g, e)
 	var cfg benchkit.Config
 	cfg.AddFlags(fs.FlagSet, map[string]string{
-		"consumers": "consuming connections, each subscribed to every partition",
+		"consumers": "consuming connections, each subscribed to every partition of its queues (all of them, with one queue)",
 		"window":    "confirmed publishes in flight per producer (PublishAsync)",
 		"confirmed": "wait for PUBLISH_OK (default: fire and forget)",
 		"prefetch":  "unsettled deliveries per partition and consumer",
@@ -31,7 +31,8 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 	var drv bench.Driver
 	fs.StringVar(&drv.Topic, "topic", "", "queue to use (default: a fresh fibrilctl-bench-<time> topic, so no earlier backlog interferes)")
 	fs.StringVar(&drv.Group, "group", "", "queue namespace inside the topic")
-	fs.IntVar(&drv.Partitions, "partitions", 1, "partitions to declare the queue with and spread messages over")
+	fs.IntVar(&drv.Queues, "queues", 1, "queues to declare and spread messages over: <topic>-0 … <topic>-(Q-1) when Q > 1")
+	fs.IntVar(&drv.Partitions, "partitions", 1, "partitions to declare each queue with and spread messages over")
 	coalesce := fs.Bool("coalesce", false, "deprecated, no effect: the client always batches its writes")
 	fsyncDir := fs.String("fsync-dir", os.TempDir(), "--mode fsync: directory to write in (use the broker's data_dir file system)")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
@@ -42,6 +43,10 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 	}
 	if *coalesce {
 		fmt.Fprintln(e.stderr, "fibrilctl bench: --coalesce is deprecated and has no effect: core/client batches its writes")
+	}
+
+	if drv.Queues < 1 {
+		return usagef("--queues must be at least 1")
 	}
 
 	if cfg.Mode == "fsync" {

@@ -69,6 +69,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"declare", "--topic", "x", "--dlq", "elsewhere"}, exitUsage, "--dlq must be"},
 		{[]string{"declare", "--stream", "--topic", "x", "--group", "g"}, exitUsage, "applies to queues"},
 		{[]string{"bench", "--size", "10"}, exitUsage, "--size must be at least"},
+		{[]string{"bench", "--queues", "0"}, exitUsage, "--queues must be at least 1"},
 		{[]string{"users"}, exitUsage, "subcommand"},
 		{[]string{"help"}, exitOK, ""},
 		{[]string{"publish", "--help"}, exitOK, ""},
@@ -306,6 +307,35 @@ func TestBenchConfirmed(t *testing.T) {
 	r := ctl(t, "", "bench", "--coalesce", "--json", "--progress=false", "--consumers", "0", "--duration", "200ms")
 	if r.code != 0 || !strings.Contains(r.stderr, "--coalesce is deprecated") {
 		t.Fatalf("--coalesce: %+v", r)
+	}
+}
+
+// --queues spreads the messages over several queues; a queue that
+// already exists with another partition count (here auto-created with one
+// by a subscribe, S-21) is used as it is.
+func TestBenchQueues(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	if r := ctlCtx(ctx, "", "consume", "--topic", "bench-queues-1"); r.code != 0 {
+		t.Fatalf("consume to auto-create: %+v", r)
+	}
+	r := ctl(t, "", "bench", "--json", "--progress=false", "--topic", "bench-queues", "--queues", "3", "--partitions", "2",
+		"--producers", "2", "--consumers", "2", "--window", "16", "--confirmed", "--duration", "1s")
+	mustOK(t, r, "bench --queues 3")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
+		t.Fatalf("bench output %q: %v", r.stdout, err)
+	}
+	checkComplete(t, m, true)
+	if num(m, "queues") != 3 || !strings.Contains(r.stderr, "queue bench-queues-1 already has 1 partitions (asked for 2)") {
+		t.Fatalf("queues %v, stderr %q", m["queues"], r.stderr)
+	}
+	// More consumers than queues: each queue is still read.
+	m = benchJSON(t, "--topic", "bench-queues-more", "--queues", "2", "--partitions", "3", "--consumers", "3",
+		"--window", "8", "--confirmed", "--duration", "500ms")
+	checkComplete(t, m, true)
+	if num(m, "queues") != 2 || num(m, "partitions") != 3 {
+		t.Fatalf("parameters: %v", m)
 	}
 }
 

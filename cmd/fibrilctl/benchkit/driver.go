@@ -31,9 +31,9 @@ type Driver interface {
 	// Without --confirmed there is one goroutine with one Slot either way.
 	Pipelined() bool
 
-	// Finish names the system in res (Addr, Topic, Group, Partitions,
-	// Coalesce, ClientStats, Target, CountsNote) once the measurements are
-	// in, and reads whatever the driver reports besides.
+	// Finish names the system in res (Addr, Topic, Group, Queues,
+	// Partitions, Coalesce, ClientStats, Target, CountsNote) once the
+	// measurements are in, and reads whatever the driver reports besides.
 	Finish(res *Result)
 
 	// Close releases all the driver opened (and removes what it created

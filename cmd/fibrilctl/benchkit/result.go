@@ -21,15 +21,16 @@ import (
 // bytes of payload, as nats bench counts it.
 //
 // Run fills the measurements; the driver's Finish fills the fields that
-// name the system (Addr, Topic, Group, Partitions, Coalesce, ClientStats,
-// Target, CountsNote).
+// name the system (Addr, Topic, Group, Queues, Partitions, Coalesce,
+// ClientStats, Target, CountsNote).
 type Result struct {
 	// Parameters.
 	Mode       string  `json:"mode"`
 	Addr       string  `json:"addr"`
 	Topic      string  `json:"topic"`
 	Group      string  `json:"group,omitempty"`
-	Partitions int     `json:"partitions"`
+	Queues     int     `json:"queues"`     // Topic-0 … Topic-(N-1) when more than 1 (QueueNames)
+	Partitions int     `json:"partitions"` // of each queue
 	Size       int     `json:"size"`
 	Producers  int     `json:"producers"`
 	Consumers  int     `json:"consumers"`

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,28 +13,41 @@ import (
 	"time"
 )
 
-// fake is an in-memory system: one queue that every consumer competes
-// on. It runs Run without a broker, both ways a Driver can publish
-// (pipelined like Fibril's PublishAsync, blocking like jsbench's), and can
-// lose, duplicate and inject messages to show that Run counts them.
+// fake is an in-memory system: queues of one partition each, spread over
+// the producers and consumers by the rules of spread.go (one queue by
+// default, which every consumer competes on). It runs Run without a
+// broker, both ways a Driver can publish (pipelined like Fibril's
+// PublishAsync, blocking like jsbench's), and can lose, duplicate and
+// inject messages to show that Run counts them.
 type fake struct {
 	pipelined bool
 	drop, dup int64 // seq of producer 0 to confirm but not enqueue / enqueue twice (-1: none)
 	foreign   bool  // enqueue one message that is not of this run
+	orphan    int   // queue that no consumer subscribes to (-1: none)
 
-	q     chan []byte
-	acks  atomic.Int64
-	pubs  []*fakePub
-	named bool
+	qs        []chan []byte
+	cfg       Config
+	consumers int // Consumer calls so far
+	acks      atomic.Int64
+	perQueue  []atomic.Int64 // messages enqueued on each queue
+	pubs      []*fakePub
+	named     bool
 }
 
-func newFake(pipelined bool) *fake {
-	return &fake{pipelined: pipelined, drop: -1, dup: -1, q: make(chan []byte, 1024)}
+func newFake(pipelined bool) *fake { return newFakeQueues(pipelined, 1) }
+
+func newFakeQueues(pipelined bool, queues int) *fake {
+	f := &fake{pipelined: pipelined, drop: -1, dup: -1, orphan: -1, perQueue: make([]atomic.Int64, queues)}
+	for range queues {
+		f.qs = append(f.qs, make(chan []byte, 1024))
+	}
+	return f
 }
 
-func (f *fake) Setup(context.Context, Config, *Reporter) error {
+func (f *fake) Setup(_ context.Context, cfg Config, _ *Reporter) error {
+	f.cfg = cfg
 	if f.foreign {
-		f.q <- make([]byte, HeaderSize) // run id 0: never a run's
+		f.qs[0] <- make([]byte, HeaderSize) // run id 0: never a run's
 	}
 	return nil
 }
@@ -83,9 +97,11 @@ func (p *fakePub) send(ctx context.Context, s *Slot) error {
 			n = 2
 		}
 	}
+	qi := TargetIndex(s.Producer, s.Seq, len(p.f.qs))
+	p.f.perQueue[qi].Add(int64(n))
 	for range n {
 		select {
-		case p.f.q <- bytes.Clone(s.Payload):
+		case p.f.qs[qi] <- bytes.Clone(s.Payload):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -93,20 +109,32 @@ func (p *fakePub) send(ctx context.Context, s *Slot) error {
 	return nil
 }
 
+// Consumer takes its queues by ConsumerQueues, one goroutine each, and
+// hands h one delivery at a time, as the Fibril driver does.
 func (f *fake) Consumer(_ context.Context, _ string, h *Handler) (Subscription, error) {
 	c := &fakeSub{stop: make(chan struct{})}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		for {
-			select {
-			case p := <-f.q:
-				h.Deliver(p, f)
-			case <-c.stop:
-				return
-			}
+	idx := f.consumers
+	f.consumers++
+	var mu sync.Mutex
+	for _, qi := range ConsumerQueues(idx, f.cfg.Consumers, len(f.qs)) {
+		if qi == f.orphan {
+			continue
 		}
-	}()
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for {
+				select {
+				case p := <-f.qs[qi]:
+					mu.Lock()
+					h.Deliver(p, f)
+					mu.Unlock()
+				case <-c.stop:
+					return
+				}
+			}
+		}()
+	}
 	return c, nil
 }
 
@@ -212,6 +240,58 @@ func TestRunFindsLossDuplicatesAndForeign(t *testing.T) {
 	}
 }
 
+// TestRunAcrossQueues spreads the messages over several queues, with
+// fewer and with more consumers than queues: every message is counted
+// once wherever it went, every queue got its share, and a queue no
+// consumer reads shows as lost.
+func TestRunAcrossQueues(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		queues, consumers int
+		orphan            int
+	}{
+		{"more queues", 5, 2, -1},
+		{"more consumers", 2, 3, -1},
+		{"orphan queue", 3, 3, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeQueues(true, tc.queues)
+			f.orphan = tc.orphan
+			cfg := Config{Size: 64, Producers: 2, Consumers: tc.consumers, Window: 8, Confirmed: true,
+				Duration: 200 * time.Millisecond, Drain: 2 * time.Second}
+			if tc.orphan >= 0 {
+				// Paced, so the unread queue never fills (its channel
+				// holds 1024); the drain runs to its end, since that
+				// queue never empties.
+				cfg.Rate, cfg.Drain = 2000, time.Second
+			}
+			res, err := Run(context.Background(), cfg, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var perQueue []int64
+			for i := range f.perQueue {
+				perQueue = append(perQueue, f.perQueue[i].Load())
+			}
+			// Round robin: the queues' shares differ by at most one
+			// message per producer.
+			if lo, hi := slices.Min(perQueue), slices.Max(perQueue); lo == 0 || hi-lo > int64(cfg.Producers) {
+				t.Fatalf("messages per queue %v", perQueue)
+			}
+			if tc.orphan < 0 {
+				if res.Sent == 0 || res.Delivered != res.Sent || res.ConfirmedN != res.Sent || res.Lost+res.Duplicates+res.Foreign != 0 {
+					t.Fatalf("counts: %+v", res)
+				}
+				return
+			}
+			if res.Lost != uint64(perQueue[tc.orphan]) || res.Delivered+res.Lost != res.ConfirmedN || res.Duplicates != 0 {
+				t.Fatalf("lost %d (orphan queue got %d), delivered %d of %d confirmed",
+					res.Lost, perQueue[tc.orphan], res.Delivered, res.ConfirmedN)
+			}
+		})
+	}
+}
+
 // TestResultJSONNames pins the field names that integration/bench
 // (compare.sh, benchsum) and users' scripts read.
 func TestResultJSONNames(t *testing.T) {
@@ -225,7 +305,7 @@ func TestResultJSONNames(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"mode", "addr", "topic", "partitions", "size", "producers", "consumers", "window",
+	for _, k := range []string{"mode", "addr", "topic", "queues", "partitions", "size", "producers", "consumers", "window",
 		"confirm_mode", "prefetch", "auto_ack", "duration_s", "warmup_s", "drain_s", "rate", "max_ahead", "coalesce",
 		"interrupted", "elapsed_s", "msgs_per_sec", "mb_per_sec", "publish_msgs_per_sec", "deliver_msgs_per_sec",
 		"sent", "confirmed", "delivered", "lost", "duplicates", "loss_checked", "delivered_unconfirmed", "foreign",

@@ -222,7 +222,7 @@ func (c consumer) Close() {
 
 // Finish names the target and counts the messages left in the stream.
 func (d *driver) Finish(res *benchkit.Result) {
-	res.Addr, res.Topic, res.Partitions = d.URL, d.Subject, 1
+	res.Addr, res.Topic, res.Queues, res.Partitions = d.URL, d.Subject, 1, 1
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if s, err := d.js.Stream(ctx, d.Stream); err == nil {

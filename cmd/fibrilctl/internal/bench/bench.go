@@ -1,7 +1,7 @@
 // Package bench is the Fibril driver behind `fibrilctl bench`: it plugs
 // core/client into benchkit, which does all the measuring (the same code
 // measures NATS JetStream in integration/bench/jsbench). What is here is
-// only what is Fibril's: the queue declaration, the explicit partitions,
+// only what is Fibril's: the queue declarations, the explicit partitions,
 // PublishAsync with its callback, Subscription.Next and Delivery.Ack, and
 // the client's counters.
 package bench
@@ -15,6 +15,7 @@ import (
 
 	"github.com/fibrilgo/fibril/cmd/fibrilctl/benchkit"
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/wire"
 )
 
 // Driver is the Fibril side of one benchkit.Run. Set its fields, then
@@ -23,14 +24,31 @@ type Driver struct {
 	// Client holds the connection options (addresses, credentials, TLS).
 	// Every producer and consumer dials its own Client, so each has its
 	// own TCP connection.
-	Client     client.Options
-	Topic      string
-	Group      string
-	Partitions int // declared with the queue; ≤ 0 means 1
+	Client client.Options
+	Topic  string
+	Group  string
+	// Queues: how many queues, named by benchkit.QueueNames (Topic itself
+	// for one, else Topic-0 … Topic-(N-1)); ≤ 0 means 1.
+	Queues     int
+	Partitions int // declared with each queue; ≤ 0 means 1
 
-	cfg     benchkit.Config
-	parts   []uint32
-	clients []*client.Client
+	cfg       benchkit.Config
+	queues    []benchQueue
+	targets   []target // every partition of every queue, queue by queue
+	consumers int      // Consumer calls so far
+	clients   []*client.Client
+}
+
+// benchQueue is one queue of the run and its partitions.
+type benchQueue struct {
+	topic string
+	parts []uint32
+}
+
+// target is where a message goes: a partition of d.queues[queue].
+type target struct {
+	queue int
+	part  uint32
 }
 
 var _ benchkit.Driver = (*Driver)(nil)
@@ -48,33 +66,61 @@ func (d *Driver) dial(ctx context.Context, name string) (*client.Client, error) 
 	return c, nil
 }
 
-// Setup declares the queue and fixes the partition list: a standalone
-// broker lists no queue in TOPOLOGY, so messages and subscriptions always
-// name their partitions.
+// Setup declares the queues and fixes their partition lists: a
+// standalone broker lists no queue in TOPOLOGY, so messages and
+// subscriptions always name their partitions.
 func (d *Driver) Setup(ctx context.Context, cfg benchkit.Config, _ *benchkit.Reporter) error {
 	d.cfg = cfg
 	if d.Topic == "" {
 		return errors.New("--topic is required")
 	}
-	if d.Partitions <= 0 {
-		d.Partitions = 1
-	}
+	d.Queues, d.Partitions = max(d.Queues, 1), max(d.Partitions, 1)
 	admin, err := d.dial(ctx, "setup")
 	if err != nil {
 		return err
 	}
-	n, err := admin.DeclareQueue(ctx, client.QueueSpec{Topic: d.Topic, Group: d.Group, Partitions: uint32(d.Partitions)})
-	if err != nil {
-		return fmt.Errorf("declare %s: %w", d.Topic, err)
+	same := true
+	for qi, topic := range benchkit.QueueNames(d.Topic, d.Queues) {
+		n, err := d.declare(ctx, admin, topic)
+		if err != nil {
+			return err
+		}
+		q := benchQueue{topic: topic}
+		for i := range n {
+			q.parts = append(q.parts, uint32(i))
+			d.targets = append(d.targets, target{queue: qi, part: uint32(i)})
+		}
+		d.queues = append(d.queues, q)
+		same = same && n == len(d.queues[0].parts)
 	}
-	if int(n) != d.Partitions && n > 0 {
-		fmt.Fprintf(cfg.Log, "warning: queue %s already has %d partitions (asked for %d); using %d\n", d.Topic, n, d.Partitions, n)
-		d.Partitions = int(n)
-	}
-	for i := range d.Partitions {
-		d.parts = append(d.parts, uint32(i))
+	if same {
+		d.Partitions = len(d.queues[0].parts)
 	}
 	return nil
+}
+
+// declare declares one queue with --partitions and returns its partition
+// count. A queue that already exists with another count refuses it: a
+// standalone broker answers 409 (for example to a queue a publish
+// auto-created with one partition, S-21), a cluster answers with the
+// count it has. Either way the queue is used as it is, with a warning.
+func (d *Driver) declare(ctx context.Context, admin *client.Client, topic string) (int, error) {
+	spec := client.QueueSpec{Topic: topic, Group: d.Group, Partitions: uint32(d.Partitions)}
+	n, err := admin.DeclareQueue(ctx, spec)
+	if be := (*client.Error)(nil); errors.As(err, &be) && be.Code == wire.CodeConflict {
+		spec.Partitions = 0 // no count: an existing queue keeps its own
+		n, err = admin.DeclareQueue(ctx, spec)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("declare %s: %w", topic, err)
+	}
+	if n == 0 {
+		return d.Partitions, nil
+	}
+	if int(n) != d.Partitions {
+		fmt.Fprintf(d.cfg.Log, "warning: queue %s already has %d partitions (asked for %d); using %d\n", topic, n, d.Partitions, n)
+	}
+	return int(n), nil
 }
 
 // Pipelined: one goroutine per producer keeps --window PublishAsync calls
@@ -87,12 +133,16 @@ func (d *Driver) Producer(ctx context.Context, name string) (benchkit.Publisher,
 	if err != nil {
 		return nil, err
 	}
-	return &publisher{d: d, pub: c.Publisher(d.Topic, client.PublisherOptions{Group: d.Group})}, nil
+	pubs := make([]*client.Publisher, len(d.queues))
+	for i, q := range d.queues {
+		pubs[i] = c.Publisher(q.topic, client.PublisherOptions{Group: d.Group})
+	}
+	return &publisher{d: d, pubs: pubs}, nil
 }
 
 type publisher struct {
-	d   *Driver
-	pub *client.Publisher
+	d    *Driver
+	pubs []*client.Publisher // one per queue, on the producer's client
 }
 
 // slotMsg is a slot's message and callback, made on its first publish
@@ -103,8 +153,8 @@ type slotMsg struct {
 	cb   func(uint64, error)
 }
 
-// Publish sends message i of producer p to partition (i+p) mod N.
-// Confirmed: PublishAsync, whose callback reports the outcome (one at a
+// Publish sends message i of producer p to target (i+p) mod N of the N
+// partitions of all the queues (benchkit.TargetIndex). Confirmed: PublishAsync, whose callback reports the outcome (one at a
 // time per Client, as benchkit needs); in rtt mode PublishConfirmed, so
 // that the confirm is not timed through the callback goroutine. Else a
 // fire-and-forget Publish, done once the frame is queued.
@@ -115,49 +165,59 @@ func (p *publisher) Publish(ctx context.Context, s *benchkit.Slot) {
 		m.msg = client.Message{Partition: &m.part, Payload: s.Payload}
 		s.Data = m
 	}
-	parts := p.d.parts
-	m.part = parts[(s.Seq+uint64(s.Producer))%uint64(len(parts))]
+	t := p.d.targets[benchkit.TargetIndex(s.Producer, s.Seq, len(p.d.targets))]
+	m.part = t.part
+	pub := p.pubs[t.queue]
 	switch {
 	case p.d.cfg.Mode == benchkit.ModeRTT:
-		_, err := p.pub.PublishConfirmed(ctx, m.msg)
+		_, err := pub.PublishConfirmed(ctx, m.msg)
 		s.Done(err)
 	case p.d.cfg.Confirmed:
-		if err := p.pub.PublishAsync(ctx, m.msg, m.cb); err != nil {
+		if err := pub.PublishAsync(ctx, m.msg, m.cb); err != nil {
 			s.Done(err) // refused: no callback will come
 		}
 	default:
-		s.Done(p.pub.Publish(ctx, m.msg))
+		s.Done(pub.Publish(ctx, m.msg))
 	}
 }
 
-// Consumer dials one client, subscribes it to every partition, and feeds
-// its deliveries to h from one goroutine.
+// Consumer dials one client and subscribes it to every partition of its
+// queues (benchkit.ConsumerQueues: all of them when there is one), one
+// goroutine per queue feeding h, one delivery at a time.
 func (d *Driver) Consumer(ctx context.Context, name string, h *benchkit.Handler) (benchkit.Subscription, error) {
+	idx := d.consumers
+	d.consumers++
 	c, err := d.dial(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	sub, err := c.Subscribe(ctx, d.Topic, client.SubscribeOptions{
-		Group: d.Group, Partitions: d.parts, Prefetch: uint32(d.cfg.Prefetch), AutoAck: d.cfg.AutoAck,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("subscribe: %w", err)
+	cs := &consumer{}
+	cs.ctx, cs.stop = context.WithCancel(context.Background())
+	for _, qi := range benchkit.ConsumerQueues(idx, max(d.cfg.Consumers, 1), len(d.queues)) {
+		q := d.queues[qi]
+		sub, err := c.Subscribe(ctx, q.topic, client.SubscribeOptions{
+			Group: d.Group, Partitions: q.parts, Prefetch: uint32(d.cfg.Prefetch), AutoAck: d.cfg.AutoAck,
+		})
+		if err != nil {
+			cs.Close()
+			return nil, fmt.Errorf("subscribe %s: %w", q.topic, err)
+		}
+		cs.subs = append(cs.subs, sub)
+		cs.wg.Add(1)
+		go func() {
+			defer cs.wg.Done()
+			cs.consume(sub, h)
+		}()
 	}
-	cs := &consumer{sub: sub}
-	cs.ack.ctx, cs.stop = context.WithCancel(context.Background())
-	cs.wg.Add(1)
-	go func() {
-		defer cs.wg.Done()
-		cs.consume(h)
-	}()
 	return cs, nil
 }
 
 type consumer struct {
-	sub  *client.Subscription
+	subs []*client.Subscription
+	ctx  context.Context
 	stop context.CancelFunc
 	wg   sync.WaitGroup
-	ack  acker
+	mu   sync.Mutex // one h.Deliver at a time (benchkit.Handler)
 }
 
 // acker acks the delivery at hand; one per consumer, reused, so that an
@@ -169,29 +229,35 @@ type acker struct {
 
 func (a *acker) Ack() error { return a.d.Ack(a.ctx) }
 
-func (cs *consumer) consume(h *benchkit.Handler) {
-	ctx := cs.ack.ctx
+// consume feeds the deliveries of one queue's subscription to h.
+func (cs *consumer) consume(sub *client.Subscription, h *benchkit.Handler) {
+	ctx := cs.ctx
+	ack := &acker{ctx: ctx}
 	for {
-		d, err := cs.sub.Next(ctx)
+		d, err := sub.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, client.ErrClosed) {
 				return
 			}
 			h.ConsumeError("consume", err)
-			if cs.sub.Err() != nil {
+			if sub.Err() != nil {
 				return // every partition ended for good
 			}
 			continue
 		}
-		cs.ack.d = d
-		h.Deliver(d.Payload, &cs.ack)
+		ack.d = d
+		cs.mu.Lock()
+		h.Deliver(d.Payload, ack)
+		cs.mu.Unlock()
 	}
 }
 
-// Close stops the consuming goroutine and waits for it.
+// Close stops the consuming goroutines and waits for them.
 func (cs *consumer) Close() {
 	cs.stop()
-	cs.sub.Close()
+	for _, sub := range cs.subs {
+		sub.Close()
+	}
 	cs.wg.Wait()
 }
 
@@ -199,9 +265,13 @@ func (cs *consumer) Close() {
 // misbehaviour (only when nonzero) and write batching.
 func (d *Driver) Finish(res *benchkit.Result) {
 	res.Addr = strings.Join(d.Client.Addrs, ",")
-	res.Topic, res.Group, res.Partitions = d.Topic, d.Group, d.Partitions
+	res.Topic, res.Group, res.Queues, res.Partitions = d.Topic, d.Group, d.Queues, d.Partitions
 	res.Coalesce = true // core/client batches its writes
 	res.Target = fmt.Sprintf("%s topic %s, %d partitions", res.Addr, d.Topic, d.Partitions)
+	if n := len(d.queues); n > 1 {
+		res.Target = fmt.Sprintf("%s topics %s … %s (%d queues), %d partitions in all",
+			res.Addr, d.queues[0].topic, d.queues[n-1].topic, n, len(d.targets))
+	}
 	stats := map[string]uint64{}
 	add := func(k string, v uint64) {
 		if v > 0 {
