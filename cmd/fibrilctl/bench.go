@@ -15,7 +15,7 @@ import (
 
 const benchArgs = `--topic T [--queues Q] [--partitions N] [--size BYTES] [--producers P] [--consumers C] [--window W] [--confirmed]
        [--prefetch N] [--auto-ack] [--duration D] [--warmup D] [--drain D] [--rate R] [--max-ahead N]
-       [--mode throughput|rtt|fsync] [--fsync-dir DIR] [--json] [--progress=false]`
+       [--mode throughput|rtt|fsync] [--fsync-dir DIR] [--server-pid PID] [--json] [--progress=false]`
 
 func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 	fs := newFlagSet("bench", benchArgs, g, e)
@@ -27,6 +27,8 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 		"prefetch":  "unsettled deliveries per partition and consumer",
 		"auto-ack":  "auto-ack subscriptions (default: ack every delivery)",
 		"mode":      "throughput, rtt (one message at a time) or fsync (local disk baseline)",
+		"server-pid": "PID of the broker, when it runs on this machine: report its CPU time over the measured window, " +
+			"and per message published (Linux /proc)",
 	})
 	var drv bench.Driver
 	fs.StringVar(&drv.Topic, "topic", "", "queue to use (default: a fresh fibrilctl-bench-<time> topic, so no earlier backlog interferes)")

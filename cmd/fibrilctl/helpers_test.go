@@ -80,7 +80,7 @@ func startBroker(bin, dataDir string) (func() error, error) {
 	}
 	select {
 	case a := <-ready:
-		brokerAddr, adminAddr = a[0], a[1]
+		brokerAddr, adminAddr, brokerPID = a[0], a[1], cmd.Process.Pid
 		return stop, nil
 	case <-logDone:
 		cmd.Wait()

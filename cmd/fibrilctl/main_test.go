@@ -20,6 +20,7 @@ import (
 var (
 	brokerAddr string
 	adminAddr  string
+	brokerPID  int
 )
 
 func TestMain(m *testing.M) {
@@ -320,7 +321,8 @@ func TestBenchQueues(t *testing.T) {
 		t.Fatalf("consume to auto-create: %+v", r)
 	}
 	r := ctl(t, "", "bench", "--json", "--progress=false", "--topic", "bench-queues", "--queues", "3", "--partitions", "2",
-		"--producers", "2", "--consumers", "2", "--window", "16", "--confirmed", "--duration", "1s")
+		"--producers", "2", "--consumers", "2", "--window", "16", "--confirmed", "--duration", "1s",
+		"--server-pid", fmt.Sprint(brokerPID))
 	mustOK(t, r, "bench --queues 3")
 	var m map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
@@ -329,6 +331,11 @@ func TestBenchQueues(t *testing.T) {
 	checkComplete(t, m, true)
 	if num(m, "queues") != 3 || !strings.Contains(r.stderr, "queue bench-queues-1 already has 1 partitions (asked for 2)") {
 		t.Fatalf("queues %v, stderr %q", m["queues"], r.stderr)
+	}
+	// The broker's CPU over the window, read from /proc (a second of
+	// confirmed publishing costs it well over the 10 ms resolution).
+	if _, err := os.Stat("/proc/self/stat"); err == nil && (num(m, "server_cpu_s") <= 0 || num(m, "server_cpu_per_msg_us") <= 0) {
+		t.Fatalf("no broker CPU: server_cpu_s %v server_cpu_per_msg_us %v", m["server_cpu_s"], m["server_cpu_per_msg_us"])
 	}
 	// More consumers than queues: each queue is still read.
 	m = benchJSON(t, "--topic", "bench-queues-more", "--queues", "2", "--partitions", "3", "--consumers", "3",

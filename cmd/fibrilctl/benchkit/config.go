@@ -33,6 +33,9 @@ type Config struct {
 	Rate      float64       // total offered msgs/s; 0 = unpaced (closed loop)
 	MaxAhead  int64         // sent − delivered bound; 0 = none
 	Mode      string
+	// ServerPID is the server under test, when it runs on this machine:
+	// its CPU time over the measured window is reported (0 = not read).
+	ServerPID int
 
 	// Progress receives one line per second while running (nil = none).
 	Progress io.Writer
@@ -65,8 +68,8 @@ func (c *Config) Validate() error {
 	if c.Duration <= 0 {
 		return errors.New("--duration must be positive")
 	}
-	if c.Warmup < 0 || c.Drain < 0 || c.Rate < 0 || c.MaxAhead < 0 {
-		return errors.New("--warmup, --drain, --rate and --max-ahead cannot be negative")
+	if c.Warmup < 0 || c.Drain < 0 || c.Rate < 0 || c.MaxAhead < 0 || c.ServerPID < 0 {
+		return errors.New("--warmup, --drain, --rate, --max-ahead and --server-pid cannot be negative")
 	}
 	if c.Drain == 0 {
 		c.Drain = 10 * time.Second
@@ -110,4 +113,5 @@ func (c *Config) AddFlags(fs *flag.FlagSet, help map[string]string) {
 	fs.Float64Var(&c.Rate, "rate", 0, usage("rate", "total offered msgs/s, paced open loop (0 = as fast as the window allows)"))
 	fs.Int64Var(&c.MaxAhead, "max-ahead", 0, usage("max-ahead", "producers wait while sent − delivered ≥ N (0 = no bound)"))
 	fs.StringVar(&c.Mode, "mode", ModeThroughput, usage("mode", "throughput, or rtt (one message at a time)"))
+	fs.IntVar(&c.ServerPID, "server-pid", 0, usage("server-pid", "PID of the server, when it runs on this machine: report its CPU time over the measured window (Linux /proc)"))
 }

@@ -120,6 +120,12 @@ type Result struct {
 	CPUUserS    float64 `json:"cpu_user_s"`
 	CPUSysS     float64 `json:"cpu_sys_s"`
 	CPUPerMsgUS float64 `json:"cpu_per_msg_us"`
+	// --server-pid: the server's CPU time (user + system, every thread,
+	// from /proc/PID/stat in 10 ms ticks) over the measured window, and
+	// per message published in it (confirmed, or sent without
+	// --confirmed; delivered when there are no producers). 0 without.
+	ServerCPUS        float64 `json:"server_cpu_s"`
+	ServerCPUPerMsgUS float64 `json:"server_cpu_per_msg_us"`
 
 	// For the table only: the "target" row, which names the system under
 	// test, and a note appended to the "counts" row.
@@ -228,6 +234,9 @@ func (r *Result) WriteTable(w io.Writer) {
 	}
 	if r.CPUPerMsgUS > 0 {
 		p("bench cpu\tuser %.2fs  sys %.2fs  (%.2f µs per message)", r.CPUUserS, r.CPUSysS, r.CPUPerMsgUS)
+	}
+	if r.ServerCPUS > 0 {
+		p("server cpu\t%.2fs  (%.2f µs per message published)", r.ServerCPUS, r.ServerCPUPerMsgUS)
 	}
 	p("load\tstart %s, end %s; pressure (10 s) cpu %.0f%% io %.0f%%", r.LoadAvgStart, r.LoadAvgEnd, r.CPUPressure, r.IOPressure)
 	tw.Flush()

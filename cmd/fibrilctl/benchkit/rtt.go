@@ -53,7 +53,7 @@ func (r *run) runRTT(ctx, setupCtx context.Context, res *Result) error {
 
 	var conf, e2e, ack, rtt Histogram
 	s0 := r.snap()
-	r.cpu0 = processCPU()
+	r.cpu0, r.srv0 = processCPU(), serverCPU(cfg.ServerPID)
 	measuring := cfg.Warmup == 0
 	slot := &Slot{Payload: newPayload(cfg.Size), rtt: make(chan error, 1)}
 	wait := time.NewTimer(time.Hour)
@@ -68,7 +68,7 @@ func (r *run) runRTT(ctx, setupCtx context.Context, res *Result) error {
 		if !measuring && t0 >= warmEnd {
 			measuring = true
 			s0 = r.snap()
-			r.cpu0 = processCPU()
+			r.cpu0, r.srv0 = processCPU(), serverCPU(cfg.ServerPID)
 		}
 		Stamp{Sent: t0, Run: r.runID, Producer: 0, Seq: seq}.Put(slot.Payload)
 		slot.Seq = seq
@@ -111,7 +111,7 @@ func (r *run) runRTT(ctx, setupCtx context.Context, res *Result) error {
 		}
 	}
 	s1 := r.snap()
-	r.cpu1 = processCPU()
+	r.cpu1, r.srv1 = processCPU(), serverCPU(cfg.ServerPID)
 	r.gate.stop()
 	close(progStop)
 	<-progDone

@@ -32,8 +32,9 @@ type run struct {
 	errSeen map[string]int
 	errKeys []string
 
-	// Process CPU time at the start and the end of the measured window.
-	cpu0, cpu1 cpuTimes
+	// CPU time of this process and of the server (--server-pid) at the
+	// start and the end of the measured window.
+	cpu0, cpu1, srv0, srv1 cpuTimes
 }
 
 func newRunID() uint32 {
@@ -244,12 +245,12 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 	// window is empty.)
 	sleepUntil(ctx, r.warmEnd.Load())
 	s0 := r.snap()
-	r.cpu0 = processCPU()
+	r.cpu0, r.srv0 = processCPU(), serverCPU(cfg.ServerPID)
 	if !sleepUntil(ctx, r.stopAt) {
 		fmt.Fprintln(cfg.Log, "interrupted: stopping early")
 	}
 	s1 := r.snap()
-	r.cpu1 = processCPU()
+	r.cpu1, r.srv1 = processCPU(), serverCPU(cfg.ServerPID)
 	r.gate.stop()
 	prodWG.Wait()
 
@@ -506,6 +507,19 @@ func (r *run) fill(res *Result) {
 		user, sys := r.cpu1.user-r.cpu0.user, r.cpu1.sys-r.cpu0.sys
 		res.CPUUserS, res.CPUSysS = round3(user), round3(sys)
 		res.CPUPerMsgUS = round3((user + sys) * 1e6 / n)
+	}
+	// The server's, per message published in the window (consume-only: per
+	// message delivered).
+	n := res.PublishMsgsPerSec * res.ElapsedS
+	if cfg.Producers == 0 {
+		n = res.MsgsPerSec * res.ElapsedS
+	}
+	if r.srv0.ok && r.srv1.ok {
+		cpu := r.srv1.user - r.srv0.user + r.srv1.sys - r.srv0.sys
+		res.ServerCPUS = round3(cpu)
+		if n > 0 {
+			res.ServerCPUPerMsgUS = round3(cpu * 1e6 / n)
+		}
 	}
 	res.LoadAvgEnd = loadAvg()
 	res.CPUPressure, res.IOPressure = pressure("cpu"), pressure("io")

@@ -313,7 +313,7 @@ func TestResultJSONNames(t *testing.T) {
 		"confirm_p50_us", "confirm_p99_us", "confirm_p999_us", "confirm_samples",
 		"e2e_p50_us", "e2e_p99_us", "e2e_p999_us", "e2e_samples", "send_lag_p99_us",
 		"ack_p50_us", "rtt_p50_us", "rtt_p99_us", "loadavg_start", "cpu_pressure_pct", "io_pressure_pct",
-		"client_stats", "cpu_user_s", "cpu_sys_s", "cpu_per_msg_us"} {
+		"client_stats", "cpu_user_s", "cpu_sys_s", "cpu_per_msg_us", "server_cpu_s", "server_cpu_per_msg_us"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON lacks %q", k)
 		}
