@@ -124,6 +124,21 @@ var keys = []Key{
 		Env: []string{"FIBRIL_STORAGE_SEGMENT_MAX_BYTES"},
 		Doc: "Size at which a partition log rolls over to a new segment file.",
 	},
+	{
+		Name: "storage.wal.enabled", Kind: KindBool, Default: true,
+		Env: []string{"FIBRIL_STORAGE_WAL_ENABLED"},
+		Doc: "Under storage.fsync = always, confirm records with one fsync of a write-ahead log shared by every partition (in data_dir/wal) instead of an fsync per partition, so that spreading load over many partitions costs no throughput. The guarantee is the same: a confirmed record is on disk. Off: each partition fsyncs its own log.",
+	},
+	{
+		Name: "storage.wal.file_bytes", Kind: KindInt, Default: int64(64 * MiB), Min: bound(64 * 1024), Max: bound(1 << 30),
+		Env: []string{"FIBRIL_STORAGE_WAL_FILE_BYTES"},
+		Doc: "Size of each write-ahead log file. When one is full the partitions that wrote into it are fsynced in the background and it is reused; recovery after a crash reads at most storage.wal.files of them.",
+	},
+	{
+		Name: "storage.wal.files", Kind: KindInt, Default: int64(4), Min: bound(2), Max: bound(64),
+		Env: []string{"FIBRIL_STORAGE_WAL_FILES"},
+		Doc: "Write-ahead log files in the ring. Confirms wait only when every file is full and not yet checkpointed.",
+	},
 
 	// auth
 	{

@@ -496,8 +496,16 @@ func (p *Partition) commitOnce(jsync, inline bool) bool {
 		}
 	}
 	if err == nil {
-		// The log: what the confirms of this commit need.
-		if p.logDirty && (len(reqs) > 0 || closing || interval || p.opts.Fsync == FsyncAlways) {
+		// The log: what the confirms of this commit need — through the
+		// WAL (one fsync shared with the other partitions committing
+		// now), or by an fsync of the segment.
+		viaWAL := p.walKey != "" && len(take) > 0 && len(reqs) == 0 && !closing && p.fitsWAL(take)
+		switch {
+		case viaWAL:
+			if werr := p.opts.WAL.commit(p, take); werr != nil {
+				err = p.fail(werr)
+			}
+		case p.logDirty && (len(reqs) > 0 || closing || interval || (p.opts.Fsync == FsyncAlways && (p.walKey == "" || len(take) > 0))):
 			if serr := p.syncLog(); serr != nil {
 				err = p.fail(serr)
 			}
@@ -525,6 +533,11 @@ func (p *Partition) commitOnce(jsync, inline bool) bool {
 		if serr := p.settleSlots(); serr != nil {
 			err = p.fail(serr)
 		}
+	}
+	if err == nil && closing {
+		p.ckMu.Lock()
+		p.ckDone = true // everything is durable in the partition's own files
+		p.ckMu.Unlock()
 	}
 	// Whatever is still dirty (written without an fsync in this commit, or
 	// journal writes racing with it) gets its interval fsync scheduled. A
@@ -626,7 +639,13 @@ func (p *Partition) roll(base uint64) error {
 		return err
 	}
 	if p.logDirty {
-		if err := syncFile(old.f); err != nil {
+		p.ckMu.Lock()
+		err := syncFile(old.f)
+		if err == nil {
+			old.durSize = old.size
+		}
+		p.ckMu.Unlock()
+		if err != nil {
 			return fmt.Errorf("fsync %s: %w", old.path, err)
 		}
 		p.logDirty = false
@@ -660,13 +679,26 @@ func (p *Partition) roll(base uint64) error {
 		f.Close()
 		return fmt.Errorf("fsync dir %s: %w", p.dir, err)
 	}
+	p.ckMu.Lock()
 	p.mu.Lock()
 	p.segs = append(p.segs, s)
 	p.retainDue = true
 	p.mu.Unlock()
 	p.act = s
 	old.seal() // its file now lives in the cache of sealed segments
+	p.ckMu.Unlock()
 	return nil
+}
+
+// fitsWAL reports whether every batch of take fits in one WAL entry (a
+// file of the WAL); a larger one is made durable by the segment's fsync.
+func (p *Partition) fitsWAL(take []*batch) bool {
+	for _, b := range take {
+		if walEntryLen(p.walKey, b) > p.opts.WAL.maxEntry() {
+			return false
+		}
+	}
+	return true
 }
 
 // Reserved space. The active segment's file is kept longer than its data:
@@ -741,6 +773,8 @@ const slotLagBytes = 1 << 20
 // slot and lose some of those bytes — and recovery relies only on what it
 // claims (core/storage/README.md#recovery).
 func (p *Partition) syncLog() error {
+	p.ckMu.Lock()
+	defer p.ckMu.Unlock()
 	act := p.act
 	if act.dslotOK && (act.dslot < 0 || act.durSize-act.dslot >= slotLagBytes) {
 		if err := writeDurable(act.f, segMagic, act.base, act.durSize); err != nil {
@@ -753,7 +787,7 @@ func (p *Partition) syncLog() error {
 	if err := syncFile(act.f); err != nil {
 		return fmt.Errorf("fsync %s: %w", act.path, err)
 	}
-	act.durSize = size
+	act.durSize = max(act.durSize, size)
 	p.logDirty = false
 	d := time.Since(start)
 	p.mu.Lock()
@@ -769,6 +803,8 @@ func (p *Partition) syncLog() error {
 // recovery then knows every byte was durable, and judges damage anywhere
 // as corruption. Writer role.
 func (p *Partition) settleSlots() error {
+	p.ckMu.Lock()
+	defer p.ckMu.Unlock()
 	act := p.act
 	if act.dslotOK && act.dslot != act.durSize && !p.logDirty {
 		if err := writeDurable(act.f, segMagic, act.base, act.durSize); err != nil {

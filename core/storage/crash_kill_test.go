@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -36,6 +37,19 @@ import (
 
 const crashDirEnv = "FIBRIL_STORAGE_CRASH_CHILD_DIR"
 
+// crashWALEnv set: the child commits through a write-ahead log in the
+// partition directory's parent (64 KiB files, a ring of 2, so it turns and
+// checkpoints during a run), and the parent recovers it before it checks.
+const crashWALEnv = "FIBRIL_STORAGE_CRASH_WAL"
+
+// openCrashWAL opens the WAL for a partition in dir when the run uses one.
+func openCrashWAL(useWAL bool, dir string) (*storage.WAL, error) {
+	if !useWAL {
+		return nil, nil
+	}
+	return storage.OpenWAL(filepath.Dir(dir), storage.WALOptions{Logger: quietLogger(), FileBytes: 64 << 10, Files: 2})
+}
+
 func childOptions() storage.Options {
 	return storage.Options{SegmentMaxBytes: 16 << 10, IndexEveryBytes: 1024}
 }
@@ -47,6 +61,12 @@ func TestCrashChild(t *testing.T) {
 	}
 	o := childOptions()
 	o.Logger = quietLogger()
+	w, err := openCrashWAL(os.Getenv(crashWALEnv) != "", dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child open WAL:", err)
+		os.Exit(3)
+	}
+	o.WAL = w
 	p, err := storage.OpenPartition(dir, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child open:", err)
@@ -124,7 +144,13 @@ func TestCrashChild(t *testing.T) {
 	os.Exit(0)
 }
 
-func TestCrashKill(t *testing.T) {
+func TestCrashKill(t *testing.T) { runCrashKill(t, false) }
+
+// TestCrashKillWAL is TestCrashKill with the child committing through a
+// write-ahead log (half the iterations).
+func TestCrashKillWAL(t *testing.T) { runCrashKill(t, true) }
+
+func runCrashKill(t *testing.T, useWAL bool) {
 	if os.Getenv(crashDirEnv) != "" {
 		t.Skip("child")
 	}
@@ -132,7 +158,10 @@ func TestCrashKill(t *testing.T) {
 	if testing.Short() {
 		iters, budget = 15, 20*time.Second
 	}
-	dir := t.TempDir()
+	if useWAL {
+		iters, budget = iters/2, budget/2
+	}
+	dir := filepath.Join(t.TempDir(), "p")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	acked := map[uint64]uint32{} // offset -> crc, cumulative over iterations
 	settled := map[uint64]bool{}
@@ -140,7 +169,7 @@ func TestCrashKill(t *testing.T) {
 	deadline := time.Now().Add(budget)
 	done := 0
 	for ; done < iters && time.Now().Before(deadline); done++ {
-		lines := runChild(t, dir, rng)
+		lines := runChild(t, dir, useWAL, rng)
 		for _, l := range lines {
 			f := strings.Fields(l)
 			switch {
@@ -159,7 +188,7 @@ func TestCrashKill(t *testing.T) {
 				maxState = max(maxState, n)
 			}
 		}
-		verifyAfterKill(t, dir, acked, settled, maxState)
+		verifyAfterKill(t, dir, useWAL, acked, settled, maxState)
 		if t.Failed() {
 			t.Fatalf("iteration %d failed", done)
 		}
@@ -172,10 +201,13 @@ func TestCrashKill(t *testing.T) {
 
 // runChild starts a child on dir, kills it at a random moment and returns
 // every line it printed.
-func runChild(t *testing.T, dir string, rng *rand.Rand) []string {
+func runChild(t *testing.T, dir string, useWAL bool, rng *rand.Rand) []string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
+	if useWAL {
+		cmd.Env = append(cmd.Env, crashWALEnv+"=1")
+	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -240,15 +272,25 @@ func runChild(t *testing.T, dir string, rng *rand.Rand) []string {
 	return got
 }
 
-func verifyAfterKill(t *testing.T, dir string, acked map[uint64]uint32, settled map[uint64]bool, maxState uint64) {
+func verifyAfterKill(t *testing.T, dir string, useWAL bool, acked map[uint64]uint32, settled map[uint64]bool, maxState uint64) {
 	t.Helper()
 	o := childOptions()
 	o.Logger = quietLogger()
+	w, err := openCrashWAL(useWAL, dir)
+	if err != nil {
+		t.Fatalf("recover the WAL after SIGKILL: %v", err)
+	}
+	o.WAL = w
 	p, err := storage.OpenPartition(dir, o)
 	if err != nil {
 		t.Fatalf("reopen after SIGKILL: %v", err)
 	}
-	defer p.Close()
+	defer func() {
+		p.Close()
+		if w != nil {
+			w.Close()
+		}
+	}()
 	if err := p.EnforceRetention(); err != nil {
 		t.Fatal(err)
 	}

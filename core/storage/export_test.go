@@ -38,3 +38,15 @@ func JournalSeq(p *Partition) (written, synced uint64) {
 // JournalSyncDelay is the bound (FsyncAlways) on how long a journal entry
 // stays written but not fsynced while the partition is busy.
 const JournalSyncDelay = journalSyncDelay
+
+// SetMinWALFileBytes sets the smallest WAL file size accepted and returns
+// a function that restores it.
+func SetMinWALFileBytes(n int64) func() {
+	old := minWALFileBytes
+	minWALFileBytes = n
+	return func() { minWALFileBytes = old }
+}
+
+// WALReplayed returns the number of live WAL files OpenWAL found (and
+// replayed).
+func WALReplayed(w *WAL) int { return w.replayed }

@@ -76,6 +76,17 @@ type Options struct {
 	// MaxPendingBytes bounds encoded records accepted but not yet written
 	// to the OS; appenders block at the bound. Default 16 MiB.
 	MaxPendingBytes int
+	// WAL, when set, is the broker's write-ahead log (wal.go): under
+	// FsyncAlways a commit's records are made durable by one fsync of the
+	// WAL shared with every other partition committing at the same time,
+	// instead of an fsync of this partition's segment. The partition's
+	// directory must be under the WAL's root. Ignored by the other
+	// policies.
+	WAL *WAL
+
+	// replay: OpenWAL's recovery opens a partition with the entries the
+	// WAL holds for it (see replayWAL).
+	replay walRefSet
 }
 
 const (

@@ -33,9 +33,20 @@ type Partition struct {
 	// and a direct writer (see appendDirect) for its one record. act and
 	// logDirty are only touched by the holder.
 	wmu      sync.Mutex
-	act      *segment // newest segment
+	act      *segment // newest segment; also guarded by ckMu (changed at roll)
 	logDirty bool     // act has bytes not yet fsynced
 	direct   batch    // the direct writer's one-record batch
+
+	// The write-ahead log (Options.WAL under FsyncAlways, else empty key):
+	// walKey names this partition in its entries, inc is its incarnation
+	// (wal_recover.go). ckMu guards what a WAL checkpoint touches without
+	// the writer role — act (switched at roll), act's durSize and dslot,
+	// and ckDone (set once Close made everything durable) — see
+	// walCheckpoint. Lock order: wmu, ckMu, mu.
+	walKey string
+	inc    uint64
+	ckMu   sync.Mutex
+	ckDone bool
 
 	mu           sync.Mutex
 	space        sync.Cond // appenders waiting for MaxPendingBytes to drain
@@ -107,12 +118,29 @@ func OpenPartition(dir string, opts Options) (*Partition, error) {
 	if err := p.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	if err := readQuarantine(p.fs, dir); err != nil {
+		return nil, err
+	}
+	if opts.WAL != nil && opts.Fsync == FsyncAlways {
+		if p.walKey, err = opts.WAL.key(dir); err != nil {
+			return nil, err
+		}
+		if p.inc, err = ensureIncarnation(p.fs, dir); err != nil {
+			return nil, err
+		}
+	}
 	names, err := p.fs.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	if err := p.openLog(names); err != nil {
 		return nil, err
+	}
+	if len(opts.replay) > 0 {
+		if err := p.replayWAL(opts.replay); err != nil {
+			p.closeSegs()
+			return nil, err
+		}
 	}
 	act := p.segs[len(p.segs)-1]
 	p.act = act
