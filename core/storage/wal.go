@@ -109,28 +109,28 @@ type WAL struct {
 	files     int
 
 	mu       sync.Mutex
-	buf      []byte               // entries waiting for the next round
-	ends     []int                // end of each entry in buf
-	users    map[*Partition]bool  // partitions with entries in buf
-	sig      *commitSignal        // released when buf's round is durable
-	leading  bool                 // a round is being written
-	lastUser int                  // partitions in the last round (gather)
-	syncDur  time.Duration        // recent fsync time (gather)
-	failErr  error                // a WAL write or fsync failed: fail-stop
-	closed   bool                 //
-	free     []*walFile           // files ready for use, next first
-	full     []*walFile           // waiting for their checkpoint, oldest first
-	ckRun    bool                 // the checkpointer runs
-	ckWG     sync.WaitGroup       // the checkpointer, for Close
-	space    sync.Cond            // the leader waits for a free file
-	stalls   int                  // times the leader waited (log rate)
-	spare    []byte               // recycled round buffers
-	spareEnd []int                //
-	spareUse map[*Partition]bool  //
-	seq      uint64               // the highest seq handed out
-	act      *walFile             // file being written; leader only
-	pos      int64                // next write position in act; leader only
-	replayed int                  // recovery: live files found at open
+	buf      []byte              // entries waiting for the next round
+	ends     []int               // end of each entry in buf
+	users    map[*Partition]bool // partitions with entries in buf
+	sig      *commitSignal       // released when buf's round is durable
+	leading  bool                // a round is being written
+	lastUser int                 // partitions in the last round (gather)
+	syncDur  time.Duration       // recent fsync time (gather)
+	failErr  error               // a WAL write or fsync failed: fail-stop
+	closed   bool                //
+	free     []*walFile          // files ready for use, next first
+	full     []*walFile          // waiting for their checkpoint, oldest first
+	ckRun    bool                // the checkpointer runs
+	ckWG     sync.WaitGroup      // the checkpointer, for Close
+	space    sync.Cond           // the leader waits for a free file
+	stalls   int                 // times the leader waited (log rate)
+	spare    []byte              // recycled round buffers
+	spareEnd []int               //
+	spareUse map[*Partition]bool //
+	seq      uint64              // the highest seq handed out
+	act      *walFile            // file being written; leader only
+	pos      int64               // next write position in act; leader only
+	replayed int                 // recovery: live files found at open
 }
 
 type walFile struct {
