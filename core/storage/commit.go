@@ -236,6 +236,11 @@ func (p *Partition) commitLoop() {
 		}
 		pend := p.pendRecs > 0
 		p.mu.Unlock()
+		if pend && p.walKey != "" {
+			if ch := p.opts.WAL.queued(p); ch != nil {
+				<-ch
+			}
+		}
 		if pend && p.opts.Fsync == FsyncAlways {
 			p.gather()
 		}
@@ -483,6 +488,7 @@ func (p *Partition) commitOnce(jsync, inline bool) bool {
 	}
 	p.mu.Unlock()
 
+	viaWAL := false
 	if err == nil && len(take) > 0 {
 		if werr := p.writeBatches(take); werr != nil {
 			err = p.fail(werr)
@@ -499,11 +505,12 @@ func (p *Partition) commitOnce(jsync, inline bool) bool {
 		// The log: what the confirms of this commit need — through the
 		// WAL (one fsync shared with the other partitions committing
 		// now), or by an fsync of the segment.
-		viaWAL := p.walKey != "" && len(take) > 0 && len(reqs) == 0 && !closing && p.fitsWAL(take)
+		viaWAL = p.walKey != "" && len(take) > 0 && len(reqs) == 0 && !closing && p.fitsWAL(take)
 		switch {
 		case viaWAL:
-			if werr := p.opts.WAL.commit(p, take); werr != nil {
+			if werr := p.commitWAL(take); werr != nil {
 				err = p.fail(werr)
+				viaWAL = false // released below, with the error
 			}
 		case p.logDirty && (len(reqs) > 0 || closing || interval || (p.opts.Fsync == FsyncAlways && (p.walKey == "" || len(take) > 0))):
 			if serr := p.syncLog(); serr != nil {
@@ -515,10 +522,17 @@ func (p *Partition) commitOnce(jsync, inline bool) bool {
 	recs := 0
 	for _, b := range take {
 		recs += b.n
-		b.sig.err = err
-		close(b.sig.ch)
-		for _, cb := range b.cbs {
-			cb.fn(cb.off, err)
+	}
+	if !viaWAL && len(take) > 0 {
+		// Confirms go out in offset order: commits handed to the WAL
+		// earlier are released first (walDone).
+		p.awaitWAL()
+		for _, b := range take {
+			b.sig.err = err
+			close(b.sig.ch)
+			for _, cb := range b.cbs {
+				cb.fn(cb.off, err)
+			}
 		}
 	}
 
@@ -688,6 +702,64 @@ func (p *Partition) roll(base uint64) error {
 	old.seal() // its file now lives in the cache of sealed segments
 	p.ckMu.Unlock()
 	return nil
+}
+
+// commitWAL hands the batches of take, written to the segment, to the WAL:
+// their signals and callbacks are released by the WAL round that makes
+// them durable (walDone), on the round leader's goroutine, so that this
+// committer goes on with the next records meanwhile. If no round is
+// running, this committer leads one on its own goroutine first (no
+// hand-off for a lone producer). Writer role.
+func (p *Partition) commitWAL(take []*batch) error {
+	ww := walWaiter{p: p}
+	for _, b := range take {
+		ww.sigs = append(ww.sigs, b.sig)
+		ww.cbs = append(ww.cbs, b.cbs...)
+	}
+	p.mu.Lock()
+	p.walPending++
+	p.mu.Unlock()
+	lead, err := p.opts.WAL.enqueue(p, take, ww)
+	if err != nil {
+		p.mu.Lock()
+		p.walPending--
+		p.walIdle.Broadcast()
+		p.mu.Unlock()
+		return err
+	}
+	if lead {
+		p.opts.WAL.lead(true)
+	}
+	return nil
+}
+
+// walDone releases a commit the WAL made durable (or failed: err).
+func (p *Partition) walDone(ww *walWaiter, err error) {
+	if err != nil {
+		err = p.fail(err)
+	}
+	for _, sig := range ww.sigs {
+		sig.err = err
+		close(sig.ch)
+	}
+	for _, cb := range ww.cbs {
+		cb.fn(cb.off, err)
+	}
+	p.mu.Lock()
+	p.walPending--
+	if p.walPending == 0 {
+		p.walIdle.Broadcast()
+	}
+	p.mu.Unlock()
+}
+
+// awaitWAL waits until every commit handed to the WAL was released.
+func (p *Partition) awaitWAL() {
+	p.mu.Lock()
+	for p.walPending > 0 {
+		p.walIdle.Wait()
+	}
+	p.mu.Unlock()
 }
 
 // fitsWAL reports whether every batch of take fits in one WAL entry (a

@@ -32,11 +32,18 @@ func TestHoleInUnsyncedLogTailIsATornTail(t *testing.T) {
 				t.Fatal(err)
 			}
 			if policy == storage.FsyncAlways {
-				// Several commits' worth of records the crash catches while
-				// they are written: nobody waits for them.
+				// ~30 KiB of records the crash catches while they are
+				// written: nobody waits for them, and the first fsync
+				// after them fails. Armed first, and deferred appends (no
+				// committer is woken for them): a committer fast enough to
+				// fsync them before a later arming would leave nothing for
+				// the failing fsync to catch. A lingering committer may
+				// still take some early; the appends after its failed
+				// fsync are refused, which is fine.
+				fsys.FailSyncAt(1, true)
 				for i := confirmed; i < confirmed+30; i++ {
-					if _, err := p.AppendAsync(payload(i, 1000), int64(i), nil); err != nil {
-						t.Fatal(err)
+					if _, err := p.AppendAsyncDeferred(payload(i, 1000), int64(i), nil); err != nil {
+						break
 					}
 				}
 				crashed := crashMidCommit(t, fsys, p)
@@ -54,11 +61,10 @@ func TestHoleInUnsyncedLogTailIsATornTail(t *testing.T) {
 }
 
 // crashMidCommit stops the world while a commit's records are written and
-// not yet fsynced: the next log fsync fails (fail-stop), and the crash is
-// taken from the state right before it.
+// not yet fsynced: the caller armed a failing fsync (fail-stop) before the
+// records; the crash is taken from the state right before it.
 func crashMidCommit(t *testing.T, fsys *faultfs.FS, p *storage.Partition) *faultfs.FS {
 	t.Helper()
-	fsys.FailSyncAt(1, true)
 	if err := p.Sync(); err == nil {
 		t.Fatal("the failing fsync went unnoticed")
 	}

@@ -47,6 +47,11 @@ type Partition struct {
 	inc    uint64
 	ckMu   sync.Mutex
 	ckDone bool
+	// walPending counts commits handed to the WAL and not yet released
+	// (commitWAL, walDone); walIdle (on mu) is broadcast when it drops to
+	// zero. Guarded by mu.
+	walPending int
+	walIdle    sync.Cond
 
 	mu           sync.Mutex
 	space        sync.Cond // appenders waiting for MaxPendingBytes to drain
@@ -115,6 +120,7 @@ func OpenPartition(dir string, opts Options) (*Partition, error) {
 		loopDone: make(chan struct{}),
 	}
 	p.space.L = &p.mu
+	p.walIdle.L = &p.mu
 	if err := p.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}

@@ -112,7 +112,8 @@ type WAL struct {
 	buf      []byte              // entries waiting for the next round
 	ends     []int               // end of each entry in buf
 	users    map[*Partition]bool // partitions with entries in buf
-	sig      *commitSignal       // released when buf's round is durable
+	waiters  []walWaiter         // released when buf's round is durable
+	started  chan struct{}       // closed when buf's round starts (queued)
 	leading  bool                // a round is being written
 	lastUser int                 // partitions in the last round (gather)
 	syncDur  time.Duration       // recent fsync time (gather)
@@ -122,11 +123,12 @@ type WAL struct {
 	full     []*walFile          // waiting for their checkpoint, oldest first
 	ckRun    bool                // the checkpointer runs
 	ckWG     sync.WaitGroup      // the checkpointer, for Close
-	space    sync.Cond           // the leader waits for a free file
+	space    sync.Cond           // the leader waits for a free file, enqueuers for room, Close for the last round
 	stalls   int                 // times the leader waited (log rate)
 	spare    []byte              // recycled round buffers
 	spareEnd []int               //
 	spareUse map[*Partition]bool //
+	spareWt  []walWaiter         //
 	seq      uint64              // the highest seq handed out
 	act      *walFile            // file being written; leader only
 	pos      int64               // next write position in act; leader only
@@ -187,8 +189,8 @@ func OpenWAL(root string, opts WALOptions) (*WAL, error) {
 		fileBytes: opts.FileBytes,
 		files:     opts.Files,
 		users:     map[*Partition]bool{},
+		started:   make(chan struct{}),
 		spareUse:  map[*Partition]bool{},
-		sig:       &commitSignal{ch: make(chan struct{})},
 	}
 	w.space.L = &w.mu
 	if err := w.fs.MkdirAll(w.dir, 0o755); err != nil {
@@ -265,14 +267,31 @@ func putWALSeq(b []byte, seq uint64) {
 	}
 }
 
-// commit makes p's batches durable through the WAL: it adds one entry per
-// batch to the next round and returns when that round's fsync is done. The
-// records are already written to p's segment. Caller: p's writer role.
-func (w *WAL) commit(p *Partition, take []*batch) error {
+// walWaiter is what one partition's commit waits for in a round: the
+// batches' signals and AppendAsync callbacks, released by the round's
+// leader once the round is durable (walDone).
+type walWaiter struct {
+	p    *Partition
+	sigs []*commitSignal
+	cbs  []asyncCB
+}
+
+// enqueue adds p's batches (one entry each) to the next round and returns
+// at once: the round's leader releases ww when the round is durable. The
+// records are already written to p's segment; the entries are copies, so
+// the batches may be reused. It waits while the entries not yet written
+// reach bufLimit (the bound on what the WAL holds in memory). It reports
+// whether the caller must lead the round (w.lead(true)), and an error when
+// the WAL refuses (ww then is not released by the WAL). Caller: p's
+// writer role.
+func (w *WAL) enqueue(p *Partition, take []*batch, ww walWaiter) (bool, error) {
 	w.mu.Lock()
+	for len(w.buf) >= w.bufLimit() && w.leading && w.errLocked() == nil {
+		w.space.Wait()
+	}
 	if err := w.errLocked(); err != nil {
 		w.mu.Unlock()
-		return err
+		return false, err
 	}
 	for _, b := range take {
 		if b.n == 0 {
@@ -282,18 +301,29 @@ func (w *WAL) commit(p *Partition, take []*batch) error {
 		w.ends = append(w.ends, len(w.buf))
 	}
 	w.users[p] = true
-	sig := w.sig
-	if w.leading {
-		w.mu.Unlock()
-		<-sig.ch
-		return sig.err
-	}
+	w.waiters = append(w.waiters, ww)
+	lead := !w.leading
 	w.leading = true
 	w.mu.Unlock()
-	w.lead(true)
-	<-sig.ch
-	return sig.err
+	return lead, nil
 }
+
+// queued returns, when p has entries in the round not started yet, a
+// channel closed when that round starts; else nil. A committer that waits
+// for it before its next commit writes what came meanwhile to its segment
+// in one write (one per round instead of several small ones) and loses
+// nothing: those records could only go into the next round anyway.
+func (w *WAL) queued(p *Partition) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.users[p] {
+		return w.started
+	}
+	return nil
+}
+
+// bufLimit bounds the bytes of entries waiting for a round.
+func (w *WAL) bufLimit() int { return int(min(w.fileBytes, 16<<20)) }
 
 func (w *WAL) errLocked() error {
 	if w.failErr != nil {
@@ -305,16 +335,19 @@ func (w *WAL) errLocked() error {
 	return nil
 }
 
-// lead writes rounds while entries wait. Called with leading set; clears
-// it when nothing waits. An inline leader (a partition's committer) writes
-// one round and passes the rest to a new goroutine.
+// lead writes rounds while entries wait, and releases each round's waiters
+// once it is durable: all partitions' confirms of a round come from one
+// goroutine, in a burst. Called with leading set; clears it when nothing
+// waits. An inline leader (a partition's committer, which enqueued the
+// first entries) writes one round and passes the rest to a new goroutine.
 func (w *WAL) lead(inline bool) {
 	for {
 		w.gather()
 		w.mu.Lock()
-		buf, ends, users, sig := w.buf, w.ends, w.users, w.sig
-		w.buf, w.ends, w.users = w.spare[:0], w.spareEnd[:0], w.spareUse
-		w.sig = &commitSignal{ch: make(chan struct{})}
+		buf, ends, users, waiters := w.buf, w.ends, w.users, w.waiters
+		w.buf, w.ends, w.users, w.waiters = w.spare[:0], w.spareEnd[:0], w.spareUse, w.spareWt[:0]
+		close(w.started)
+		w.started = make(chan struct{})
 		err := w.failErr
 		w.mu.Unlock()
 
@@ -328,18 +361,20 @@ func (w *WAL) lead(inline bool) {
 			w.syncDur = (3*w.syncDur + d) / 4
 			w.mu.Unlock()
 		}
+		for i := range waiters {
+			waiters[i].p.walDone(&waiters[i], err)
+			waiters[i] = walWaiter{}
+		}
 
 		w.mu.Lock()
 		w.lastUser = len(users)
 		clear(users)
-		w.spare, w.spareEnd, w.spareUse = buf[:0], ends[:0], users
-		sig.err = err
-		close(sig.ch)
-		more := len(w.ends) > 0
+		w.spare, w.spareEnd, w.spareUse, w.spareWt = buf[:0], ends[:0], users, waiters[:0]
+		more := len(w.waiters) > 0
 		if !more {
 			w.leading = false
-			w.space.Broadcast() // Close may wait for the last round
 		}
+		w.space.Broadcast() // enqueuers waiting for room, Close waiting for the last round
 		w.mu.Unlock()
 		if !more {
 			return
