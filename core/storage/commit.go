@@ -227,6 +227,14 @@ func (p *Partition) commitLoop() {
 				p.sleep(wait)
 				continue
 			}
+			if p.lag.n > 0 {
+				// Going idle: write what is staged (lag.go).
+				p.mu.Unlock()
+				p.wmu.Lock()
+				p.flushLag() // a failure fails the partition; the loop sees it
+				p.wmu.Unlock()
+				continue
+			}
 			if !p.jSyncDue {
 				p.running = false
 				p.mu.Unlock()
@@ -490,7 +498,17 @@ func (p *Partition) commitOnce(jsync, inline bool) bool {
 
 	viaWAL := false
 	if err == nil && len(take) > 0 {
-		if werr := p.writeBatches(take); werr != nil {
+		// Through the WAL (see below) a committer stages the records for
+		// a later segment write (lag.go); anything else writes them now,
+		// after what is staged.
+		staged := p.walKey != "" && !inline && len(reqs) == 0 && !closing && p.fitsWAL(take)
+		var werr error
+		if staged {
+			werr = p.stageBatches(take)
+		} else if werr = p.flushLag(); werr == nil {
+			werr = p.writeBatches(take)
+		}
+		if werr != nil {
 			err = p.fail(werr)
 		}
 	}
@@ -648,6 +666,9 @@ func (p *Partition) writeBatches(take []*batch) error {
 // then a newer segment on disk always implies a complete older one, and
 // recovery may treat any damage in an older segment as corruption.
 func (p *Partition) roll(base uint64) error {
+	if err := p.flushLag(); err != nil {
+		return err
+	}
 	old := p.act
 	if err := p.trimReserve(old); err != nil {
 		return err
@@ -797,13 +818,25 @@ func (p *Partition) reserve(s *segment, end int64) error {
 	if end <= s.alloc {
 		return nil
 	}
+	if err := p.reserveFile(s, end); err != nil {
+		return err
+	}
+	p.logDirty = true
+	return nil
+}
+
+// reserveFile is reserve without the writer's logDirty (flushLagLocked may
+// run on the WAL's checkpointer).
+func (p *Partition) reserveFile(s *segment, end int64) error {
+	if end <= s.alloc {
+		return nil
+	}
 	n := min(end+max(reserveAhead, end/8), p.opts.SegmentMaxBytes)
 	n = max(n, end)
 	if err := s.f.Truncate(n); err != nil {
 		return fmt.Errorf("reserve %s to %d: %w", s.path, n, err)
 	}
 	s.alloc = n
-	p.logDirty = true
 	return nil
 }
 
@@ -847,6 +880,9 @@ const slotLagBytes = 1 << 20
 func (p *Partition) syncLog() error {
 	p.ckMu.Lock()
 	defer p.ckMu.Unlock()
+	if err := p.flushLagLocked(); err != nil {
+		return err
+	}
 	act := p.act
 	if act.dslotOK && (act.dslot < 0 || act.durSize-act.dslot >= slotLagBytes) {
 		if err := writeDurable(act.f, segMagic, act.base, act.durSize); err != nil {

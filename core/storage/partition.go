@@ -52,6 +52,9 @@ type Partition struct {
 	// zero. Guarded by mu.
 	walPending int
 	walIdle    sync.Cond
+	// lag: records committed through the WAL and not yet written to the
+	// segment (lag.go). Changed under ckMu and mu.
+	lag batch
 
 	mu           sync.Mutex
 	space        sync.Cond // appenders waiting for MaxPendingBytes to drain
@@ -325,6 +328,9 @@ func (p *Partition) segIndexLocked(offset uint64) int {
 
 // memRecordLocked copies a record that is still in a pending batch.
 func (p *Partition) memRecordLocked(offset uint64) (Record, error) {
+	if r, ok := p.lagRecordLocked(offset); ok {
+		return r, nil
+	}
 	for _, b := range p.batches {
 		if offset >= b.first && offset < b.first+uint64(b.n) {
 			i := int(offset - b.first)

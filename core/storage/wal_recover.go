@@ -430,12 +430,20 @@ func (p *Partition) walCheckpoint() error {
 	}
 	p.mu.Lock()
 	err := p.failErr
-	act := p.act
-	size := act.size // written records end here (writeBatches updates it under mu)
+	if err == nil && p.closed { // closed without making everything durable (cannot happen without failErr)
+		err = ErrClosed
+	}
 	p.mu.Unlock()
 	if err != nil {
 		return err
 	}
+	if err := p.flushLagLocked(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	act := p.act
+	size := act.size // written records end here (updated under mu)
+	p.mu.Unlock()
 	if act.durSize < size {
 		if err := syncFile(act.f); err != nil {
 			return p.fail(fmt.Errorf("fsync %s: %w", act.path, err))
