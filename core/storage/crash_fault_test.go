@@ -50,9 +50,10 @@ type harness struct {
 	// WAL runs (TestPowerLossAlwaysWAL): the partition commits through a
 	// write-ahead log under /data with tiny files, so the ring turns and
 	// checkpoints run all the time; w is the current one.
-	wal   bool
-	wopts storage.WALOptions
-	w     *storage.WAL
+	wal       bool
+	walAlways bool // every commit through the WAL (else only when it pays: one partition here, so rarely)
+	wopts     storage.WALOptions
+	w         *storage.WAL
 
 	mu          sync.Mutex
 	confirmed   map[uint64]uint64   // offset -> id, append confirmed
@@ -401,6 +402,9 @@ func (h *harness) openWAL(fsys *faultfs.FS) storage.Options {
 		if err != nil {
 			h.t.Fatalf("open WAL after power loss: %v", err)
 		}
+		if h.walAlways {
+			storage.SetWALAlways(w)
+		}
 		h.w, o.WAL = w, w
 	}
 	return o
@@ -591,7 +595,7 @@ func TestPowerLossAlwaysWAL(t *testing.T) {
 	s := 0
 	for ; s < n && time.Now().Before(deadline); s++ {
 		h := newHarness(t, uint64(s), storage.FsyncAlways)
-		h.wal = true
+		h.wal, h.walAlways = true, h.rng.IntN(4) != 0
 		h.wopts = storage.WALOptions{FileBytes: int64(4<<10 + h.rng.IntN(28<<10)), Files: 2 + h.rng.IntN(3)}
 		if lost := runPowerLossWith(t, h, 3); lost > 0 {
 			t.Errorf("seed %d: %d confirmed appends lost under fsync=always with a WAL", s, lost)

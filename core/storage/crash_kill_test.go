@@ -47,7 +47,11 @@ func openCrashWAL(useWAL bool, dir string) (*storage.WAL, error) {
 	if !useWAL {
 		return nil, nil
 	}
-	return storage.OpenWAL(filepath.Dir(dir), storage.WALOptions{Logger: quietLogger(), FileBytes: 64 << 10, Files: 2})
+	w, err := storage.OpenWAL(filepath.Dir(dir), storage.WALOptions{Logger: quietLogger(), FileBytes: 64 << 10, Files: 2})
+	if err == nil {
+		storage.SetWALAlways(w) // one partition: else it would rarely use it
+	}
+	return w, err
 }
 
 func childOptions() storage.Options {

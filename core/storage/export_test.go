@@ -50,3 +50,7 @@ func SetMinWALFileBytes(n int64) func() {
 // WALReplayed returns the number of live WAL files OpenWAL found (and
 // replayed).
 func WALReplayed(w *WAL) int { return w.replayed }
+
+// SetWALAlways makes every commit of w's partitions go through it, also a
+// lone partition's (which otherwise fsyncs its own segment: useWAL).
+func SetWALAlways(w *WAL) { w.always = true }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -107,6 +108,11 @@ type WAL struct {
 	log       *slog.Logger
 	fileBytes int64
 	files     int
+
+	// active counts commits of records in progress by partitions that
+	// use the WAL, through it or not (Partition.useWAL).
+	active atomic.Int32
+	always bool // tests: every commit goes through the WAL (SetWALAlways)
 
 	mu       sync.Mutex
 	buf      []byte              // entries waiting for the next round
@@ -320,6 +326,13 @@ func (w *WAL) queued(p *Partition) <-chan struct{} {
 		return w.started
 	}
 	return nil
+}
+
+// busy reports whether a round is running or waiting to run.
+func (w *WAL) busy() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.leading
 }
 
 // bufLimit bounds the bytes of entries waiting for a round.

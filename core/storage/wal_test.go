@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/storage/faultfs"
@@ -29,6 +30,7 @@ func openWALCluster(t *testing.T, fsys *faultfs.FS, n int, wopts storage.WALOpti
 	if err != nil {
 		t.Fatalf("open WAL: %v", err)
 	}
+	storage.SetWALAlways(w)
 	c := &walCluster{t: t, fsys: fsys, wopts: wopts, w: w,
 		opts: storage.Options{FS: fsys, Logger: quietLogger(), WAL: w, SegmentMaxBytes: 64 << 10}}
 	for i := range n {
@@ -303,6 +305,7 @@ func TestWALGapQuarantinesThePartition(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		storage.SetWALAlways(w)
 		_, err = storage.OpenPartition("/data/q/t/0", storage.Options{FS: after, Logger: quietLogger(), WAL: w})
 		if !errors.Is(err, storage.ErrQuarantined) || !strings.Contains(err.Error(), "write-ahead log") {
 			t.Fatalf("open %d after a gap before the WAL's records: %v, want quarantine naming the WAL", round, err)
@@ -358,4 +361,63 @@ func TestWALStagedRecordsAreReadable(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// A lone busy partition fsyncs its own segment (a WAL round would only add
+// a second write); partitions committing at the same time share the WAL.
+func TestWALOnlyWhenPartitionsCommitTogether(t *testing.T) {
+	fsys := faultfs.New()
+	w, err := storage.OpenWAL("/data", storage.WALOptions{FS: fsys, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := storage.Options{FS: fsys, Logger: quietLogger(), WAL: w}
+	var parts []*storage.Partition
+	for i := range 8 {
+		p, err := storage.OpenPartition(fmt.Sprintf("/data/q/t/%d", i), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, p)
+	}
+	defer func() {
+		for _, p := range parts {
+			p.Close()
+		}
+		w.Close()
+	}()
+	walSyncs, logSyncs := fsys.FileSyncs(".wal"), fsys.FileSyncs(".log")
+	for i := range 20 { // one partition, one append at a time
+		if _, err := parts[0].Append(payload(i, 1000), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fsys.FileSyncs(".wal") - walSyncs; got != 0 {
+		t.Errorf("a lone partition used the WAL: %d WAL fsyncs", got)
+	}
+	if got := fsys.FileSyncs(".log") - logSyncs; got != 20 {
+		t.Errorf("a lone partition made %d segment fsyncs for 20 appends, want 20", got)
+	}
+	// Eight partitions at once, each with a slow disk under it: their
+	// commits overlap, and the overlapping ones share WAL rounds.
+	fsys.SetSyncDelay(2 * time.Millisecond)
+	walSyncs, logSyncs = fsys.FileSyncs(".wal"), fsys.FileSyncs(".log")
+	var wg sync.WaitGroup
+	for k, p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				if _, err := p.Append(payload(k*100+i, 1000), 0); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	wal, seg := fsys.FileSyncs(".wal")-walSyncs, fsys.FileSyncs(".log")-logSyncs
+	if wal == 0 || wal+seg >= 160 {
+		t.Errorf("8 partitions × 20 appends at once: %d WAL and %d segment fsyncs, want WAL rounds shared (fewer than 160 in all)", wal, seg)
+	}
 }
