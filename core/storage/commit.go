@@ -499,13 +499,7 @@ func (p *Partition) commitOnce(jsync, inline bool) bool {
 	// Through the WAL when other partitions commit at the same time (see
 	// useWAL); a committer then stages the records for a later segment
 	// write (lag.go); anything else writes them now, after what is staged.
-	viaWAL := false
-	if err == nil && len(take) > 0 && p.walKey != "" {
-		w := p.opts.WAL
-		others := w.active.Add(1) > 1
-		defer w.active.Add(-1)
-		viaWAL = len(reqs) == 0 && !closing && p.useWAL(take, others)
-	}
+	viaWAL := err == nil && len(take) > 0 && p.walKey != "" && len(reqs) == 0 && !closing && p.useWAL(take)
 	if err == nil && len(take) > 0 {
 		staged := viaWAL && !inline
 		var werr error
@@ -740,17 +734,15 @@ func (p *Partition) roll(base uint64) error {
 // partition that commits alone — the only busy one — does better with its
 // own fsync, as before the WAL (measured: a lone saturated producer lost
 // 15% of its rate, end to end 25%, through the WAL). So a commit joins the
-// WAL when another partition is committing through it right now, when a
-// round is running, or when this partition's earlier WAL commits are not
+// WAL when at least two partitions committed within the last ~10 ms
+// (WAL.shared), or when this partition's earlier WAL commits are not
 // released yet (so that it keeps pipelining); else it fsyncs its segment.
-// Two partitions that start together both see the other (active counts
-// commits in progress, others), so a busy set of partitions moves to the
-// WAL.
-func (p *Partition) useWAL(take []*batch, others bool) bool {
+func (p *Partition) useWAL(take []*batch) bool {
 	if !p.fitsWAL(take) {
 		return false
 	}
-	if others || p.opts.WAL.always || p.opts.WAL.busy() {
+	w := p.opts.WAL
+	if w.shared(p) || w.always {
 		return true
 	}
 	p.mu.Lock()

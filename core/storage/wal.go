@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -109,9 +108,6 @@ type WAL struct {
 	fileBytes int64
 	files     int
 
-	// active counts commits of records in progress by partitions that
-	// use the WAL, through it or not (Partition.useWAL).
-	active atomic.Int32
 	always bool // tests: every commit goes through the WAL (SetWALAlways)
 
 	mu       sync.Mutex
@@ -122,6 +118,10 @@ type WAL struct {
 	started  chan struct{}       // closed when buf's round starts (queued)
 	leading  bool                // a round is being written
 	lastUser int                 // partitions in the last round (gather)
+	winStart time.Time           // the current window of shared (useWAL)
+	winSeen  map[*Partition]bool // partitions that committed in it
+	winCount int                 // len(winSeen)
+	winPrev  int                 // winCount of the window before
 	syncDur  time.Duration       // recent fsync time (gather)
 	failErr  error               // a WAL write or fsync failed: fail-stop
 	closed   bool                //
@@ -195,6 +195,7 @@ func OpenWAL(root string, opts WALOptions) (*WAL, error) {
 		fileBytes: opts.FileBytes,
 		files:     opts.Files,
 		users:     map[*Partition]bool{},
+		winSeen:   map[*Partition]bool{},
 		started:   make(chan struct{}),
 		spareUse:  map[*Partition]bool{},
 	}
@@ -328,11 +329,32 @@ func (w *WAL) queued(p *Partition) <-chan struct{} {
 	return nil
 }
 
-// busy reports whether a round is running or waiting to run.
-func (w *WAL) busy() bool {
+// walShared is the window over which useWAL counts the partitions that
+// commit: at least two in the current or the previous window means the
+// WAL pays. Longer than the gap between a busy partition's commits, short
+// enough that a partition left alone soon goes back to its own fsync.
+const walShared = 10 * time.Millisecond
+
+// shared notes that p commits records now and reports whether at least
+// two partitions (p among them) committed in this window or the last.
+func (w *WAL) shared(p *Partition) bool {
+	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.leading
+	if now.Sub(w.winStart) >= walShared {
+		w.winPrev = w.winCount
+		if now.Sub(w.winStart) >= 2*walShared {
+			w.winPrev = 0 // the last window saw nobody
+		}
+		w.winCount = 0
+		clear(w.winSeen)
+		w.winStart = now
+	}
+	if !w.winSeen[p] {
+		w.winSeen[p] = true
+		w.winCount++
+	}
+	return w.winCount >= 2 || w.winPrev >= 2
 }
 
 // bufLimit bounds the bytes of entries waiting for a round.
