@@ -181,9 +181,11 @@ func registerEngineMetrics(reg prometheus.Registerer, qm *queue.Manager) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(get(storage.Stats())) }))
 	}
-	storageCounter("fibril_storage_fsyncs_total", "fsyncs of segment and journal files (directories not counted).", func(c storage.Counters) uint64 { return c.Fsyncs })
-	storageCounter("fibril_storage_bytes_written_total", "Bytes written to segment and journal files.", func(c storage.Counters) uint64 { return c.BytesWritten })
+	storageCounter("fibril_storage_fsyncs_total", "fsyncs of segment, journal and write-ahead log files (directories not counted).", func(c storage.Counters) uint64 { return c.Fsyncs })
+	storageCounter("fibril_storage_bytes_written_total", "Bytes written to segment, journal and write-ahead log files.", func(c storage.Counters) uint64 { return c.BytesWritten })
 	storageCounter("fibril_storage_appends_total", "Records appended to partition logs.", func(c storage.Counters) uint64 { return c.Appends })
+	storageCounter("fibril_storage_wal_commits_total", "Partition commits made durable through the write-ahead log (the others fsynced their own segment).", func(c storage.Counters) uint64 { return c.WALCommits })
+	storageCounter("fibril_storage_wal_rounds_total", "Write-ahead log rounds (one write and one fsync each); commits per round is how many partitions shared an fsync.", func(c storage.Counters) uint64 { return c.WALRounds })
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fibril_recovery_quarantined",
 		Help: "Partitions quarantined by recovery (they answer errors until repaired)."},
 		func() float64 { return float64(len(qm.Quarantined())) }))

@@ -4,9 +4,11 @@ import "sync/atomic"
 
 // Process-wide counters over every partition (see Stats).
 var (
-	statFsyncs  atomic.Uint64
-	statBytes   atomic.Uint64
-	statAppends atomic.Uint64
+	statFsyncs     atomic.Uint64
+	statBytes      atomic.Uint64
+	statAppends    atomic.Uint64
+	statWALCommits atomic.Uint64
+	statWALRounds  atomic.Uint64
 )
 
 // Counters is a snapshot of the process-wide storage counters (Stats).
@@ -27,6 +29,12 @@ type Counters struct {
 	// partition, under every policy), whether or not an fsync covered
 	// them yet.
 	Appends uint64
+	// WALCommits counts partition commits made durable through the WAL,
+	// WALRounds the WAL rounds (one write and fsync each) that did it:
+	// their ratio is how many partitions shared a round on average.
+	// Commits that fsynced their own segment are not counted.
+	WALCommits uint64
+	WALRounds  uint64
 }
 
 // Stats returns the process-wide counters.
@@ -35,6 +43,8 @@ func Stats() Counters {
 		Fsyncs:       statFsyncs.Load(),
 		BytesWritten: statBytes.Load(),
 		Appends:      statAppends.Load(),
+		WALCommits:   statWALCommits.Load(),
+		WALRounds:    statWALRounds.Load(),
 	}
 }
 

@@ -387,6 +387,8 @@ func (w *WAL) lead(inline bool) {
 		w.mu.Unlock()
 
 		if err == nil && len(buf) > 0 {
+			statWALRounds.Add(1)
+			statWALCommits.Add(uint64(len(waiters)))
 			start := time.Now()
 			if err = w.writeRound(buf, ends, users); err != nil {
 				err = w.failed(err)
