@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 	"runtime"
@@ -89,6 +88,35 @@ type batch struct {
 	pos    []uint32 // start of each record in buf
 	cbs    []asyncCB
 	sig    *commitSignal
+}
+
+// span returns where record i of b starts and ends in b.buf.
+func (b *batch) span(i int) (start, end int) {
+	start, end = int(b.pos[i]), len(b.buf)
+	if i+1 < b.n {
+		end = int(b.pos[i+1])
+	}
+	return start, end
+}
+
+// record returns a copy of the record at offset if b holds it.
+func (b *batch) record(offset uint64) (Record, bool) {
+	if b.n == 0 || offset < b.first || offset >= b.first+uint64(b.n) {
+		return Record{}, false
+	}
+	start, end := b.span(int(offset - b.first))
+	h := decodeHeader(b.buf[start:])
+	return Record{Offset: offset, Timestamp: h.ts, Data: append([]byte(nil), b.buf[start+recHeaderLen:end]...)}, true
+}
+
+// noteWritten records in s's bookkeeping (size, index, timestamps) that
+// b's records were written to s starting at file position at. Caller holds
+// Partition.mu.
+func (b *batch) noteWritten(s *segment, at int64, every int) {
+	for i := range b.n {
+		start, end := b.span(i)
+		s.noteRecord(b.first+uint64(i), decodeHeader(b.buf[start:]).ts, at+int64(start), end-start, every)
+	}
 }
 
 type asyncCB struct {
@@ -644,15 +672,7 @@ func (p *Partition) writeBatches(take []*batch) error {
 		statAppends.Add(uint64(b.n))
 		p.logDirty = true
 		p.mu.Lock()
-		for i := 0; i < b.n; i++ {
-			rp := int(b.pos[i])
-			end := len(b.buf)
-			if i+1 < b.n {
-				end = int(b.pos[i+1])
-			}
-			ts := int64(binary.LittleEndian.Uint64(b.buf[rp+16:]))
-			act.noteRecord(b.first+uint64(i), ts, at+int64(rp), end-rp, every)
-		}
+		b.noteWritten(act, at, every)
 		p.written = b.first + uint64(b.n)
 		p.pendBytes -= len(b.buf)
 		if p.spaceWaiters > 0 {

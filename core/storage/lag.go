@@ -89,14 +89,7 @@ func (p *Partition) flushLagLocked() error {
 	statAppends.Add(uint64(l.n))
 	every := p.opts.IndexEveryBytes
 	p.mu.Lock()
-	for i := 0; i < l.n; i++ {
-		rp := int(l.pos[i])
-		end := len(l.buf)
-		if i+1 < l.n {
-			end = int(l.pos[i+1])
-		}
-		act.noteRecord(l.first+uint64(i), decodeHeader(l.buf[rp:]).ts, at+int64(rp), end-rp, every)
-	}
+	l.noteWritten(act, at, every)
 	p.written = l.first + uint64(l.n)
 	l.n, l.buf, l.pos = 0, l.buf[:0], l.pos[:0]
 	if cap(l.buf) > 4*lagFlushBytes { // after a large batch: do not keep it
@@ -104,21 +97,4 @@ func (p *Partition) flushLagLocked() error {
 	}
 	p.mu.Unlock()
 	return nil
-}
-
-// lagRecordLocked returns a staged record, ok false if offset is not in
-// the lag. Caller holds mu.
-func (p *Partition) lagRecordLocked(offset uint64) (Record, bool) {
-	l := &p.lag
-	if l.n == 0 || offset < l.first || offset >= l.first+uint64(l.n) {
-		return Record{}, false
-	}
-	i := int(offset - l.first)
-	start := int(l.pos[i])
-	end := len(l.buf)
-	if i+1 < l.n {
-		end = int(l.pos[i+1])
-	}
-	h := decodeHeader(l.buf[start:])
-	return Record{Offset: offset, Timestamp: h.ts, Data: append([]byte(nil), l.buf[start+recHeaderLen:end]...)}, true
 }

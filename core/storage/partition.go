@@ -328,19 +328,12 @@ func (p *Partition) segIndexLocked(offset uint64) int {
 
 // memRecordLocked copies a record that is still in a pending batch.
 func (p *Partition) memRecordLocked(offset uint64) (Record, error) {
-	if r, ok := p.lagRecordLocked(offset); ok {
+	if r, ok := p.lag.record(offset); ok { // staged (lag.go)
 		return r, nil
 	}
 	for _, b := range p.batches {
-		if offset >= b.first && offset < b.first+uint64(b.n) {
-			i := int(offset - b.first)
-			start := int(b.pos[i])
-			end := len(b.buf)
-			if i+1 < b.n {
-				end = int(b.pos[i+1])
-			}
-			h := decodeHeader(b.buf[start:])
-			return Record{Offset: offset, Timestamp: h.ts, Data: append([]byte(nil), b.buf[start+recHeaderLen:end]...)}, nil
+		if r, ok := b.record(offset); ok {
+			return r, nil
 		}
 	}
 	// Unreachable while the invariant holds (every offset in [written,

@@ -270,19 +270,7 @@ func ensureIncarnation(fsys FS, dir string) (uint64, error) {
 	binary.LittleEndian.PutUint64(b[8:16], id)
 	binary.LittleEndian.PutUint32(b[16:20], crc32.Checksum(b[:16], castTab))
 	tmp := filepath.Join(dir, incFile+".tmp")
-	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return 0, err
-	}
-	if _, err := f.WriteAt(b, 0); err != nil {
-		f.Close()
-		return 0, err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return 0, err
-	}
-	if err := f.Close(); err != nil {
+	if err := writeSynced(fsys, tmp, b); err != nil {
 		return 0, err
 	}
 	if err := fsys.Rename(tmp, filepath.Join(dir, incFile)); err != nil {
@@ -300,11 +288,20 @@ func ensureIncarnation(fsys FS, dir string) (uint64, error) {
 const quarantineFile = "QUARANTINED"
 
 func writeQuarantine(fsys FS, dir string, ce *CorruptionError) error {
-	f, err := fsys.OpenFile(filepath.Join(dir, quarantineFile), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err := writeSynced(fsys, filepath.Join(dir, quarantineFile), []byte(ce.Error()+"\n")); err != nil {
+		return err
+	}
+	return fsys.SyncDir(dir)
+}
+
+// writeSynced creates (or truncates) path with data and fsyncs it; the
+// caller makes its directory entry durable.
+func writeSynced(fsys FS, path string, data []byte) error {
+	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
-	if _, err := f.WriteAt([]byte(ce.Error()+"\n"), 0); err != nil {
+	if _, err := f.WriteAt(data, 0); err != nil {
 		f.Close()
 		return err
 	}
@@ -312,10 +309,7 @@ func writeQuarantine(fsys FS, dir string, ce *CorruptionError) error {
 		f.Close()
 		return err
 	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return fsys.SyncDir(dir)
+	return f.Close()
 }
 
 func readQuarantine(fsys FS, dir string) error {
