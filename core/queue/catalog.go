@@ -31,7 +31,7 @@ import (
 
 const (
 	catalogName    = "catalog.json"
-	catalogTmpName = "catalog.json.tmp"
+	catalogTmpName = catalogName + ".tmp" // storage.ReplaceFile's temporary
 	catalogVersion = 1
 )
 
@@ -205,26 +205,7 @@ func writeCatalog(fsys storage.FS, dir string, c catalogFile) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, catalogTmpName)
-	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteAt(data, 0); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := fsys.Rename(tmp, filepath.Join(dir, catalogName)); err != nil {
-		return err
-	}
-	return fsys.SyncDir(dir)
+	return storage.ReplaceFile(fsys, dir, catalogName, data)
 }
 
 // partitionDir is where partition n of queue k keeps its storage.

@@ -4,6 +4,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 )
 
@@ -107,4 +108,32 @@ func (OSFS) SyncDir(dir string) error {
 		return serr
 	}
 	return cerr
+}
+
+// ReplaceFile makes dir/name hold exactly data, crash-safely: it writes
+// dir/name.tmp, fsyncs it, renames it over name and fsyncs the directory,
+// so after a power loss at any point name is the old file (or absent) or
+// the new one whole, never a torn mix. For small files written rarely:
+// the catalog, a partition's id, its quarantine marker.
+func ReplaceFile(fsys FS, dir, name string, data []byte) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := fsys.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return err
+	}
+	return fsys.SyncDir(dir)
 }

@@ -130,7 +130,6 @@ type WAL struct {
 	ckRun    bool                // the checkpointer runs
 	ckWG     sync.WaitGroup      // the checkpointer, for Close
 	space    sync.Cond           // the leader waits for a free file, enqueuers for room, Close for the last round
-	stalls   int                 // times the leader waited (log rate)
 	spare    []byte              // recycled round buffers
 	spareEnd []int               //
 	spareUse map[*Partition]bool //
@@ -386,6 +385,7 @@ func (w *WAL) lead(inline bool) {
 		err := w.failErr
 		w.mu.Unlock()
 
+		var took time.Duration // the round's write and fsync (gather)
 		if err == nil && len(buf) > 0 {
 			statWALRounds.Add(1)
 			statWALCommits.Add(uint64(len(waiters)))
@@ -393,10 +393,7 @@ func (w *WAL) lead(inline bool) {
 			if err = w.writeRound(buf, ends, users); err != nil {
 				err = w.failed(err)
 			}
-			d := time.Since(start)
-			w.mu.Lock()
-			w.syncDur = (3*w.syncDur + d) / 4
-			w.mu.Unlock()
+			took = time.Since(start)
 		}
 		for i := range waiters {
 			waiters[i].p.walDone(&waiters[i], err)
@@ -404,6 +401,9 @@ func (w *WAL) lead(inline bool) {
 		}
 
 		w.mu.Lock()
+		if took > 0 {
+			w.syncDur = (3*w.syncDur + took) / 4
+		}
 		w.lastUser = len(users)
 		clear(users)
 		w.spare, w.spareEnd, w.spareUse, w.spareWt = buf[:0], ends[:0], users, waiters[:0]
@@ -522,7 +522,6 @@ func (w *WAL) rotate() error {
 	for len(w.free) == 0 && w.failErr == nil && !w.closed {
 		if stalled.IsZero() {
 			stalled = time.Now()
-			w.stalls++
 		}
 		w.space.Wait()
 	}

@@ -9,10 +9,11 @@ package storage
 // shares one fsync among every partition committing at the same time. A
 // partition that commits alone — the only busy one — does better with its
 // own fsync, as before the WAL (measured with every commit through the
-// WAL, against the build before it: 0.85x publishing, 0.75x end to end). So a commit joins the
-// WAL when at least two partitions committed within the last ~10 ms
-// (WAL.shared), or when this partition's earlier WAL commits are not
-// released yet (so that it keeps pipelining); else it fsyncs its segment.
+// WAL, against the build before it: 0.85x publishing, 0.75x end to end).
+// So a commit joins the WAL when at least two partitions committed within
+// the last ~10 ms (WAL.shared), or when this partition's earlier WAL
+// commits are not released yet (so that it keeps pipelining); else it
+// fsyncs its segment.
 func (p *Partition) useWAL(take []*batch) bool {
 	if !p.fitsWAL(take) {
 		return false
@@ -44,10 +45,7 @@ func (p *Partition) commitWAL(take []*batch) error {
 	p.mu.Unlock()
 	lead, err := p.opts.WAL.enqueue(p, take, ww)
 	if err != nil {
-		p.mu.Lock()
-		p.walPending--
-		p.walIdle.Broadcast()
-		p.mu.Unlock()
+		p.walReleased()
 		return err
 	}
 	if lead {
@@ -68,6 +66,12 @@ func (p *Partition) walDone(ww *walWaiter, err error) {
 	for _, cb := range ww.cbs {
 		cb.fn(cb.off, err)
 	}
+	p.walReleased()
+}
+
+// walReleased counts one commit handed to the WAL as released (or never
+// taken) and wakes awaitWAL when none is left.
+func (p *Partition) walReleased() {
 	p.mu.Lock()
 	p.walPending--
 	if p.walPending == 0 {

@@ -269,14 +269,7 @@ func ensureIncarnation(fsys FS, dir string) (uint64, error) {
 	copy(b[0:8], incMagic[:])
 	binary.LittleEndian.PutUint64(b[8:16], id)
 	binary.LittleEndian.PutUint32(b[16:20], crc32.Checksum(b[:16], castTab))
-	tmp := filepath.Join(dir, incFile+".tmp")
-	if err := writeSynced(fsys, tmp, b); err != nil {
-		return 0, err
-	}
-	if err := fsys.Rename(tmp, filepath.Join(dir, incFile)); err != nil {
-		return 0, err
-	}
-	return id, fsys.SyncDir(dir)
+	return id, ReplaceFile(fsys, dir, incFile, b)
 }
 
 // The quarantine marker. A partition whose log does not continue into its
@@ -288,28 +281,7 @@ func ensureIncarnation(fsys FS, dir string) (uint64, error) {
 const quarantineFile = "QUARANTINED"
 
 func writeQuarantine(fsys FS, dir string, ce *CorruptionError) error {
-	if err := writeSynced(fsys, filepath.Join(dir, quarantineFile), []byte(ce.Error()+"\n")); err != nil {
-		return err
-	}
-	return fsys.SyncDir(dir)
-}
-
-// writeSynced creates (or truncates) path with data and fsyncs it; the
-// caller makes its directory entry durable.
-func writeSynced(fsys FS, path string, data []byte) error {
-	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteAt(data, 0); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return ReplaceFile(fsys, dir, quarantineFile, []byte(ce.Error()+"\n"))
 }
 
 func readQuarantine(fsys FS, dir string) error {
