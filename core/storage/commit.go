@@ -184,14 +184,22 @@ func (p *Partition) enqueue(data []byte, ts int64, cb func(uint64, error), defer
 	p.actRecs++
 	p.pendBytes += n
 	p.pendRecs++
-	start := false
-	if !deferKick {
+	start, lead := false, false
+	switch {
+	case p.walReady:
+		// The WAL's leader takes these records with the ones before.
+	case p.lastWAL && p.opts.WAL.offer(p, &lead):
+		p.walReady = true
+	case !deferKick:
 		start = p.kickLocked()
 	}
 	sig := b.sig
 	p.mu.Unlock()
 	if start {
 		go p.commitLoop()
+	}
+	if lead {
+		go p.opts.WAL.lead(false)
 	}
 	return off, sig, nil
 }
@@ -221,7 +229,7 @@ func (p *Partition) kickLocked() bool {
 // dirty journal under FsyncAlways waits; see journalDueLocked). Caller
 // holds mu.
 func (p *Partition) workLocked() bool {
-	return p.pendRecs > 0 || len(p.syncReqs) > 0 || p.ivDue || p.retainDue || p.closing
+	return p.pendRecs > 0 || len(p.syncReqs) > 0 || p.ivDue || p.retainDue || p.lagDue || p.closing
 }
 
 // journalDueLocked reports whether the journal's fsync (FsyncAlways) can
@@ -320,9 +328,9 @@ func (p *Partition) commitLoop() {
 // for the journal fsync does not exit between inline commits.
 func (p *Partition) CommitIfIdle() bool {
 	p.mu.Lock()
-	if p.pendRecs == 0 || p.inline {
+	if p.pendRecs == 0 || p.inline || p.walReady {
 		// Nothing to do, or the running inline pass re-checks for work
-		// when it ends.
+		// when it ends, or the WAL's leader takes the records.
 		p.mu.Unlock()
 		return false
 	}
@@ -376,7 +384,7 @@ func (p *Partition) sleep(d time.Duration) {
 func (p *Partition) gather() {
 	p.mu.Lock()
 	target := p.lastTake
-	if target <= 1 || p.pendRecs == 0 || p.pendRecs >= target || p.closing || len(p.syncReqs) > 0 || p.failErr != nil {
+	if target <= 1 || p.lastWAL || p.pendRecs == 0 || p.pendRecs >= target || p.closing || len(p.syncReqs) > 0 || p.failErr != nil {
 		p.mu.Unlock()
 		return
 	}
@@ -427,7 +435,15 @@ func (p *Partition) commitOnce(jsync, inline bool) bool {
 	if jsync {
 		p.jSyncDue = false
 	}
+	lagDue := p.lagDue && !inline
+	if lagDue {
+		p.lagDue = false
+	}
 	p.mu.Unlock()
+
+	if err == nil && lagDue {
+		err = p.flushLag() // a failure has failed the partition
+	}
 
 	// Through the WAL when other partitions commit at the same time (see
 	// useWAL); a committer then stages the records for a later segment
@@ -520,18 +536,7 @@ func (p *Partition) commitOnce(jsync, inline bool) bool {
 	}
 
 	p.mu.Lock()
-	p.batches = p.batches[:copy(p.batches, p.batches[len(take):])]
-	for i, b := range take {
-		if cap(b.buf) <= 4<<20 && len(p.free) < 4 {
-			b.sig = nil
-			p.free = append(p.free, b)
-		}
-		take[i] = nil
-	}
-	p.take = take[:0]
-	if p.opts.Fsync == FsyncAlways && len(take) > 0 {
-		p.lastTake = recs
-	}
+	p.retireLocked(take, recs, viaWAL)
 	if err != nil { // failed: nothing will be written any more
 		p.pendBytes = 0
 		p.space.Broadcast()
@@ -554,6 +559,26 @@ func (p *Partition) commitOnce(jsync, inline bool) bool {
 		return true
 	}
 	return false
+}
+
+// retireLocked drops the batches of a commit (take, the oldest pending
+// ones) from p.batches, recycles their buffers and notes what the commit
+// carried (gather, CommitIfIdle, and whether the next records go to the
+// WAL's leader: enqueue). Caller holds mu and the writer role.
+func (p *Partition) retireLocked(take []*batch, recs int, viaWAL bool) {
+	p.batches = p.batches[:copy(p.batches, p.batches[len(take):])]
+	for i, b := range take {
+		if cap(b.buf) <= 4<<20 && len(p.free) < 4 {
+			b.sig = nil
+			p.free = append(p.free, b)
+		}
+		take[i] = nil
+	}
+	p.take = take[:0]
+	if p.opts.Fsync == FsyncAlways && len(take) > 0 {
+		p.lastTake = recs
+		p.lastWAL = viaWAL
+	}
 }
 
 // writeBatches writes each batch with one WriteAt (rolling to a new segment

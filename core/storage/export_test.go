@@ -54,3 +54,18 @@ func WALReplayed(w *WAL) int { return w.replayed }
 // SetWALAlways makes every commit of w's partitions go through it, also a
 // lone partition's (which otherwise fsyncs its own segment: useWAL).
 func SetWALAlways(w *WAL) { w.always = true }
+
+// WALTaken returns how many commits w's leader took from partitions itself
+// (takeForWAL) rather than from their committers.
+func WALTaken(w *WAL) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.taken
+}
+
+// LagRecords returns how many records p holds staged for a segment write.
+func LagRecords(p *Partition) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lag.n
+}

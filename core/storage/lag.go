@@ -12,8 +12,11 @@ import "fmt"
 // before a roll, before any write or fsync of the segment that does not go
 // through the WAL (Sync, Close, a batch too large for the WAL, an inline
 // commit), at a WAL checkpoint (walCheckpoint), and when the committer goes
-// idle, so an idle partition holds no staged bytes. Until written, staged
-// records are read from memory (memRecordLocked), like pending ones.
+// idle, so an idle partition holds no staged bytes. The WAL's leader stages
+// too (takeForWAL) but never writes: a full lag, and the lag of a
+// partition that went quiet (WAL.sweepLag), are written by the partition's
+// committer (flushLagSoon, lagDue). Until written, staged records are read
+// from memory (memRecordLocked), like pending ones.
 //
 // p.lag is changed under ckMu and mu (the writer appends, whoever flushes
 // resets it), so readers under mu and a checkpoint under ckMu see it whole.
@@ -33,23 +36,8 @@ func (p *Partition) stageBatches(take []*batch) error {
 		}
 		p.ckMu.Lock()
 		p.mu.Lock()
-		l := &p.lag
-		if l.n == 0 {
-			l.first = b.first
-		}
-		base := uint32(len(l.buf))
-		for _, pos := range b.pos[:b.n] {
-			l.pos = append(l.pos, base+pos)
-		}
-		l.buf = append(l.buf, b.buf...)
-		l.n += b.n
-		p.pendBytes -= len(b.buf)
-		if p.spaceWaiters > 0 {
-			p.space.Broadcast()
-		}
-		full := len(l.buf) >= lagFlushBytes
+		full := p.stageLocked(b)
 		p.mu.Unlock()
-		p.logDirty = true
 		var err error
 		if full {
 			err = p.flushLagLocked()
@@ -60,6 +48,41 @@ func (p *Partition) stageBatches(take []*batch) error {
 		}
 	}
 	return nil
+}
+
+// stageLocked moves b's records into the lag and reports whether the lag
+// is full (lagFlushBytes). Writer role, ckMu and mu held.
+func (p *Partition) stageLocked(b *batch) (full bool) {
+	l := &p.lag
+	if l.n == 0 {
+		l.first = b.first
+	}
+	base := uint32(len(l.buf))
+	for _, pos := range b.pos[:b.n] {
+		l.pos = append(l.pos, base+pos)
+	}
+	l.buf = append(l.buf, b.buf...)
+	l.n += b.n
+	p.pendBytes -= len(b.buf)
+	if p.spaceWaiters > 0 {
+		p.space.Broadcast()
+	}
+	p.logDirty = true
+	return len(l.buf) >= lagFlushBytes
+}
+
+// flushLagSoon has the committer write the staged records (lagDue).
+func (p *Partition) flushLagSoon() {
+	p.mu.Lock()
+	start := false
+	if p.lag.n > 0 && !p.closing && !p.closed && p.failErr == nil {
+		p.lagDue = true
+		start = p.kickLocked()
+	}
+	p.mu.Unlock()
+	if start {
+		go p.commitLoop()
+	}
 }
 
 // flushLag writes the staged records to the active segment.

@@ -71,6 +71,10 @@ type Partition struct {
 	pendBytes    int        // bytes encoded and not yet written
 	pendRecs     int        // records not yet taken by the committer
 	lastTake     int        // records in the last commit (gather target)
+	lastWAL      bool       // the last commit went through the WAL: new records are offered to its leader
+	walReady     bool       // p is in the WAL's ready list (WAL.offer, takeForWAL)
+	lagDue       bool       // the committer is to write the lag (flushLagSoon)
+	lagAt        time.Time  // the WAL's leader last staged records (sweepLag)
 	syncDur      time.Duration
 	syncReqs     []chan error
 	retainDue    bool

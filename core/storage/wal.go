@@ -54,11 +54,14 @@ import (
 // file's entries up to the first one that does not check.
 //
 // A round (group commit): partitions' committers hand their batches to
-// commit; the first to come while no round is running leads it on its own
-// goroutine (no hand-off), writes every entry gathered so far with one
+// enqueue; the first to come while no round is running leads it on its
+// own goroutine (no hand-off), writes every entry gathered so far with one
 // write per file and fsyncs; the others wait for the round's signal. A
 // leader that finds more entries waiting when its round ends passes the
-// next round to a new goroutine, so its own partition goes on.
+// next round to a new goroutine, so its own partition goes on. A partition
+// whose last commit went through the WAL does not wake its committer for
+// new records: it offers itself (offer), and the leader takes its records
+// itself (takeReady, Partition.takeForWAL).
 //
 // Checkpoint: when a file is full the leader moves on to a free one and
 // hands the full file to the checkpointer, which makes every partition
@@ -134,6 +137,14 @@ type WAL struct {
 	spareEnd []int               //
 	spareUse map[*Partition]bool //
 	spareWt  []walWaiter         //
+	ready    []*Partition        // partitions whose records the next round takes (offer)
+	spareRdy []*Partition        //
+	take     walTake             // leader only (takeReady)
+	taken    int                 // commits the leader took itself (tests)
+	lagged   map[*Partition]bool // partitions the leader staged records for (sweepLag)
+	swept    time.Time           // the last sweepLag
+	sweepOn  bool                // sweepTimer is armed
+	sweepT   *time.Timer         //
 	seq      uint64              // the highest seq handed out
 	act      *walFile            // file being written; leader only
 	pos      int64               // next write position in act; leader only
@@ -197,6 +208,7 @@ func OpenWAL(root string, opts WALOptions) (*WAL, error) {
 		winSeen:   map[*Partition]bool{},
 		started:   make(chan struct{}),
 		spareUse:  map[*Partition]bool{},
+		lagged:    map[*Partition]bool{},
 	}
 	w.space.L = &w.mu
 	if err := w.fs.MkdirAll(w.dir, 0o755); err != nil {
@@ -282,6 +294,15 @@ type walWaiter struct {
 	cbs  []asyncCB
 }
 
+// walTake is what the leader takes from ready partitions (takeForWAL)
+// before it adds it to the next round under mu in one go.
+type walTake struct {
+	buf     []byte
+	ends    []int
+	users   []*Partition
+	waiters []walWaiter
+}
+
 // enqueue adds p's batches (one entry each) to the next round and returns
 // at once: the round's leader releases ww when the round is durable. The
 // records are already written to p's segment; the entries are copies, so
@@ -299,6 +320,16 @@ func (w *WAL) enqueue(p *Partition, take []*batch, ww walWaiter) (bool, error) {
 		w.mu.Unlock()
 		return false, err
 	}
+	w.addLocked(p, take, ww)
+	lead := !w.leading
+	w.leading = true
+	w.mu.Unlock()
+	return lead, nil
+}
+
+// addLocked appends p's batches to the next round, one entry each, and
+// ww to its waiters. Caller holds mu.
+func (w *WAL) addLocked(p *Partition, take []*batch, ww walWaiter) {
 	for _, b := range take {
 		if b.n == 0 {
 			continue
@@ -308,10 +339,24 @@ func (w *WAL) enqueue(p *Partition, take []*batch, ww walWaiter) (bool, error) {
 	}
 	w.users[p] = true
 	w.waiters = append(w.waiters, ww)
-	lead := !w.leading
+}
+
+// offer puts p in the ready list, whose partitions the leader asks for
+// their pending records at the start of its next round (takeForWAL), and
+// reports false when the WAL takes nothing (failed or closed). It sets
+// *lead when no round runs: the caller then starts a leader (go
+// w.lead(false)) after it has released p.mu. Caller holds p.mu (lock
+// order: p.mu, w.mu).
+func (w *WAL) offer(p *Partition, lead *bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.errLocked() != nil {
+		return false
+	}
+	w.ready = append(w.ready, p)
+	*lead = !w.leading
 	w.leading = true
-	w.mu.Unlock()
-	return lead, nil
+	return true
 }
 
 // queued returns, when p has entries in the round not started yet, a
@@ -340,6 +385,10 @@ func (w *WAL) shared(p *Partition) bool {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.sharedLocked(p, now)
+}
+
+func (w *WAL) sharedLocked(p *Partition, now time.Time) bool {
 	if now.Sub(w.winStart) >= walShared {
 		w.winPrev = w.winCount
 		if now.Sub(w.winStart) >= 2*walShared {
@@ -377,6 +426,7 @@ func (w *WAL) errLocked() error {
 func (w *WAL) lead(inline bool) {
 	for {
 		w.gather()
+		w.takeReady()
 		w.mu.Lock()
 		buf, ends, users, waiters := w.buf, w.ends, w.users, w.waiters
 		w.buf, w.ends, w.users, w.waiters = w.spare[:0], w.spareEnd[:0], w.spareUse, w.spareWt[:0]
@@ -385,20 +435,20 @@ func (w *WAL) lead(inline bool) {
 		err := w.failErr
 		w.mu.Unlock()
 
-		var took time.Duration // the round's write and fsync (gather)
+		var took time.Duration // the round's fsync (gather)
 		if err == nil && len(buf) > 0 {
 			statWALRounds.Add(1)
 			statWALCommits.Add(uint64(len(waiters)))
-			start := time.Now()
-			if err = w.writeRound(buf, ends, users); err != nil {
+			took, err = w.writeRound(buf, ends, users)
+			if err != nil {
 				err = w.failed(err)
 			}
-			took = time.Since(start)
 		}
 		for i := range waiters {
 			waiters[i].p.walDone(&waiters[i], err)
 			waiters[i] = walWaiter{}
 		}
+		w.sweepLag(false)
 
 		w.mu.Lock()
 		if took > 0 {
@@ -407,9 +457,10 @@ func (w *WAL) lead(inline bool) {
 		w.lastUser = len(users)
 		clear(users)
 		w.spare, w.spareEnd, w.spareUse, w.spareWt = buf[:0], ends[:0], users, waiters[:0]
-		more := len(w.waiters) > 0
+		more := len(w.waiters) > 0 || len(w.ready) > 0
 		if !more {
 			w.leading = false
+			w.armSweepLocked()
 		}
 		w.space.Broadcast() // enqueuers waiting for room, Close waiting for the last round
 		w.mu.Unlock()
@@ -430,7 +481,7 @@ func (w *WAL) lead(inline bool) {
 func (w *WAL) gather() {
 	w.mu.Lock()
 	target := w.lastUser
-	if target <= 1 || len(w.users) >= target || w.failErr != nil {
+	if target <= 1 || len(w.users)+len(w.ready) >= target || w.failErr != nil {
 		w.mu.Unlock()
 		return
 	}
@@ -439,12 +490,74 @@ func (w *WAL) gather() {
 	for t0 := time.Now(); time.Since(t0) < d; {
 		runtime.Gosched()
 		w.mu.Lock()
-		n := len(w.users)
+		n := len(w.users) + len(w.ready)
 		w.mu.Unlock()
 		if n >= target {
 			return
 		}
 	}
+}
+
+// walLagQuiet is how long a partition whose records the leader staged
+// (takeForWAL) may get none before its lag is written (sweepLag): the
+// WAL's stand-in for the write a committer makes when it goes idle, so a
+// quiet partition holds no staged bytes for long.
+const walLagQuiet = 10 * time.Millisecond
+
+// sweepLag writes the lag of every partition in lagged that has been quiet
+// for walLagQuiet. The leader calls it after each round (it acts at most
+// once per walLagQuiet), the sweep timer (force) once the leader stopped.
+func (w *WAL) sweepLag(force bool) {
+	now := time.Now()
+	w.mu.Lock()
+	if w.closed || len(w.lagged) == 0 || !force && now.Sub(w.swept) < walLagQuiet {
+		w.mu.Unlock()
+		return
+	}
+	w.swept = now
+	cands := make([]*Partition, 0, len(w.lagged))
+	for p := range w.lagged {
+		cands = append(cands, p)
+	}
+	w.mu.Unlock()
+	for _, p := range cands {
+		p.mu.Lock()
+		quiet := now.Sub(p.lagAt) >= walLagQuiet
+		p.mu.Unlock()
+		if !quiet {
+			continue
+		}
+		// Forget p before the write: records staged after it put p back.
+		w.mu.Lock()
+		delete(w.lagged, p)
+		w.mu.Unlock()
+		p.flushLagSoon()
+	}
+}
+
+// armSweepLocked starts the sweep timer when the leader stops with staged
+// records left. Caller holds mu.
+func (w *WAL) armSweepLocked() {
+	if w.sweepOn || w.closed || len(w.lagged) == 0 {
+		return
+	}
+	w.sweepOn = true
+	if w.sweepT == nil {
+		w.sweepT = time.AfterFunc(walLagQuiet, w.sweepTimer)
+	} else {
+		w.sweepT.Reset(walLagQuiet)
+	}
+}
+
+// sweepTimer sweeps while no leader runs, again until nothing is staged.
+func (w *WAL) sweepTimer() {
+	w.sweepLag(true)
+	w.mu.Lock()
+	w.sweepOn = false
+	if !w.leading {
+		w.armSweepLocked()
+	}
+	w.mu.Unlock()
 }
 
 // failed makes the WAL fail-stop: after a failed write or fsync nothing
@@ -460,9 +573,85 @@ func (w *WAL) failed(cause error) error {
 	return w.failErr
 }
 
-// writeRound writes whole entries into the current file, moving to the
-// next file when one does not fit, and fsyncs. Leader only.
-func (w *WAL) writeRound(buf []byte, ends []int, users map[*Partition]bool) error {
+// takeReady has the partitions in the ready list (offer) hand their
+// pending records to the next round (takeForWAL). Leader only.
+// It takes mu twice whatever the number of partitions (the appenders
+// offering partitions need it too): once for the list and the sharing
+// window (shared), once to add what it took to the next round. The add
+// never waits for room (the leader is the one who makes room) and never
+// refuses: the round fails every waiter if the WAL has failed.
+func (w *WAL) takeReady() {
+	now := time.Now()
+	w.mu.Lock()
+	ready := w.ready
+	if len(ready) == 0 {
+		w.mu.Unlock()
+		return
+	}
+	w.ready = w.spareRdy[:0]
+	share := w.always
+	for _, p := range ready {
+		share = w.sharedLocked(p, now) || share
+	}
+	w.mu.Unlock()
+	t := &w.take
+	for i, p := range ready {
+		if p.takeForWAL(t, share) {
+			t.users = append(t.users, p) // its writer role is held: see takeForWAL
+		}
+		ready[i] = nil
+	}
+	w.mu.Lock()
+	w.spareRdy = ready[:0]
+	base := len(w.buf)
+	w.buf = append(w.buf, t.buf...)
+	for _, e := range t.ends {
+		w.ends = append(w.ends, base+e)
+	}
+	for _, p := range t.users {
+		w.users[p] = true
+		w.lagged[p] = true
+	}
+	w.waiters = append(w.waiters, t.waiters...)
+	w.taken += len(t.waiters)
+	w.mu.Unlock()
+	for _, p := range t.users {
+		p.wmu.Unlock()
+	}
+	clear(t.users)
+	clear(t.waiters)
+	t.buf, t.ends, t.users, t.waiters = t.buf[:0], t.ends[:0], t.users[:0], t.waiters[:0]
+}
+
+// writeRound writes the round's entries and fsyncs them, and returns how
+// long the fsync took. While the fsync runs (on its own goroutine) the
+// leader takes the records that became ready meanwhile into the next
+// round: with many partitions that take costs about as much as the fsync,
+// and done after it, it lengthened every round by that much. Leader only.
+func (w *WAL) writeRound(buf []byte, ends []int, users map[*Partition]bool) (time.Duration, error) {
+	if err := w.writeEntries(buf, ends, users); err != nil {
+		return 0, err
+	}
+	f := w.act
+	done := make(chan time.Duration, 1)
+	var serr error
+	go func() {
+		start := time.Now()
+		serr = syncFile(f.f)
+		done <- time.Since(start)
+	}()
+	w.takeReady()
+	took := <-done
+	if serr != nil {
+		return took, fmt.Errorf("fsync %s: %w", f.path, serr)
+	}
+	return took, nil
+}
+
+// writeEntries writes whole entries into the current file, moving to the
+// next file when one does not fit (the full one is fsynced first), and
+// leaves the last file's fsync to the caller. Leader only.
+func (w *WAL) writeEntries(buf []byte, ends []int, users map[*Partition]bool) error {
 	start, i := 0, 0
 	for start < len(buf) {
 		if w.act == nil || int64(ends[i]-start) > w.fileBytes-w.pos {
@@ -495,9 +684,6 @@ func (w *WAL) writeRound(buf []byte, ends []int, users map[*Partition]bool) erro
 				return fmt.Errorf("fsync %s: %w", w.act.path, err)
 			}
 		}
-	}
-	if err := syncFile(w.act.f); err != nil {
-		return fmt.Errorf("fsync %s: %w", w.act.path, err)
 	}
 	return nil
 }
@@ -645,6 +831,9 @@ func (w *WAL) Close() error {
 	// fails with ErrClosed) instead of waiting for a checkpointer that
 	// stops now.
 	w.closed = true
+	if w.sweepT != nil {
+		w.sweepT.Stop()
+	}
 	w.space.Broadcast()
 	for w.leading {
 		w.space.Wait()

@@ -1,5 +1,7 @@
 package storage
 
+import "time"
+
 // A partition's side of the write-ahead log (wal.go): whether a commit
 // goes through it, handing the batches over, and their release.
 
@@ -35,15 +37,7 @@ func (p *Partition) useWAL(take []*batch) bool {
 // running, this committer leads one on its own goroutine first (no
 // hand-off for a lone producer). Writer role.
 func (p *Partition) commitWAL(take []*batch) error {
-	ww := walWaiter{p: p}
-	for _, b := range take {
-		ww.sigs = append(ww.sigs, b.sig)
-		ww.cbs = append(ww.cbs, b.cbs...)
-	}
-	p.mu.Lock()
-	p.walPending++
-	p.mu.Unlock()
-	lead, err := p.opts.WAL.enqueue(p, take, ww)
+	lead, err := p.opts.WAL.enqueue(p, take, p.walWaiter(take))
 	if err != nil {
 		p.walReleased()
 		return err
@@ -52,6 +46,113 @@ func (p *Partition) commitWAL(take []*batch) error {
 		p.opts.WAL.lead(true)
 	}
 	return nil
+}
+
+// walWaiter returns what the commit of take waits for in a WAL round and
+// counts it in walPending.
+func (p *Partition) walWaiter(take []*batch) walWaiter {
+	ww := walWaiter{p: p}
+	for _, b := range take {
+		ww.sigs = append(ww.sigs, b.sig)
+		ww.cbs = append(ww.cbs, b.cbs...)
+	}
+	p.mu.Lock()
+	p.walPending++
+	p.mu.Unlock()
+	return ww
+}
+
+// takeForWAL is the WAL's leader taking p's pending records into the round
+// it is about to write — what p's committer does in commitOnce when the
+// commit goes through the WAL, without waking it: with many partitions
+// each holding a few records per round, waking one committer per partition
+// per round cost more CPU than the rest of the commit (enqueue offered p
+// to the leader). It stages the records (lag.go) and encodes their entries
+// into t in one critical section; a full lag is left to the committer
+// (flushLagSoon), so that no segment write delays a round. Anything but
+// such a plain commit (a Sync, Close, a roll, a batch too large for the
+// WAL, a partition no longer sharing the WAL) is handed back to p's
+// committer, and so are the records when another holds the writer role
+// (it takes them before it lets go) or a checkpoint holds ckMu (the round
+// would wait for its fsync). share: the WAL is shared now (WAL.shared).
+//
+// It reports whether it took records; then it keeps the writer role,
+// which the leader gives back (wmu.Unlock) once the entries are in the
+// round: a commit of p's next records by its committer must not reach the
+// WAL before them (recovery replays a partition's entries in file order
+// and a gap quarantines it). Leader only.
+func (p *Partition) takeForWAL(t *walTake, share bool) (took bool) {
+	if !p.wmu.TryLock() {
+		p.handBack()
+		return false
+	}
+	if !p.ckMu.TryLock() {
+		// A checkpoint is fsyncing p's segment: the committer waits for
+		// it, not the round.
+		p.wmu.Unlock()
+		p.handBack()
+		return false
+	}
+	p.mu.Lock()
+	p.walReady = false
+	plain := (share || p.walPending > 0) && p.failErr == nil && !p.closing &&
+		len(p.syncReqs) == 0 && !p.ivDue && !p.retainDue && p.fitsWAL(p.batches)
+	for _, b := range p.batches {
+		plain = plain && !b.newSeg
+	}
+	start, full := false, false
+	switch {
+	case p.pendRecs == 0:
+	case !plain:
+		start = p.kickLocked()
+	default:
+		took = true
+		ww := walWaiter{p: p}
+		recs := 0
+		for _, b := range p.batches {
+			ww.sigs = append(ww.sigs, b.sig)
+			ww.cbs = append(ww.cbs, b.cbs...)
+			recs += b.n
+			if b.n > 0 {
+				t.buf = appendWALRecords(t.buf, p.walKey, p.inc, b)
+				t.ends = append(t.ends, len(t.buf))
+			}
+			full = p.stageLocked(b) || full
+		}
+		t.waiters = append(t.waiters, ww)
+		p.walPending++
+		p.cur = nil
+		p.pendRecs = 0
+		p.lagAt = time.Now()
+		p.retireLocked(append(p.take[:0], p.batches...), recs, true)
+		if full && p.failErr == nil {
+			p.lagDue = true
+			start = p.kickLocked()
+		}
+	}
+	p.mu.Unlock()
+	p.ckMu.Unlock()
+	if !took {
+		p.wmu.Unlock()
+	}
+	if start {
+		go p.commitLoop()
+	}
+	return took
+}
+
+// handBack gives p's pending records back to its committer.
+func (p *Partition) handBack() {
+	p.mu.Lock()
+	p.walReady = false
+	start := false
+	if p.pendRecs > 0 {
+		start = p.kickLocked()
+	}
+	p.mu.Unlock()
+	if start {
+		go p.commitLoop()
+	}
 }
 
 // walDone releases a commit the WAL made durable (or failed: err).
