@@ -387,34 +387,29 @@ func (p *Partition) replayWAL(refs walRefSet) error {
 // corruption and not as a torn tail. It does not take the writer role — a
 // committer holding it may be waiting for the WAL, which may be waiting
 // for this checkpoint — only ckMu, which guards the active segment's file
-// and durable bookkeeping.
+// and durable bookkeeping. The segment's fsync, which carries everything
+// written since the last one (megabytes), runs without ckMu: held, it
+// stalled the partition's commits for as long (the WAL's leader skips a
+// partition whose ckMu is taken, its committer waits for it). The file
+// handle is pinned meanwhile (ioMu, read), so that neither eviction nor
+// Close closes it; a roll that seals the segment meanwhile fsyncs it too.
 func (p *Partition) walCheckpoint() error {
+	act, f, size, err := p.checkpointStart()
+	if err != nil || act == nil {
+		return err
+	}
+	if f != nil {
+		serr := syncFile(f)
+		act.ioMu.RUnlock()
+		if serr != nil {
+			return p.fail(fmt.Errorf("fsync %s: %w", act.path, serr))
+		}
+	}
 	p.ckMu.Lock()
 	defer p.ckMu.Unlock()
-	if p.ckDone {
-		return nil // closed cleanly: durable
-	}
-	p.mu.Lock()
-	err := p.failErr
-	if err == nil && p.closed { // closed without making everything durable (cannot happen without failErr)
-		err = ErrClosed
-	}
-	p.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if err := p.flushLagLocked(); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	act := p.act
-	size := act.size // written records end here (updated under mu)
-	p.mu.Unlock()
-	if act.durSize < size {
-		if err := syncFile(act.f); err != nil {
-			return p.fail(fmt.Errorf("fsync %s: %w", act.path, err))
-		}
-		act.durSize = size
+	act.durSize = max(act.durSize, size)
+	if act != p.act || p.ckDone {
+		return nil // sealed by a roll (fsynced there) or closed cleanly
 	}
 	if act.dslotOK && act.dslot != act.durSize {
 		if err := writeDurable(act.f, segMagic, act.base, act.durSize); err != nil {
@@ -426,4 +421,37 @@ func (p *Partition) walCheckpoint() error {
 		act.dslot = act.durSize
 	}
 	return nil
+}
+
+// checkpointStart writes the staged records and returns the active
+// segment and where its written records end; with f, the handle to fsync,
+// pinned (act.ioMu held for reading; the caller releases it). act is nil
+// when there is nothing to do.
+func (p *Partition) checkpointStart() (act *segment, f File, size int64, err error) {
+	p.ckMu.Lock()
+	defer p.ckMu.Unlock()
+	if p.ckDone {
+		return nil, nil, 0, nil // closed cleanly: durable
+	}
+	p.mu.Lock()
+	err = p.failErr
+	if err == nil && p.closed { // closed without making everything durable (cannot happen without failErr)
+		err = ErrClosed
+	}
+	p.mu.Unlock()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if err := p.flushLagLocked(); err != nil {
+		return nil, nil, 0, err
+	}
+	p.mu.Lock()
+	act = p.act
+	size = act.size // written records end here (updated under mu)
+	p.mu.Unlock()
+	if act.durSize < size {
+		act.ioMu.RLock()
+		f = act.f
+	}
+	return act, f, size, nil
 }
