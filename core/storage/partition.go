@@ -616,11 +616,16 @@ func (p *Partition) Close() error {
 	err := p.failErr
 	segs := p.segs
 	p.mu.Unlock()
+	// Under ckMu: a WAL checkpoint that began before closed was set
+	// (possible only after a failure; a clean close sets ckDone first)
+	// must not find the active segment's file closed under it.
+	p.ckMu.Lock()
 	for _, s := range segs {
 		if cerr := s.closeFile(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}
+	p.ckMu.Unlock()
 	if cerr := p.j.close(); cerr != nil && err == nil {
 		err = cerr
 	}

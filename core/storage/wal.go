@@ -603,10 +603,15 @@ func (w *WAL) takeReady() {
 	}
 	w.mu.Lock()
 	w.spareRdy = ready[:0]
-	base := len(w.buf)
-	w.buf = append(w.buf, t.buf...)
-	for _, e := range t.ends {
-		w.ends = append(w.ends, base+e)
+	if len(w.buf) == 0 { // the usual case: hand the buffers over, no copy
+		w.buf, t.buf = t.buf, w.buf
+		w.ends, t.ends = t.ends, w.ends
+	} else {
+		base := len(w.buf)
+		w.buf = append(w.buf, t.buf...)
+		for _, e := range t.ends {
+			w.ends = append(w.ends, base+e)
+		}
 	}
 	for _, p := range t.users {
 		w.users[p] = true

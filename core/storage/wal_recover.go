@@ -411,6 +411,9 @@ func (p *Partition) walCheckpoint() error {
 	if act != p.act || p.ckDone {
 		return nil // sealed by a roll (fsynced there) or closed cleanly
 	}
+	if err := p.usable(); err != nil {
+		return err // failed (and maybe closed) meanwhile
+	}
 	if act.dslotOK && act.dslot != act.durSize {
 		if err := writeDurable(act.f, segMagic, act.base, act.durSize); err != nil {
 			return p.fail(fmt.Errorf("write %s: %w", act.path, err))
@@ -419,6 +422,21 @@ func (p *Partition) walCheckpoint() error {
 			return p.fail(fmt.Errorf("fsync %s: %w", act.path, err))
 		}
 		act.dslot = act.durSize
+	}
+	return nil
+}
+
+// usable returns why a checkpoint cannot touch p's files: it failed, or
+// it was closed without making everything durable (which cannot happen
+// without a failure). Caller holds ckMu.
+func (p *Partition) usable() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failErr != nil {
+		return p.failErr
+	}
+	if p.closed {
+		return ErrClosed
 	}
 	return nil
 }
@@ -433,13 +451,7 @@ func (p *Partition) checkpointStart() (act *segment, f File, size int64, err err
 	if p.ckDone {
 		return nil, nil, 0, nil // closed cleanly: durable
 	}
-	p.mu.Lock()
-	err = p.failErr
-	if err == nil && p.closed { // closed without making everything durable (cannot happen without failErr)
-		err = ErrClosed
-	}
-	p.mu.Unlock()
-	if err != nil {
+	if err := p.usable(); err != nil {
 		return nil, nil, 0, err
 	}
 	if err := p.flushLagLocked(); err != nil {
