@@ -3,7 +3,7 @@ package storage
 import "time"
 
 // The WAL's leader taking busy partitions' records itself (see "The leader
-// takes the records itself" in README.md#write-ahead-log): a partition
+// takes the records itself" in core/storage/README.md#write-ahead-log): a partition
 // whose last commit went through the WAL offers itself instead of waking
 // its committer, the leader takes every offered partition's records into
 // its next round (Partition.takeForWAL, wal_commit.go), and what it
