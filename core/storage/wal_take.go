@@ -2,13 +2,14 @@ package storage
 
 import "time"
 
-// The WAL's leader taking busy partitions' records itself (see "The leader
-// takes the records itself" in core/storage/README.md#write-ahead-log): a partition
-// whose last commit went through the WAL offers itself instead of waking
-// its committer, the leader takes every offered partition's records into
-// its next round (Partition.takeForWAL, wal_commit.go), and what it
-// staged is written to the segments by the partitions' committers once
-// they go quiet (sweepLag).
+// The WAL's leader taking busy partitions' records itself (see "The
+// leader takes the records itself" in
+// core/storage/README.md#write-ahead-log): a partition whose last commit
+// went through the WAL offers itself instead of waking its committer, the
+// leader takes every offered partition's records into its next round
+// (Partition.takeForWAL, wal_commit.go), and what it staged is written to
+// the segments by the partitions' committers once they go quiet
+// (sweepLag).
 
 // walTake is what the leader takes from ready partitions (takeForWAL)
 // before it adds it to the next round under mu in one go.
