@@ -55,15 +55,35 @@ type raftCluster struct {
 	secret string // the cluster secret file every node reads
 }
 
-// freePort returns a loopback port nothing listens on right now.
+// handedOut holds every port freePort returned in this process: a port is
+// only reserved until the caller's broker binds it, and the kernel may
+// offer the same free port again meanwhile (seen in CI: node-2's client
+// listener got node-1's raft port, and node-2 could not start).
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePort returns a loopback port nothing listens on right now and that
+// it has not returned before in this process.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("freePort: no port that was not handed out before in 100 tries")
+	return 0
 }
 
 // startRaftCluster starts n brokers forming one raft cluster and waits
