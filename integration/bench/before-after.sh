@@ -17,6 +17,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
 die() { echo "before-after.sh: $*" >&2; exit 1; }
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 [ $# -ge 1 ] || die "usage: before-after.sh BEFORE_REV [AFTER_REV] [--reps N] [--duration D] [--warmup D] [--scenarios publish,e2e]"
 BEFORE=$1; shift
 AFTER=""
@@ -40,7 +42,7 @@ done
 WORK=$(mktemp -d /tmp/fibril-before-after.XXXXXX)
 PID=""
 cleanup() {
-	if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+	if [ -n "$PID" ]; then stop_pid "$PID"; fi
 	rm -rf "$WORK"
 }
 trap cleanup EXIT INT TERM
@@ -62,16 +64,7 @@ build after "$AFTER"
 run() { # run NAME SCENARIO: one fresh broker, one bench, prints "msgs/s p99_ms"
 	local bin=$WORK/$1 data=$WORK/data-$1-$2 log=$WORK/$1-$2.log
 	rm -rf "$data"
-	"$bin/fibril" --server.data_dir="$data" --broker.listener.bind="127.0.0.1:$PORT" \
-		--admin.listener.bind="127.0.0.1:$ADMIN_PORT" >"$log" 2>&1 &
-	PID=$!
-	local i
-	for i in $(seq 1 300); do
-		grep -q "broker ready" "$log" 2>/dev/null && break
-		kill -0 "$PID" 2>/dev/null || { tail -20 "$log" >&2; die "$1 broker exited during startup"; }
-		sleep 0.1
-	done
-	grep -q "broker ready" "$log" || die "$1 broker not ready after 30 s"
+	start_broker "$bin/fibril" "$data" "$log" 30
 	local -a load=(--producers 1 --consumers 0)
 	[ "$2" = e2e ] && load=(--producers 4 --consumers 4)
 	local out
@@ -80,7 +73,7 @@ run() { # run NAME SCENARIO: one fresh broker, one bench, prints "msgs/s p99_ms"
 	# The broker's CPU time (user + system clock ticks) over the whole run.
 	local ticks
 	ticks=$(awk '{print $14 + $15}' "/proc/$PID/stat")
-	kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+	stop_pid "$PID"; PID=""
 	# publish: confirmed msgs/s and confirm p99; e2e: delivered msgs/s and
 	# publish->deliver p99; both: the broker's CPU µs per confirmed message
 	# (warmup and drain included), steadier than the rate on a noisy machine.

@@ -32,6 +32,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
 die() { echo "many-partitions.sh: $*" >&2; exit 1; }
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 usage="usage: many-partitions.sh [REV] [--reps N] [--duration D] [--warmup D] [--scenarios publish,e2e] [--port P] [--admin-port P]"
 REV=""
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then REV=$1; shift; fi
@@ -79,13 +81,9 @@ BENCH_LIMIT=$(($(secs "$DURATION") + $(secs "$WARMUP") + 70))
 WORK=$(mktemp -d /tmp/fibril-many-partitions.XXXXXX)
 PID=""  # the broker
 BPID="" # the bench (its timeout process)
-stop() { # stop PID: by PID only, then reap it
-	kill "$1" 2>/dev/null || true
-	wait "$1" 2>/dev/null || true
-}
 cleanup() {
-	if [ -n "$BPID" ]; then stop "$BPID"; fi
-	if [ -n "$PID" ]; then stop "$PID"; fi
+	if [ -n "$BPID" ]; then stop_pid "$BPID"; fi
+	if [ -n "$PID" ]; then stop_pid "$PID"; fi
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -109,16 +107,7 @@ run() {
 	local sc=$1 layout=$2 data=$WORK/data log=$WORK/broker.log
 	local queues=${layout%x*} parts=${layout#*x}
 	rm -rf "$data"
-	"$WORK/bin/fibril" --server.data_dir="$data" --broker.listener.bind="127.0.0.1:$PORT" \
-		--admin.listener.bind="127.0.0.1:$ADMIN_PORT" >"$log" 2>&1 &
-	PID=$!
-	local i
-	for i in $(seq 1 300); do
-		grep -q "broker ready" "$log" 2>/dev/null && break
-		kill -0 "$PID" 2>/dev/null || { tail -20 "$log" >&2; die "broker exited during startup ($sc $layout)"; }
-		sleep 0.1
-	done
-	grep -q "broker ready" "$log" || die "broker not ready after 30 s ($sc $layout)"
+	start_broker "$WORK/bin/fibril" "$data" "$log" 30
 	# The broker's CPU time (user + system clock ticks, /proc/PID/stat
 	# fields 14 and 15) from here to the end of the bench, as
 	# before-after.sh reads it: the logins, the declarations, the
@@ -137,7 +126,7 @@ run() {
 	wait "$BPID" || rc=$?
 	BPID=""
 	ticks1=$(awk '{print $14 + $15}' "/proc/$PID/stat")
-	stop "$PID"
+	stop_pid "$PID"
 	PID=""
 	rm -rf "$data"
 	if [ "$rc" != 0 ]; then

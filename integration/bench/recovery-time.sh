@@ -17,6 +17,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 die() { echo "recovery-time.sh: $*" >&2; exit 1; }
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 
 QUEUES=100
 FILL=30s
@@ -39,7 +41,7 @@ done
 WORK=$(mktemp -d /tmp/fibril-recovery-time.XXXXXX)
 PID=""
 cleanup() {
-	if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+	if [ -n "$PID" ]; then stop_pid "$PID"; fi
 	rm -rf "$WORK"
 }
 trap cleanup EXIT INT TERM
@@ -48,17 +50,9 @@ echo "== building the work tree in $WORK" >&2
 (cd "$ROOT" && go build -o "$WORK/fibril" ./cmd/fibril && go build -o "$WORK/fibrilctl" ./cmd/fibrilctl)
 
 start() { # start DATA WAL LOG: a broker in the background (PID), waits until ready; sets SECS to the seconds it took
-	local t0 i
+	local t0
 	t0=$(date +%s.%N)
-	"$WORK/fibril" --server.data_dir="$1" --broker.listener.bind="127.0.0.1:$PORT" \
-		--admin.listener.bind="127.0.0.1:$ADMIN_PORT" --storage.wal.enabled="$2" >"$3" 2>&1 &
-	PID=$!
-	for i in $(seq 1 6000); do
-		grep -q "broker ready" "$3" 2>/dev/null && break
-		kill -0 "$PID" 2>/dev/null || { tail -20 "$3" >&2; die "broker exited during startup"; }
-		sleep 0.05
-	done
-	grep -q "broker ready" "$3" || die "broker not ready after 300 s"
+	start_broker "$WORK/fibril" "$1" "$3" 300 --storage.wal.enabled="$2"
 	SECS=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.3f", a - b }')
 }
 
@@ -79,6 +73,6 @@ for wal in ${WALS//,/ }; do
 	start "$data" "$wal" "$WORK/restart-$wal.log"
 	printf '%-6s %10s %10s %12.2f\n' "$wal" "$size" "$QUEUES" "$SECS"
 	grep -E "write-ahead log|written back|torn|quarantin" "$WORK/restart-$wal.log" | head -5 >&2 || true
-	kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+	stop_pid "$PID"; PID=""
 	rm -rf "$data"
 done

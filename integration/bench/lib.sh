@@ -1,0 +1,29 @@
+# Shell functions shared by before-after.sh, many-partitions.sh and
+# recovery-time.sh (sourced, not run). The caller defines die, PORT and
+# ADMIN_PORT, and a cleanup trap that stops $PID.
+
+# stop_pid PID: stop a process this script started, by its PID only, and
+# reap it.
+stop_pid() {
+	kill "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
+}
+
+# start_broker BIN DATA LOG LIMIT_S [FLAG...]: starts the broker BIN in the
+# background on 127.0.0.1:$PORT (admin 127.0.0.1:$ADMIN_PORT) with its data
+# in DATA and its output in LOG, sets PID, and returns once it has logged
+# "broker ready"; dies (with the log's tail) if it exits first or is not
+# ready after LIMIT_S seconds.
+start_broker() {
+	local bin=$1 data=$2 log=$3 limit=$4 i
+	shift 4
+	"$bin" --server.data_dir="$data" --broker.listener.bind="127.0.0.1:$PORT" \
+		--admin.listener.bind="127.0.0.1:$ADMIN_PORT" "$@" >"$log" 2>&1 &
+	PID=$!
+	for i in $(seq 1 $((limit * 20))); do
+		grep -q "broker ready" "$log" 2>/dev/null && return 0
+		kill -0 "$PID" 2>/dev/null || { tail -20 "$log" >&2; die "broker exited during startup ($log)"; }
+		sleep 0.05
+	done
+	die "broker not ready after $limit s ($log)"
+}
