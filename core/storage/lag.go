@@ -74,15 +74,22 @@ func (p *Partition) stageLocked(b *batch) (full bool) {
 // flushLagSoon has the committer write the staged records (lagDue).
 func (p *Partition) flushLagSoon() {
 	p.mu.Lock()
-	start := false
-	if p.lag.n > 0 && !p.closing && !p.closed && p.failErr == nil {
-		p.lagDue = true
-		start = p.kickLocked()
-	}
+	start := p.flushLagSoonLocked()
 	p.mu.Unlock()
 	if start {
 		go p.commitLoop()
 	}
+}
+
+// flushLagSoonLocked is flushLagSoon with mu held; like kickLocked, it
+// reports whether the caller must start the committer once it has
+// released mu.
+func (p *Partition) flushLagSoonLocked() bool {
+	if p.lag.n == 0 || p.closing || p.closed || p.failErr != nil {
+		return false
+	}
+	p.lagDue = true
+	return p.kickLocked()
 }
 
 // flushLag writes the staged records to the active segment.

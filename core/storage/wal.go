@@ -272,6 +272,19 @@ func appendWALRecords(buf []byte, key string, inc uint64, b *batch) []byte {
 	return buf
 }
 
+// appendWALEntries appends a records entry for every non-empty batch of
+// take to buf, and each entry's end to ends.
+func (p *Partition) appendWALEntries(buf []byte, ends []int, take []*batch) ([]byte, []int) {
+	for _, b := range take {
+		if b.n == 0 {
+			continue
+		}
+		buf = appendWALRecords(buf, p.walKey, p.inc, b)
+		ends = append(ends, len(buf))
+	}
+	return buf, ends
+}
+
 // putWALSeq fills in the head CRC of every entry in b (whole entries) for
 // a file with seq.
 func putWALSeq(b []byte, seq uint64) {
@@ -321,13 +334,7 @@ func (w *WAL) enqueue(p *Partition, take []*batch, ww walWaiter) (bool, error) {
 // addLocked appends p's batches to the next round, one entry each, and
 // ww to its waiters. Caller holds mu.
 func (w *WAL) addLocked(p *Partition, take []*batch, ww walWaiter) {
-	for _, b := range take {
-		if b.n == 0 {
-			continue
-		}
-		w.buf = appendWALRecords(w.buf, p.walKey, p.inc, b)
-		w.ends = append(w.ends, len(w.buf))
-	}
+	w.buf, w.ends = p.appendWALEntries(w.buf, w.ends, take)
 	w.users[p] = true
 	w.waiters = append(w.waiters, ww)
 }

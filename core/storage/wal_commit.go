@@ -51,14 +51,19 @@ func (p *Partition) commitWAL(take []*batch) error {
 // walWaiter returns what the commit of take waits for in a WAL round and
 // counts it in walPending.
 func (p *Partition) walWaiter(take []*batch) walWaiter {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.walWaiterLocked(take)
+}
+
+// walWaiterLocked is walWaiter with mu held.
+func (p *Partition) walWaiterLocked(take []*batch) walWaiter {
 	ww := walWaiter{p: p}
 	for _, b := range take {
 		ww.sigs = append(ww.sigs, b.sig)
 		ww.cbs = append(ww.cbs, b.cbs...)
 	}
-	p.mu.Lock()
 	p.walPending++
-	p.mu.Unlock()
 	return ww
 }
 
@@ -107,27 +112,19 @@ func (p *Partition) takeForWAL(t *walTake, share bool) (took bool) {
 		start = p.kickLocked()
 	default:
 		took = true
-		ww := walWaiter{p: p}
+		t.waiters = append(t.waiters, p.walWaiterLocked(p.batches))
+		t.buf, t.ends = p.appendWALEntries(t.buf, t.ends, p.batches)
 		recs := 0
 		for _, b := range p.batches {
-			ww.sigs = append(ww.sigs, b.sig)
-			ww.cbs = append(ww.cbs, b.cbs...)
 			recs += b.n
-			if b.n > 0 {
-				t.buf = appendWALRecords(t.buf, p.walKey, p.inc, b)
-				t.ends = append(t.ends, len(t.buf))
-			}
 			full = p.stageLocked(b) || full
 		}
-		t.waiters = append(t.waiters, ww)
-		p.walPending++
 		p.cur = nil
 		p.pendRecs = 0
 		p.lagAt = time.Now()
 		p.retireLocked(append(p.take[:0], p.batches...), recs, true)
-		if full && p.failErr == nil {
-			p.lagDue = true
-			start = p.kickLocked()
+		if full {
+			start = p.flushLagSoonLocked()
 		}
 	}
 	p.mu.Unlock()
