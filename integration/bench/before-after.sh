@@ -39,27 +39,10 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
-WORK=$(mktemp -d /tmp/fibril-before-after.XXXXXX)
-PID=""
-cleanup() {
-	if [ -n "$PID" ]; then stop_pid "$PID"; fi
-	rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
-
-build() { # build NAME REV: binaries of REV (empty: the work tree) into $WORK/NAME
-	local src=$ROOT
-	if [ -n "$2" ]; then
-		src="$WORK/src-$1"
-		mkdir -p "$src"
-		git -C "$ROOT" archive --format=tar "$2" | tar -x -C "$src"
-	fi
-	mkdir -p "$WORK/$1"
-	(cd "$src" && go build -o "$WORK/$1/fibril" ./cmd/fibril && go build -o "$WORK/$1/fibrilctl" ./cmd/fibrilctl)
-}
+work_dir before-after
 echo "== building before ($BEFORE) and after (${AFTER:-work tree}) in $WORK" >&2
-build before "$BEFORE"
-build after "$AFTER"
+build_fibril "$WORK/before" "$BEFORE"
+build_fibril "$WORK/after" "$AFTER"
 
 run() { # run NAME SCENARIO: one fresh broker, one bench, prints "msgs/s p99_ms"
 	local bin=$WORK/$1 data=$WORK/data-$1-$2 log=$WORK/$1-$2.log

@@ -1,6 +1,37 @@
 # Shell functions shared by before-after.sh, many-partitions.sh and
-# recovery-time.sh (sourced, not run). The caller defines die, PORT and
-# ADMIN_PORT, and a cleanup trap that stops $PID.
+# recovery-time.sh (sourced, not run). The caller defines die, ROOT (the
+# repository), PORT and ADMIN_PORT.
+
+# work_dir NAME: sets WORK to a new temporary directory, and traps that
+# stop the bench ($BPID) and the broker ($PID), when set, and remove WORK
+# when the script ends, also on a signal.
+work_dir() {
+	WORK=$(mktemp -d "/tmp/fibril-$1.XXXXXX")
+	PID=""  # the broker
+	BPID="" # a bench running in the background
+	trap work_cleanup EXIT
+	trap 'exit 130' INT TERM
+}
+
+work_cleanup() {
+	if [ -n "$BPID" ]; then stop_pid "$BPID"; fi
+	if [ -n "$PID" ]; then stop_pid "$PID"; fi
+	rm -rf "$WORK"
+}
+
+# build_fibril DIR [REV]: builds fibril and fibrilctl into DIR, from REV
+# (unpacked with git archive into DIR.src) or, without REV, from the work
+# tree.
+build_fibril() {
+	local dir=$1 rev=${2:-} src=$ROOT
+	if [ -n "$rev" ]; then
+		src=$dir.src
+		mkdir -p "$src"
+		git -C "$ROOT" archive --format=tar "$rev" | tar -x -C "$src"
+	fi
+	mkdir -p "$dir"
+	(cd "$src" && go build -o "$dir/fibril" ./cmd/fibril && go build -o "$dir/fibrilctl" ./cmd/fibrilctl)
+}
 
 # stop_pid PID: stop a process this script started, by its PID only, and
 # reap it.

@@ -78,25 +78,9 @@ PY
 # connections, the declarations and the subscriptions.
 BENCH_LIMIT=$(($(secs "$DURATION") + $(secs "$WARMUP") + 70))
 
-WORK=$(mktemp -d /tmp/fibril-many-partitions.XXXXXX)
-PID=""  # the broker
-BPID="" # the bench (its timeout process)
-cleanup() {
-	if [ -n "$BPID" ]; then stop_pid "$BPID"; fi
-	if [ -n "$PID" ]; then stop_pid "$PID"; fi
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-src=$ROOT
-if [ -n "$REV" ]; then
-	src=$WORK/src
-	mkdir -p "$src"
-	git -C "$ROOT" archive --format=tar "$REV" | tar -x -C "$src"
-fi
+work_dir many-partitions # BPID: the bench (its timeout process)
 echo "== building ${REV:-the work tree} in $WORK" >&2
-(cd "$src" && go build -o "$WORK/bin/fibril" ./cmd/fibril && go build -o "$WORK/bin/fibrilctl" ./cmd/fibrilctl)
+build_fibril "$WORK/bin" "$REV"
 help=$("$WORK/bin/fibrilctl" bench --help 2>&1 || true)
 grep -q -- --queues <<<"$help" || die "fibrilctl of ${REV:-the work tree} has no bench --queues"
 

@@ -38,21 +38,14 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
-WORK=$(mktemp -d /tmp/fibril-recovery-time.XXXXXX)
-PID=""
-cleanup() {
-	if [ -n "$PID" ]; then stop_pid "$PID"; fi
-	rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
-
+work_dir recovery-time
 echo "== building the work tree in $WORK" >&2
-(cd "$ROOT" && go build -o "$WORK/fibril" ./cmd/fibril && go build -o "$WORK/fibrilctl" ./cmd/fibrilctl)
+build_fibril "$WORK/bin"
 
 start() { # start DATA WAL LOG: a broker in the background (PID), waits until ready; sets SECS to the seconds it took
 	local t0
 	t0=$(date +%s.%N)
-	start_broker "$WORK/fibril" "$1" "$3" 300 --storage.wal.enabled="$2"
+	start_broker "$WORK/bin/fibril" "$1" "$3" 300 --storage.wal.enabled="$2"
 	SECS=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.3f", a - b }')
 }
 
@@ -61,7 +54,7 @@ for wal in ${WALS//,/ }; do
 	data=$WORK/data-$wal
 	rm -rf "$data"
 	start "$data" "$wal" "$WORK/fill-$wal.log"
-	timeout 600 "$WORK/fibrilctl" --addr "127.0.0.1:$PORT" bench --topic rt --queues "$QUEUES" --size 1024 \
+	timeout 600 "$WORK/bin/fibrilctl" --addr "127.0.0.1:$PORT" bench --topic rt --queues "$QUEUES" --size 1024 \
 		--window 256 --confirmed --producers "$PRODUCERS" --consumers 0 --duration "$FILL" --warmup 0s \
 		--json --progress=false >"$WORK/fill-$wal.json"
 	kill -9 "$PID"; wait "$PID" 2>/dev/null || true; PID=""
