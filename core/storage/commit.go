@@ -750,6 +750,21 @@ func (p *Partition) trimReserve(s *segment) error {
 // (core/storage/README.md#recovery).
 const slotLagBytes = 1 << 20
 
+// rideSlotLocked rewrites act's durable slot with the size an earlier
+// fsync made durable (act.durSize) once the slot trails it by lag or
+// more, for the fsync the caller makes next to carry (see syncLog).
+// Caller holds ckMu.
+func rideSlotLocked(act *segment, lag int64) error {
+	if !act.dslotOK || (act.dslot >= 0 && act.durSize-act.dslot < lag) {
+		return nil
+	}
+	if err := writeDurable(act.f, segMagic, act.base, act.durSize); err != nil {
+		return fmt.Errorf("write %s: %w", act.path, err)
+	}
+	act.dslot = act.durSize
+	return nil
+}
+
 // syncLog fsyncs the active segment (written since its last fsync) and
 // keeps the recent fsync time for gather.
 //
@@ -767,11 +782,8 @@ func (p *Partition) syncLog() error {
 		return err
 	}
 	act := p.act
-	if act.dslotOK && (act.dslot < 0 || act.durSize-act.dslot >= slotLagBytes) {
-		if err := writeDurable(act.f, segMagic, act.base, act.durSize); err != nil {
-			return fmt.Errorf("write %s: %w", act.path, err)
-		}
-		act.dslot = act.durSize
+	if err := rideSlotLocked(act, slotLagBytes); err != nil {
+		return err
 	}
 	size := act.size // only the writer role changes it
 	start := time.Now()

@@ -663,7 +663,20 @@ func (w *WAL) checkpointer() {
 
 // checkpoint makes the entries of f redundant (each partition that wrote
 // into it has its records durable in its own files) and marks f free.
+//
+// It first starts the writeback of every partition's segment, then
+// fsyncs them one by one. Fsynced in turn from cold, each segment's data
+// went to the disk in its own small burst, each followed by a cache
+// flush, and the WAL's rounds waited behind every one: on this project's
+// VM, 100 segments of 640 KiB took 220–250 ms that way and the WAL's
+// fsync p90 rose from 0.5 ms to 2 ms meanwhile; with the writeback
+// started first, 140–165 ms and a p90 of 0.55–0.65 ms (docs/performance.md).
 func (w *WAL) checkpoint(f *walFile) error {
+	for p := range f.users {
+		if err := p.walWriteback(); err != nil {
+			return fmt.Errorf("partition %s: %w", p.dir, err)
+		}
+	}
 	for p := range f.users {
 		if err := p.walCheckpoint(); err != nil {
 			return fmt.Errorf("partition %s: %w", p.dir, err)

@@ -3,6 +3,7 @@ package storage_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -419,5 +420,62 @@ func TestWALOnlyWhenPartitionsCommitTogether(t *testing.T) {
 	wal, seg := fsys.FileSyncs(".wal")-walSyncs, fsys.FileSyncs(".log")-logSyncs
 	if wal == 0 || wal+seg >= 160 {
 		t.Errorf("8 partitions × 20 appends at once: %d WAL and %d segment fsyncs, want WAL rounds shared (fewer than 160 in all)", wal, seg)
+	}
+}
+
+// Checkpoints keep the segment's durable slot near the durable size (it
+// rides on their fsyncs, checkpointSlotLag): after a crash, damage well
+// inside what checkpoints made durable, with intact records after it, is
+// corruption, not a torn tail — also when the WAL no longer holds any of
+// the partition's records (another partition turned the ring since), so
+// that no gap before its entries gives the damage away.
+func TestWALCheckpointsKeepTheDurableSlot(t *testing.T) {
+	defer storage.SetMinWALFileBytes(64 << 10)()
+	fsys := faultfs.New()
+	wopts := storage.WALOptions{FS: fsys, Logger: quietLogger(), FileBytes: 64 << 10, Files: 2}
+	w, err := storage.OpenWAL("/data", wopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storage.SetWALAlways(w)
+	o := storage.Options{FS: fsys, Logger: quietLogger(), WAL: w, IndexEveryBytes: 1 << 20}
+	p := mustOpen(t, "/data/q/t/0", o)
+	other := mustOpen(t, "/data/q/t/1", o)
+	for i := range 3000 { // ~3 MiB, under checkpointSlotLag: only riding moves the slot
+		if _, err := p.Append(payload(i, 1000), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 300 { // the ring turns twice: p's entries are checkpointed and gone
+		if _, err := other.Append(payload(i, 1000), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crashed := fsys.CrashHole(rand.New(rand.NewPCG(1, 1))) // never closed
+	p.Close()
+	other.Close()
+	w.Close()
+	f, err := crashed.OpenFile("/data/q/t/0/00000000000000000000.log", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt(make([]byte, 4096), 8192) // media damage among durable records
+	f.Sync()
+	f.Close()
+	wopts.FS = crashed
+	w, err = storage.OpenWAL("/data", wopts)
+	if err != nil {
+		t.Fatalf("WAL recovery: %v", err)
+	}
+	defer w.Close()
+	o.FS, o.WAL = crashed, w
+	p, err = storage.OpenPartition("/data/q/t/0", o)
+	if err == nil {
+		_, next := p.Bounds()
+		p.Close()
+		t.Fatalf("open with durable records damaged: opened with %d records, want quarantine", next)
+	}
+	if !errors.Is(err, storage.ErrQuarantined) || strings.Contains(err.Error(), "write-ahead log") {
+		t.Fatalf("open with durable records damaged: %v, want quarantine for the damage", err)
 	}
 }
