@@ -150,7 +150,7 @@ func (p *Partition) newBatchLocked(first uint64, newSeg bool) *batch {
 // batch. It blocks while MaxPendingBytes are waiting to be written. With
 // deferKick it neither wakes a waiting committer nor starts one: the
 // caller calls CommitIfIdle next (see AppendAsyncDeferred).
-func (p *Partition) enqueue(data []byte, ts int64, cb func(uint64, error), deferKick bool) (uint64, *commitSignal, error) {
+func (p *Partition) enqueue(data []byte, ts int64, at uint64, cb func(uint64, error), deferKick bool) (uint64, *commitSignal, error) {
 	if len(data) > MaxRecordBytes {
 		return 0, nil, ErrTooLarge
 	}
@@ -166,6 +166,10 @@ func (p *Partition) enqueue(data []byte, ts int64, cb func(uint64, error), defer
 		return 0, nil, err
 	}
 	off := p.next
+	if at != anyOffset && at != off {
+		p.mu.Unlock()
+		return 0, nil, &OffsetMismatchError{Want: at, Next: off}
+	}
 	b := p.cur
 	if p.actRecs > 0 && p.actSize+int64(n) > p.opts.SegmentMaxBytes {
 		b = p.newBatchLocked(off, true)

@@ -42,3 +42,19 @@ func (e *CorruptionError) Error() string {
 
 // Is makes errors.Is(err, ErrQuarantined) true for every CorruptionError.
 func (e *CorruptionError) Is(target error) bool { return target == ErrQuarantined }
+
+// OffsetMismatchError refuses a replica batch that does not start at the
+// partition's next offset (Partition.AppendReplica): Next < Want is a gap,
+// Next > Want an overlap with records this replica already holds.
+type OffsetMismatchError struct {
+	Want uint64 // where the batch starts
+	Next uint64 // the partition's next offset
+}
+
+func (e *OffsetMismatchError) Error() string {
+	kind := "a gap"
+	if e.Next > e.Want {
+		kind = "an overlap"
+	}
+	return fmt.Sprintf("storage: replica batch at offset %d, partition next %d: %s", e.Want, e.Next, kind)
+}

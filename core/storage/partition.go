@@ -199,7 +199,7 @@ func (p *Partition) Append(data []byte, ts int64) (uint64, error) {
 			return off, err
 		}
 	}
-	off, sig, err := p.enqueue(data, ts, nil, false)
+	off, sig, err := p.enqueue(data, ts, anyOffset, nil, false)
 	if err != nil {
 		return 0, err
 	}
@@ -220,7 +220,7 @@ func (p *Partition) AppendAsync(data []byte, ts int64, done func(offset uint64, 
 	if done == nil {
 		done = func(uint64, error) {}
 	}
-	off, _, err := p.enqueue(data, ts, done, false)
+	off, _, err := p.enqueue(data, ts, anyOffset, done, false)
 	return off, err
 }
 
@@ -234,8 +234,51 @@ func (p *Partition) AppendAsyncDeferred(data []byte, ts int64, done func(offset 
 	if done == nil {
 		done = func(uint64, error) {}
 	}
-	off, _, err := p.enqueue(data, ts, done, true)
+	off, _, err := p.enqueue(data, ts, anyOffset, done, true)
 	return off, err
+}
+
+// anyOffset asks enqueue for the next offset, whatever it is. It is never
+// a record's offset: the successor of 2^64-1 would overflow.
+const anyOffset = ^uint64(0)
+
+// AppendReplica appends, on a follower, records the partition's owner has
+// already given offsets: recs[i] goes to first+i, with its own timestamp,
+// and the records' bytes on disk come out as the owner's. first must be
+// the next offset here; any other is a gap or an overlap with what this
+// replica holds, refused with an *OffsetMismatchError (nothing is
+// appended), and the caller resynchronises (from the owner's checkpoint,
+// or after TruncatePartition). Only the replication apply writes to a
+// follower's partition; should anything else append meanwhile, the batch
+// stops with the same error and the records taken before it stay, each at
+// its own offset (Bounds tells how far).
+//
+// done is called once, from the commit goroutine, with the next offset
+// after the batch when the policy's durability holds for all of it (a
+// follower reports progress only after its own fsync), or with an error;
+// it must not block. When AppendReplica returns an error, done is never
+// called.
+func (p *Partition) AppendReplica(first uint64, recs []Record, done func(next uint64, err error)) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if first > anyOffset-uint64(len(recs)) {
+		return fmt.Errorf("%w: replica batch at %d of %d records overflows", ErrOutOfRange, first, len(recs))
+	}
+	last := len(recs) - 1
+	for i, r := range recs {
+		var cb func(uint64, error)
+		if i == last && done != nil {
+			// Callbacks run in offset order and every earlier record's
+			// commit is released first: one on the last record covers the
+			// batch. An error fails the partition, so it reaches this one.
+			cb = func(off uint64, err error) { done(off+1, err) }
+		}
+		if _, _, err := p.enqueue(r.Data, r.Timestamp, first+uint64(i), cb, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Bounds returns the first retained offset and the next offset to be assigned.

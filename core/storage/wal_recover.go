@@ -264,7 +264,12 @@ func ensureIncarnation(fsys FS, dir string) (uint64, error) {
 	if err != nil || ok {
 		return id, err
 	}
-	id = rand.Uint64()
+	return writeIncarnation(fsys, dir)
+}
+
+// writeIncarnation gives the partition a new random id and returns it.
+func writeIncarnation(fsys FS, dir string) (uint64, error) {
+	id := rand.Uint64()
 	b := make([]byte, 20)
 	copy(b[0:8], incMagic[:])
 	binary.LittleEndian.PutUint64(b[8:16], id)
