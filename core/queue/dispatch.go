@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 
@@ -10,7 +11,21 @@ import (
 
 // tagSeq hands out delivery tags: one process-wide increasing counter, so
 // a tag is unique in the process and never reused (S-48, docs/protocol.md#subscriptions).
-var tagSeq atomic.Uint64
+// It starts at a random point (tagBase): a late ACK or NACK that reaches
+// another process — a partition's new owner after a failover, or this
+// broker after a restart, through a gateway relaying the client's settles —
+// must not name one of that process's tags and settle a different message.
+// Two processes' ranges overlap only if their bases fall within the
+// number of deliveries of each other, out of 2^63.
+var tagSeq = func() *atomic.Uint64 {
+	var s atomic.Uint64
+	s.Store(tagBase())
+	return &s
+}()
+
+// tagBase is a random start for tagSeq below 2^63, so that no process
+// comes near wrapping around; never 0 (a tag is never 0).
+func tagBase() uint64 { return rand.Uint64()>>1 | 1 }
 
 // dispatchRound bounds the deliveries made under one hold of the
 // partition lock. Manual-ack subscriptions are bounded by their prefetch
