@@ -29,6 +29,10 @@ type Partition struct {
 	first atomic.Uint64 // first retained offset (mirrors segs[0].base)
 	retMu sync.Mutex    // serializes retention passes
 
+	// The epoch history (epochs.go), guarded by epochMu (taken before mu).
+	epochMu sync.Mutex
+	epochs  []EpochStart
+
 	// wmu is the writer role: the committer holds it for a whole commit,
 	// and a direct writer (see appendDirect) for its one record. act and
 	// logDirty are only touched by the holder.
@@ -160,6 +164,10 @@ func OpenPartition(dir string, opts Options) (*Partition, error) {
 	p.next, p.written = act.next, act.next
 	p.actSize, p.actRecs = act.size, int(act.next-act.base)
 	p.first.Store(p.segs[0].base)
+	if p.epochs, err = readEpochs(p.fs, dir, p.next); err != nil {
+		p.closeSegs()
+		return nil, err
+	}
 	j, err := openJournal(p.fs, dir, names, p.log, p.next)
 	if err != nil {
 		p.closeSegs()

@@ -20,7 +20,8 @@ import (
 // offsets are dropped by the next OpenPartition (the journal keeps none
 // past the log's end) and by the queue's recovery; the partition gets a
 // new incarnation (partition.id), so that no write-ahead log entry of the
-// cut records is ever written back into it. Next at or past the log's end
+// cut records is ever written back into it; its epoch history loses the
+// entries that start at or after next. Next at or past the log's end
 // cuts nothing. Next below the first retained offset is refused (ErrTrimmed):
 // such a replica installs the owner's checkpoint instead.
 //
@@ -53,7 +54,7 @@ func TruncatePartition(dir string, next uint64, opts Options) error {
 		}
 	}
 	if len(bases) == 0 {
-		return nil // nothing written yet
+		return cutEpochs(fsys, dir, next) // no records: no history either, normally
 	}
 	slices.Sort(bases)
 	if next < bases[0] {
@@ -76,7 +77,12 @@ func TruncatePartition(dir string, next uint64, opts Options) error {
 			return err
 		}
 	}
-	return cutSegment(fsys, dir, bases[k], next)
+	if err := cutSegment(fsys, dir, bases[k], next); err != nil {
+		return err
+	}
+	// Last: an entry left past the cut by a crash before this point is
+	// dropped at open, or cut by the next run.
+	return cutEpochs(fsys, dir, next)
 }
 
 // cutFrom gives the partition a new incarnation when anything at or past
