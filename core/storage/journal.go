@@ -159,7 +159,8 @@ type journal struct {
 	set     rangeSet
 	durable uint64 // settled frontier as of the last successful fsync
 	buf     []byte
-	pl      []byte // settle payload scratch
+	pl      []byte    // settle payload scratch
+	feed    eventFeed // replication's view of settle and engine entries (events.go)
 	spans   []span
 	offs    []uint64
 }
@@ -392,6 +393,9 @@ func (j *journal) write(kind byte, payload []byte) error {
 	}
 	j.size += int64(len(j.buf))
 	j.seq++
+	if kind == kindSettle || kind == kindEngine {
+		j.feed.add(kind, payload)
+	}
 	return nil
 }
 
