@@ -21,8 +21,10 @@ type Body interface {
 }
 
 // NewBody returns a fresh zero body for op: every client-facing op
-// (the FER1 ops share ErrorBody; AUTH_OK, PING and PONG get Empty) and the
-// forwarding ops (docs/protocol.md#extensions). Replication ops and unknown ops return false. It exists for
+// (the FER1 ops share ErrorBody; AUTH_OK, PING and PONG get Empty), the
+// node-only replication ops (docs/protocol.md#replication-ops;
+// REPLICATION_STREAM_STOP gets Empty) and the forwarding ops
+// (docs/protocol.md#extensions). Unknown ops return false. It exists for
 // generic decoding, fuzzing and debug tools; hot paths should decode into
 // a reused concrete body instead.
 func NewBody(op Op) (Body, bool) {
@@ -85,6 +87,38 @@ func NewBody(op Op) (Body, bool) {
 		return new(GoingAway), true
 	case OpSubscriptionClosed:
 		return new(SubscriptionClosed), true
+	case OpReplicationRead:
+		return new(ReplicationRead), true
+	case OpReplicationReadOK:
+		return new(ReplicationReadOK), true
+	case OpReplicationApply:
+		return new(ReplicationApply), true
+	case OpReplicationApplyOK:
+		return new(ReplicationApplyOK), true
+	case OpReplicationCheckpointExport:
+		return new(ReplicationCheckpointExport), true
+	case OpReplicationCheckpointExportOK:
+		return new(ReplicationCheckpointExportOK), true
+	case OpReplicationCheckpointInstall:
+		return new(ReplicationCheckpointInstall), true
+	case OpReplicationCheckpointInstallOK:
+		return new(ReplicationCheckpointInstallOK), true
+	case OpReplicationStreamStart:
+		return new(ReplicationStreamStart), true
+	case OpReplicationStreamBatch:
+		return new(ReplicationStreamBatch), true
+	case OpReplicationStreamProgress:
+		return new(ReplicationStreamProgress), true
+	case OpReplicationStreamReset:
+		return new(ReplicationStreamReset), true
+	case OpReplicationStreamStop:
+		return new(Empty), true
+	case OpReplicationStreamEnd:
+		return new(ReplicationStreamEnd), true
+	case OpStreamReplicationRead:
+		return new(StreamReplicationRead), true
+	case OpStreamReplicationReadOK:
+		return new(StreamReplicationReadOK), true
 	case OpForwardedSession:
 		return new(ForwardedSession), true
 	case OpForwardedSessionOK:
@@ -94,8 +128,8 @@ func NewBody(op Op) (Body, bool) {
 }
 
 // DecodeBody decodes b as the body of op into a fresh value. Unknown ops
-// fail with ErrUnknownOp, node-only replication ops with ErrUnsupportedOp,
-// and malformed bodies with a *DecodeError naming op (even for bodies
+// fail with ErrUnknownOp, a known op without a codec (none today) with
+// ErrUnsupportedOp, and malformed bodies with a *DecodeError naming op (even for bodies
 // shared by several ops, such as FER1).
 func DecodeBody(op Op, b []byte) (Body, error) {
 	body, ok := NewBody(op)
@@ -115,7 +149,8 @@ func DecodeBody(op Op, b []byte) (Body, error) {
 	return body, nil
 }
 
-// Empty is the body of AUTH_OK, PING and PONG: zero bytes, no magic.
+// Empty is the body of AUTH_OK, PING, PONG and REPLICATION_STREAM_STOP:
+// zero bytes, no magic.
 // Decode rejects stray bytes; note that upstream never inspects PING/PONG
 // bodies, so a session layer that wants to be as lenient should not
 // decode them at all.

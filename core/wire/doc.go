@@ -1,5 +1,6 @@
 // Package wire is the Fibril v1 wire codec: frame headers, every
-// client-facing message body, and this project's forwarding extension.
+// client-facing message body, the node-only replication bodies, and this
+// project's forwarding extension.
 //
 // This package is the byte layout: each body's AppendTo and Decode are its
 // definition, and docs/protocol.md says what the broker does with them.
@@ -20,8 +21,8 @@
 //     same way.
 //   - Bodies (docs/protocol.md#extensions): one struct per op, each an [Encoder] (AppendTo writes
 //     magic plus fields) and a [Body] (Decode parses magic plus fields).
-//     Node-only replication bodies (docs/protocol.md#replication-ops) are out of scope; their op codes are
-//     defined so that they are recognised as known ops.
+//     The node-only replication bodies (docs/protocol.md#replication-ops)
+//     frame the storage engine's records as opaque bytes.
 //
 // # Decoding discipline
 //
@@ -42,8 +43,10 @@
 // # Ownership and allocation
 //
 // Decoded `bytes` fields (Publish.Payload, Publish.PartitionKey,
-// PublishDelayed.Payload, PublishDelayed.PartitionKey, Deliver.Payload) alias
-// the input slice: the decoded body borrows the buffer, and the caller must
+// PublishDelayed.Payload, PublishDelayed.PartitionKey, Deliver.Payload, and
+// in the replication bodies MessageRecord.Headers, MessageRecord.Payload,
+// EventRecord.Payload and StateCheckpoint.StateSnapshot) alias the input
+// slice: the decoded body borrows the buffer, and the caller must
 // not overwrite or reuse that buffer while the body (or any payload taken
 // from it) is still in use. Copy the payload first if it has to outlive the
 // buffer. Aliased slices are capacity-limited, so appending to them never

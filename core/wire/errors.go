@@ -23,12 +23,19 @@ var (
 	ErrBadEnum = errors.New("enum value out of range")
 	// ErrInvalidUTF8: a str field that is not valid UTF-8.
 	ErrInvalidUTF8 = errors.New("invalid UTF-8")
+	// ErrBadBatch: a replication read answer's batch breaks the offset
+	// rules (docs/protocol.md#replication-ops): a record below
+	// requested_offset, offsets not consecutive, a record at 2^64-1, or
+	// next_offset below the last offset plus one.
+	ErrBadBatch = errors.New("replication batch offsets out of order")
 	// ErrUnknownOp: DecodeBody or NewBody was given an op this package does
 	// not know. The session layer answers ERROR 400 "unknown opcode N"
 	// (docs/protocol.md#malformed).
 	ErrUnknownOp = errors.New("unknown opcode")
-	// ErrUnsupportedOp: the op is known but its body is not implemented here
-	// (the node-only replication ops of docs/protocol.md#replication-ops).
+	// ErrUnsupportedOp: the op is known but its body is not implemented
+	// here. Every known op has a codec today, so DecodeBody does not
+	// return it; it stays so that a known op added to the table before
+	// its body still fails cleanly.
 	ErrUnsupportedOp = errors.New("no body codec for op")
 	// ErrFrameTooLarge: a frame header announced a body above the caller's
 	// cap (docs/protocol.md#frames: answer ERROR 400 and close).

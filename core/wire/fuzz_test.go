@@ -312,6 +312,9 @@ func FuzzDecodeBody(f *testing.F) {
 	}
 	f.Add(uint16(OpPing), []byte{})
 	f.Add(uint16(OpReplicationRead), []byte("FRQ1"))
+	for _, c := range replicationCases() {
+		f.Add(uint16(c.op), c.body.AppendTo(nil))
+	}
 	f.Fuzz(func(t *testing.T, op uint16, in []byte) {
 		b, err := DecodeBody(Op(op), in)
 		if err != nil {

@@ -43,8 +43,8 @@ const (
 	OpError              Op = 255
 )
 
-// Node-only replication ops (docs/protocol.md#replication-ops). Only their codes are defined here; the
-// bodies are not decoded by this package.
+// Node-only replication ops (docs/protocol.md#replication-ops); their
+// bodies are in bodies_replication.go.
 const (
 	OpReplicationRead                Op = 80
 	OpReplicationReadOK              Op = 81
