@@ -199,6 +199,7 @@ func (p *Partition) enqueue(data []byte, ts int64, at uint64, cb func(uint64, er
 	}
 	sig := b.sig
 	p.mu.Unlock()
+	p.grew.fire()
 	if start {
 		go p.commitLoop()
 	}
@@ -870,6 +871,7 @@ func (p *Partition) appendDirect(data []byte, ts int64) (off uint64, ok bool, er
 	p.actSize += int64(n)
 	p.actRecs++
 	p.mu.Unlock()
+	p.grew.fire()
 
 	act := p.act
 	at := act.size

@@ -3,6 +3,8 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 )
 
 // The event feed: what an owner ships its followers besides records —
@@ -206,3 +208,43 @@ func (j *journal) install(set rangeSet, engine []byte, first uint64) error {
 	j.durable = j.set.frontierFrom(first)
 	return nil
 }
+
+// growth wakes replication streams waiting for a partition to grow: its
+// channel is closed, and replaced, at the next append or event. Appenders
+// pay one atomic load when nobody waits.
+type growth struct {
+	mu sync.Mutex
+	ch atomic.Pointer[chan struct{}]
+}
+
+// wait returns a channel closed at the next growth.
+func (g *growth) wait() <-chan struct{} {
+	if c := g.ch.Load(); c != nil {
+		return *c
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c := g.ch.Load(); c != nil {
+		return *c
+	}
+	c := make(chan struct{})
+	g.ch.Store(&c)
+	return c
+}
+
+// fire wakes the waiters, if any.
+func (g *growth) fire() {
+	if g.ch.Load() == nil {
+		return
+	}
+	g.mu.Lock()
+	if c := g.ch.Swap(nil); c != nil {
+		close(*c)
+	}
+	g.mu.Unlock()
+}
+
+// Grown returns a channel closed the next time a record is appended or an
+// event recorded (with the feed on): a replication stream that has sent
+// everything waits on it instead of polling.
+func (p *Partition) Grown() <-chan struct{} { return p.grew.wait() }

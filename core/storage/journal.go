@@ -161,6 +161,7 @@ type journal struct {
 	buf     []byte
 	pl      []byte    // settle payload scratch
 	feed    eventFeed // replication's view of settle and engine entries (events.go)
+	grew    *growth   // the partition's, fired with each event
 	spans   []span
 	offs    []uint64
 }
@@ -393,8 +394,9 @@ func (j *journal) write(kind byte, payload []byte) error {
 	}
 	j.size += int64(len(j.buf))
 	j.seq++
-	if kind == kindSettle || kind == kindEngine {
+	if (kind == kindSettle || kind == kindEngine) && j.feed.on {
 		j.feed.add(kind, payload)
+		j.grew.fire()
 	}
 	return nil
 }

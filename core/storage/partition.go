@@ -29,6 +29,8 @@ type Partition struct {
 	first atomic.Uint64 // first retained offset (mirrors segs[0].base)
 	retMu sync.Mutex    // serializes retention passes
 
+	grew growth // fired at appends and events, for replication (events.go)
+
 	// The epoch history (epochs.go), guarded by epochMu (taken before mu).
 	epochMu sync.Mutex
 	epochs  []EpochStart
@@ -174,6 +176,7 @@ func OpenPartition(dir string, opts Options) (*Partition, error) {
 		return nil, err
 	}
 	p.j = j
+	p.j.grew = &p.grew
 	p.j.durable = p.j.set.frontierFrom(p.segs[0].base)
 	p.mu.Lock()
 	p.retainDue = true // first retention pass, in the background

@@ -1,0 +1,342 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// ErrDiverged: the follower's log holds records past the owner's end. It
+// must be cut back (storage.TruncatePartition, on the closed partition)
+// before it follows again.
+var ErrDiverged = errors.New("replica: the follower's log is ahead of the owner's")
+
+// Follower replicates one partition from its owner into Log.
+type Follower struct {
+	Key    wire.QueueKey
+	NodeID string // this broker's node id, reported to the owner
+	Log    *storage.Partition
+	// CreditBytes is how many bytes of records and events the owner may
+	// send ahead of this follower's durable progress (default 4 MiB).
+	CreditBytes uint64
+	// MaxFrameBytes bounds a frame read from the owner (default 64 MiB).
+	MaxFrameBytes uint32
+	Logger        *slog.Logger
+
+	// The event cursor: valid once a checkpoint was installed in this
+	// process (events are numbered per owner process, see Owned).
+	eventNext  uint64
+	haveEvents bool
+	reqID      uint64
+}
+
+func (f *Follower) credit() uint64 {
+	if f.CreditBytes > 0 {
+		return f.CreditBytes
+	}
+	return 4 << 20
+}
+
+func (f *Follower) maxFrame() uint32 {
+	if f.MaxFrameBytes > 0 {
+		return f.MaxFrameBytes
+	}
+	return 64 << 20
+}
+
+// keepaliveEvery is how often an idle follower reports (unchanged)
+// progress, so the owner knows it is there.
+const keepaliveEvery = time.Second
+
+// Run replicates over conn, a connection to the owner already logged in
+// as the node principal, until ctx ends, the connection fails or the
+// owner ends the stream; it returns why. A follower without an event
+// cursor first takes the owner's checkpoint (op 84), pulls the records it
+// needs up to it (op 80) and installs it; then it streams (op 93),
+// applying records, then their events, and reporting progress once the
+// records are durable. ErrCheckpointRequired means: run again (a new
+// checkpoint is taken); ErrDiverged: cut the log back first.
+func (f *Follower) Run(ctx context.Context, conn io.ReadWriter) error {
+	stop := context.AfterFunc(ctx, func() {
+		if c, ok := conn.(io.Closer); ok {
+			c.Close() // unblocks the reads below
+		}
+	})
+	defer stop()
+	fr := &frames{conn: conn, max: f.maxFrame()}
+	if !f.haveEvents {
+		if err := f.catchUp(fr); err != nil {
+			return err
+		}
+	}
+	return f.stream(ctx, fr)
+}
+
+// frames reads and writes one connection's frames.
+type frames struct {
+	conn io.ReadWriter
+	max  uint32
+	rbuf []byte
+	wmu  sync.Mutex
+	wbuf []byte
+}
+
+func (c *frames) Send(op wire.Op, id uint64, body wire.Encoder) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wbuf = wire.AppendFrame(c.wbuf[:0], op, id, body)
+	_, err := c.conn.Write(c.wbuf)
+	return err
+}
+
+// read returns the next frame, decoded; its byte slices alias a buffer
+// the next read reuses.
+func (c *frames) read() (Frame, error) {
+	if cap(c.rbuf) < 64<<10 {
+		c.rbuf = make([]byte, 64<<10)
+	}
+	h, body, err := wire.ReadFrame(c.conn, c.rbuf, c.max)
+	if err != nil {
+		return Frame{}, err
+	}
+	if cap(body) > cap(c.rbuf) {
+		c.rbuf = body[:0] // keep the larger buffer
+	}
+	b, err := wire.DecodeBody(h.Op, body)
+	if err != nil {
+		return Frame{}, fmt.Errorf("replica: from the owner: %w", err)
+	}
+	return Frame{Op: h.Op, RequestID: h.RequestID, Body: b}, nil
+}
+
+// call sends a request and reads its answer, which must be want (an
+// ERROR answer is returned as an error).
+func (f *Follower) call(fr *frames, op wire.Op, body wire.Encoder, want wire.Op) (wire.Body, error) {
+	f.reqID++
+	if err := fr.Send(op, f.reqID, body); err != nil {
+		return nil, err
+	}
+	ans, err := fr.read()
+	if err != nil {
+		return nil, err
+	}
+	if e, ok := ans.Body.(*wire.ErrorBody); ok {
+		return nil, fmt.Errorf("replica: the owner answered %v with %d: %s", op, e.Code, e.Message)
+	}
+	if ans.Op != want || ans.RequestID != f.reqID {
+		return nil, fmt.Errorf("replica: the owner answered %v (request %d) to %v (request %d)", ans.Op, ans.RequestID, op, f.reqID)
+	}
+	return ans.Body, nil
+}
+
+// catchUp takes the owner's checkpoint, pulls the records up to it and
+// installs it.
+func (f *Follower) catchUp(fr *frames) error {
+	body, err := f.call(fr, wire.OpReplicationCheckpointExport, &wire.ReplicationCheckpointExport{Key: f.Key}, wire.OpReplicationCheckpointExportOK)
+	if err != nil {
+		return err
+	}
+	cp := body.(*wire.ReplicationCheckpointExportOK).StateCheckpoint
+	settled, engine, err := decodeSnapshot(cp.StateSnapshot)
+	if err != nil {
+		return err
+	}
+	settled, engine = append([]byte(nil), settled...), append([]byte(nil), engine...)
+	for {
+		first, next := f.Log.Bounds()
+		switch {
+		case next > cp.MessageNextOffset:
+			return fmt.Errorf("%w: follower next %d, owner next %d", ErrDiverged, next, cp.MessageNextOffset)
+		case next < cp.MessageCheckpointOffset:
+			return fmt.Errorf("replica: the owner's log starts at %d, after this follower's end %d (first %d): starting a replica past offset 0 is not built yet", cp.MessageCheckpointOffset, next, first)
+		case next == cp.MessageNextOffset:
+			if err := f.Log.InstallState(settled, engine); err != nil {
+				return err
+			}
+			f.eventNext, f.haveEvents = cp.EventNextOffset, true
+			return nil
+		}
+		req := &wire.ReplicationRead{ReadRequest: wire.ReadRequest{Key: f.Key, MessageFrom: next,
+			MaxMessages: 1 << 16, MaxBytes: f.credit(), ReporterNodeID: wire.Some(f.NodeID)}}
+		body, err := f.call(fr, wire.OpReplicationRead, req, wire.OpReplicationReadOK)
+		if err != nil {
+			return err
+		}
+		m := body.(*wire.ReplicationReadOK).Messages
+		if m.Kind != wire.ReadBatch {
+			return fmt.Errorf("%w: the owner no longer holds records from %d", ErrCheckpointRequired, next)
+		}
+		if len(m.Batch.Records) == 0 {
+			return fmt.Errorf("replica: the owner sent no records from %d, below its checkpoint's %d", next, cp.MessageNextOffset)
+		}
+		recs, err := decodeRecords(m.Batch.Records)
+		if err != nil {
+			return err
+		}
+		if len(recs) > int(cp.MessageNextOffset-next) {
+			recs = recs[:cp.MessageNextOffset-next] // the owner grew meanwhile: stop at the checkpoint
+		}
+		done := make(chan error, 1)
+		if err := f.Log.AppendReplica(next, recs, func(_ uint64, err error) { done <- err }); err != nil {
+			return err
+		}
+		if err := <-done; err != nil {
+			return err
+		}
+	}
+}
+
+func decodeRecords(in []wire.MessageRecord) ([]storage.Record, error) {
+	out := make([]storage.Record, 0, len(in))
+	for _, m := range in {
+		r, err := decodeRecord(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// reporter gathers what the next PROGRESS frame says: the durable
+// record cursor, the applied event cursor and the credit given back. It
+// is fed from commit callbacks, which must not block.
+type reporter struct {
+	mu                         sync.Mutex
+	msgNext, eventNext, credit uint64
+	kick                       chan struct{}
+}
+
+func (r *reporter) add(msgNext, eventNext, credit uint64) {
+	r.mu.Lock()
+	r.msgNext, r.eventNext = max(r.msgNext, msgNext), max(r.eventNext, eventNext)
+	r.credit += credit
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *reporter) take() *wire.ReplicationStreamProgress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := &wire.ReplicationStreamProgress{DurableMessageNext: r.msgNext, DurableEventNext: r.eventNext, CreditAddBytes: r.credit}
+	r.credit = 0
+	return p
+}
+
+// stream runs the replication stream until it ends.
+func (f *Follower) stream(ctx context.Context, fr *frames) error {
+	f.reqID++
+	id := f.reqID
+	_, next := f.Log.Bounds()
+	start := &wire.ReplicationStreamStart{Key: f.Key, MessageFrom: next, EventFrom: f.eventNext,
+		CreditBytes: f.credit(), ReporterNodeID: wire.Some(f.NodeID)}
+	if err := fr.Send(wire.OpReplicationStreamStart, id, start); err != nil {
+		return err
+	}
+	// The writer: progress as records become durable, keepalives when idle.
+	rep := &reporter{msgNext: next, eventNext: f.eventNext, kick: make(chan struct{}, 1)}
+	werr := make(chan error, 1)
+	quit := make(chan struct{})
+	defer close(quit)
+	go func() {
+		tick := time.NewTicker(keepaliveEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-rep.kick:
+			case <-tick.C:
+			}
+			if err := fr.Send(wire.OpReplicationStreamProgress, id, rep.take()); err != nil {
+				werr <- err
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case err := <-werr:
+			return err
+		default:
+		}
+		fm, err := fr.read()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if fm.RequestID != id {
+			return fmt.Errorf("replica: frame %v for stream %d on stream %d", fm.Op, fm.RequestID, id)
+		}
+		switch b := fm.Body.(type) {
+		case *wire.ReplicationStreamBatch:
+			if err := f.apply(&b.ReadOK, rep); err != nil {
+				return err
+			}
+		case *wire.ReplicationStreamEnd:
+			if b.Code == wire.StreamEndCheckpointRequired {
+				f.haveEvents = false
+				return fmt.Errorf("%w: %s", ErrCheckpointRequired, b.Message)
+			}
+			return fmt.Errorf("replica: the owner ended the stream (code %d): %s", b.Code, b.Message)
+		default:
+			return fmt.Errorf("replica: unexpected %v on a replication stream", fm.Op)
+		}
+	}
+}
+
+// apply writes one batch: its records (AppendReplica), then its events;
+// progress for the records is reported once they are durable.
+func (f *Follower) apply(b *wire.ReadOK, rep *reporter) error {
+	m, e := &b.Messages, &b.Events
+	if m.Kind != wire.ReadBatch || e.Kind != wire.ReadBatch {
+		f.haveEvents = false
+		return fmt.Errorf("%w: in a stream batch", ErrCheckpointRequired)
+	}
+	recs, err := decodeRecords(m.Batch.Records)
+	if err != nil {
+		return err
+	}
+	if len(e.Batch.Records) > 0 && e.Batch.RequestedOffset != f.eventNext {
+		return fmt.Errorf("replica: events from %d, follower expects %d", e.Batch.RequestedOffset, f.eventNext)
+	}
+	var recCost uint64
+	for _, r := range m.Batch.Records {
+		recCost += uint64(len(r.Headers) + len(r.Payload))
+	}
+	if len(recs) > 0 {
+		next := m.Batch.NextOffset
+		err := f.Log.AppendReplica(recs[0].Offset, recs, func(_ uint64, err error) {
+			if err == nil {
+				rep.add(next, 0, recCost)
+			}
+		})
+		var om *storage.OffsetMismatchError
+		if errors.As(err, &om) && om.Next > om.Want {
+			return fmt.Errorf("%w: %v", ErrDiverged, err)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, ev := range e.Batch.Records {
+		if err := f.Log.ApplyEvent(ev.Payload); err != nil {
+			return fmt.Errorf("replica: event %d: %w", ev.Offset, err)
+		}
+		f.eventNext = ev.Offset + 1
+	}
+	rep.add(0, f.eventNext, batchCost(b)-recCost)
+	return nil
+}
