@@ -97,12 +97,17 @@ func (c *frames) Send(op wire.Op, id uint64, body wire.Encoder) error {
 }
 
 // read returns the next frame, decoded; its byte slices alias a buffer
-// the next read reuses.
+// the next read reuses. A broker's PING is answered and skipped.
 func (c *frames) read() (Frame, error) {
 	if cap(c.rbuf) < 64<<10 {
 		c.rbuf = make([]byte, 64<<10)
 	}
 	h, body, err := wire.ReadFrame(c.conn, c.rbuf, c.max)
+	for err == nil && h.Op == wire.OpPing {
+		if err = c.Send(wire.OpPong, h.RequestID, nil); err == nil {
+			h, body, err = wire.ReadFrame(c.conn, c.rbuf, c.max)
+		}
+	}
 	if err != nil {
 		return Frame{}, err
 	}

@@ -37,9 +37,10 @@ type Conn struct {
 	log        *slog.Logger
 
 	// Reader-only state.
-	sess      *Session   // set once HELLO succeeded, never changed
-	principal *Principal // nil until authenticated
-	peerNode  string     // node named by the verified peer certificate of an @node login (NodeIdentity)
+	sess      *Session     // set once HELLO succeeded, never changed
+	principal *Principal   // nil until authenticated
+	peerNode  string       // node named by the verified peer certificate of an @node login (NodeIdentity)
+	repl      *replStreams // running replication streams (replication.go); reader goroutine
 	// forwarded is the accepted FORWARDED_SESSION of an upstream
 	// connection (docs/protocol.md#extensions): nil on a client's own connection.
 	forwarded *wire.ForwardedSession
@@ -278,6 +279,7 @@ func (c *Conn) terminate() {
 	c.close()
 	c.relay.Close()
 	c.endForwarded()
+	c.endReplication()
 	if c.sess != nil {
 		select {
 		case <-c.writerDone:

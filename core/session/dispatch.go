@@ -109,8 +109,8 @@ func (c *Conn) handleRequest(h wire.FrameHeader, body []byte) {
 }
 
 // handleNodeOnly answers replication and forwarding ops. They are only for
-// a connection authenticated as @node (docs/protocol.md#replication-ops, docs/protocol.md#owner-side); this broker does
-// not serve any of them yet.
+// a connection authenticated as @node (docs/protocol.md#replication-ops, docs/protocol.md#owner-side);
+// replication ops are served by Options.Replication when set.
 func (c *Conn) handleNodeOnly(op wire.Op, id uint64, body []byte) {
 	if !c.principal.Node {
 		c.replyError(id, wire.CodeForbidden, "node principal required for "+op.String())
@@ -118,6 +118,10 @@ func (c *Conn) handleNodeOnly(op wire.Op, id uint64, body []byte) {
 	}
 	if op == wire.OpForwardedSession {
 		c.handleForwardedSession(id, body)
+		return
+	}
+	if c.srv.opts.Replication != nil {
+		c.handleReplication(op, id, body)
 		return
 	}
 	c.replyError(id, wire.CodeBadRequest, op.String()+" is not supported by this broker yet")

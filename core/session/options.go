@@ -64,7 +64,10 @@ type Options struct {
 	NodeID string
 	// Upstreams opens upstream sessions when the router says Forward (nil:
 	// this broker answers such operations with the route's error).
-	Upstreams       forward.Dialer
+	Upstreams forward.Dialer
+	// Replication serves followers' replication ops on @node connections
+	// (nil: 400 "not supported by this broker yet").
+	Replication     Replication
 	OwnerID         wire.UUID                // this broker instance (persisted: S-100)
 	SkeletonDir     string                   // durable session skeletons (S-106); "" disables them
 	Settings        func() Settings          // nil = 5 s grace, 60 s restart TTL
