@@ -59,6 +59,11 @@ type queue struct {
 	cfg   atomic.Pointer[queueConfig]
 
 	openMu sync.Mutex // serialises opening a partition on first use
+
+	// replicas holds the storage partitions opened for a follower
+	// (OpenReplica), by index; guarded by openMu. The engine does not open
+	// a partition while it is a replica here.
+	replicas map[uint32]*storage.Partition
 }
 
 // opened returns the partitions that are open, in index order.
@@ -188,6 +193,9 @@ func (m *Manager) part(q *queue, n uint32) (*Partition, error) {
 	if m.closed.Load() {
 		return nil, errClosed()
 	}
+	if q.replicas[n] != nil {
+		return nil, core.Errorf(core.ErrUnavailable, "partition %d of queue %s is a replica on this broker, not served here yet", n, q.key)
+	}
 	p, err := m.openPartition(q, n)
 	if err != nil {
 		return nil, err
@@ -208,10 +216,15 @@ func (m *Manager) Close() error {
 	// it to auto-create its target (and then fails cleanly).
 	m.mu.Lock()
 	var parts []*Partition
+	var replicas []*storage.Partition // a follower's, left open by its caller
 	m.queues.Range(func(_, v any) bool {
 		q := v.(*queue)
 		q.openMu.Lock() // an open in progress finishes; later ones see closed
 		parts = append(parts, q.opened()...)
+		for n, lg := range q.replicas {
+			replicas = append(replicas, lg)
+			delete(q.replicas, n)
+		}
 		q.openMu.Unlock()
 		return true
 	})
@@ -221,6 +234,11 @@ func (m *Manager) Close() error {
 	}
 	m.dlqWG.Wait()
 	var errs []error
+	for _, lg := range replicas {
+		if err := lg.Close(); err != nil && !errors.Is(err, storage.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
 	for _, p := range parts {
 		if err := p.closeStorage(); err != nil {
 			errs = append(errs, err)

@@ -1,0 +1,89 @@
+package queue
+
+import (
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/storage"
+)
+
+// What replication needs of the engine (docs/ARCHITECTURE.md#replication):
+// on the owner, a partition's log and a checkpoint consistent with its
+// engine state; on a follower, the partition's storage opened in the
+// engine's directory with the engine's options but not loaded, so that the
+// engine recovers it like after a restart once this broker serves it.
+
+// ReplicationLog returns the partition's storage log, which the owner
+// ships to its followers; an error when the partition is quarantined or
+// failed.
+func (p *Partition) ReplicationLog() (*storage.Partition, error) {
+	if err := p.brokenErr(); err != nil {
+		return nil, err
+	}
+	return p.log, nil
+}
+
+// ReplicationCheckpoint returns, at one instant, the state a new follower
+// installs: the log's event feed position and settled set
+// (storage.Partition.EventCheckpoint) and the engine's snapshot — taken
+// under the partition's lock, under which every engine entry is written.
+func (p *Partition) ReplicationCheckpoint() (eventNext uint64, settled, engine []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	eventNext, settled = p.log.EventCheckpoint(0)
+	return eventNext, settled, p.snapshotLocked()
+}
+
+// OpenReplica opens, for a follower, the storage of partition n of a
+// declared queue, in the directory and with the storage options the
+// engine uses, without loading it into the engine. It is refused while the
+// engine serves the partition, and while another replica of it is open;
+// meanwhile the engine refuses to serve it (ErrUnavailable) until
+// CloseReplica.
+func (m *Manager) OpenReplica(key Key, n uint32) (*storage.Partition, error) {
+	key = key.norm()
+	v, ok := m.queues.Load(key)
+	if !ok {
+		return nil, core.Errorf(core.ErrNotFound, "queue %s is not declared", key)
+	}
+	q := v.(*queue)
+	if int(n) >= len(q.parts) {
+		return nil, core.Errorf(core.ErrNotFound, "queue %s has %d partitions; partition %d does not exist", q.key, len(q.parts), n)
+	}
+	q.openMu.Lock()
+	defer q.openMu.Unlock()
+	switch {
+	case m.closed.Load():
+		return nil, errClosed()
+	case q.parts[n].Load() != nil:
+		return nil, core.Errorf(core.ErrConflict, "partition %d of queue %s is served by this broker", n, q.key)
+	case q.replicas[n] != nil:
+		return nil, core.Errorf(core.ErrConflict, "partition %d of queue %s is already open as a replica", n, q.key)
+	}
+	lg, err := storage.OpenPartition(partitionDir(m.opts.Dir, q.key, n), m.opts.Storage)
+	if err != nil {
+		return nil, err
+	}
+	if q.replicas == nil {
+		q.replicas = make(map[uint32]*storage.Partition)
+	}
+	q.replicas[n] = lg
+	return lg, nil
+}
+
+// CloseReplica closes a replica OpenReplica opened; from then on the
+// engine may serve the partition (recovering it from what replication
+// wrote).
+func (m *Manager) CloseReplica(key Key, n uint32) error {
+	v, ok := m.queues.Load(key.norm())
+	if !ok {
+		return core.Errorf(core.ErrNotFound, "queue %s is not declared", key)
+	}
+	q := v.(*queue)
+	q.openMu.Lock()
+	defer q.openMu.Unlock()
+	lg := q.replicas[n]
+	if lg == nil {
+		return nil
+	}
+	delete(q.replicas, n)
+	return lg.Close()
+}
