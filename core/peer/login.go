@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -145,4 +146,60 @@ func Forwarded(ctx context.Context, conn *client.Conn, fs wire.ForwardedSession)
 			return 0, fmt.Errorf("FORWARDED_SESSION answered with %s", f.Op)
 		}
 	}
+}
+
+// DialRaw opens a stream to peer over link and logs in on it as @node
+// (HELLO without resume, then AUTH; docs/protocol.md#handshake), and hands
+// the stream over to a caller that speaks frames itself — a replication
+// follower, whose frames the client connection would not let through.
+// The login must finish before ctx ends.
+func (u Login) DialRaw(ctx context.Context, link core.Link) (core.Stream, error) {
+	s, err := link.OpenStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { s.Abort() })
+	err = u.rawLogin(s)
+	if !stop() {
+		err = errors.Join(ctx.Err(), err)
+	}
+	if err != nil {
+		s.Abort()
+		return nil, fmt.Errorf("%w: log in to %s: %v", core.ErrPeerRefused, link.Peer().ID, err)
+	}
+	return s, nil
+}
+
+// rawLogin runs HELLO and AUTH on s.
+func (u Login) rawLogin(s core.Stream) error {
+	steps := []struct {
+		op       wire.Op
+		body     wire.Encoder
+		ok, fail wire.Op
+	}{
+		{wire.OpHello, &wire.Hello{ClientName: "fibril-peer " + string(u.Self), ClientVersion: "1", ProtocolVersion: wire.ProtocolVersion}, wire.OpHelloOK, wire.OpHelloErr},
+		{wire.OpAuth, &wire.Auth{Username: NodePrincipal, Password: u.Secret}, wire.OpAuthOK, wire.OpAuthErr},
+	}
+	buf := make([]byte, 0, 4<<10)
+	for i, st := range steps {
+		if _, err := s.Write(wire.AppendFrame(nil, st.op, uint64(i+1), st.body)); err != nil {
+			return err
+		}
+		h, body, err := wire.ReadFrame(s, buf, 64<<10)
+		if err != nil {
+			return err
+		}
+		switch h.Op {
+		case st.ok:
+		case st.fail, wire.OpError:
+			var e wire.ErrorBody
+			if err := e.Decode(body); err != nil {
+				return fmt.Errorf("%v refused (malformed answer: %v)", st.op, err)
+			}
+			return fmt.Errorf("%v refused with %d: %s", st.op, e.Code, e.Message)
+		default:
+			return fmt.Errorf("%v answered with %v", st.op, h.Op)
+		}
+	}
+	return nil
 }
