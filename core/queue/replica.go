@@ -87,3 +87,40 @@ func (m *Manager) CloseReplica(key Key, n uint32) error {
 	delete(q.replicas, n)
 	return lg.Close()
 }
+
+// TruncateReplica cuts the follower's replica of partition n back so that
+// next is its next offset (storage.TruncatePartition): the records a
+// former owner or a deposed owner's follower holds beyond what the new
+// owner has. The replica is closed, cut and opened again; it returns the
+// reopened storage.
+func (m *Manager) TruncateReplica(key Key, n uint32, next uint64) (*storage.Partition, error) {
+	key = key.norm()
+	v, ok := m.queues.Load(key)
+	if !ok {
+		return nil, core.Errorf(core.ErrNotFound, "queue %s is not declared", key)
+	}
+	q := v.(*queue)
+	q.openMu.Lock()
+	defer q.openMu.Unlock()
+	lg := q.replicas[n]
+	if lg == nil {
+		return nil, core.Errorf(core.ErrConflict, "partition %d of queue %s is not open as a replica", n, q.key)
+	}
+	delete(q.replicas, n)
+	if err := lg.Close(); err != nil {
+		return nil, err
+	}
+	dir := partitionDir(m.opts.Dir, q.key, n)
+	if err := storage.TruncatePartition(dir, next, m.opts.Storage); err != nil {
+		return nil, err
+	}
+	if m.closed.Load() {
+		return nil, errClosed()
+	}
+	lg, err := storage.OpenPartition(dir, m.opts.Storage)
+	if err != nil {
+		return nil, err
+	}
+	q.replicas[n] = lg
+	return lg, nil
+}

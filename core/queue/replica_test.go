@@ -101,3 +101,31 @@ func TestReplicaIsServedLikeARecoveredPartition(t *testing.T) {
 		t.Fatalf("redelivery of the NACKed message: retries header %q %t, want 1", v, ok)
 	}
 }
+
+// A replica cut back holds what came before the cut, and nothing after.
+func TestTruncateReplica(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.LazyPartitions = true })
+	p := e.part("orders", 0)
+	e.pubN(p, 10, "m")
+	e.restart() // the engine no longer holds the partition open
+	key := Key{Topic: "orders"}
+	if _, err := e.m.TruncateReplica(key, 0, 4); !errors.Is(err, core.ErrConflict) {
+		t.Fatalf("truncating a partition not open as a replica: %v", err)
+	}
+	rep, err := e.m.OpenReplica(key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err = e.m.TruncateReplica(key, 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, next := rep.Bounds(); next != 4 {
+		t.Fatalf("replica next %d after the cut at 4", next)
+	}
+	if err := e.m.CloseReplica(key, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.part("orders", 0).Depth(); d.Ready != 4 {
+		t.Fatalf("served after the cut: %+v, want 4 ready", d)
+	}
+}

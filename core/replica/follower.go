@@ -15,8 +15,20 @@ import (
 
 // ErrDiverged: the follower's log holds records past the owner's end. It
 // must be cut back (storage.TruncatePartition, on the closed partition)
-// before it follows again.
+// before it follows again; a *DivergedError says where.
 var ErrDiverged = errors.New("replica: the follower's log is ahead of the owner's")
+
+// DivergedError is ErrDiverged with the offsets: the follower keeps its
+// records below OwnerNext.
+type DivergedError struct {
+	OwnerNext, FollowerNext uint64
+}
+
+func (e *DivergedError) Error() string {
+	return fmt.Sprintf("%v: follower next %d, owner next %d", ErrDiverged, e.FollowerNext, e.OwnerNext)
+}
+
+func (e *DivergedError) Is(target error) bool { return target == ErrDiverged }
 
 // Follower replicates one partition from its owner into Log.
 type Follower struct {
@@ -158,7 +170,7 @@ func (f *Follower) catchUp(fr *frames) error {
 		first, next := f.Log.Bounds()
 		switch {
 		case next > cp.MessageNextOffset:
-			return fmt.Errorf("%w: follower next %d, owner next %d", ErrDiverged, next, cp.MessageNextOffset)
+			return &DivergedError{OwnerNext: cp.MessageNextOffset, FollowerNext: next}
 		case next < cp.MessageCheckpointOffset:
 			return fmt.Errorf("replica: the owner's log starts at %d, after this follower's end %d (first %d): starting a replica past offset 0 is not built yet", cp.MessageCheckpointOffset, next, first)
 		case next == cp.MessageNextOffset:
@@ -330,7 +342,7 @@ func (f *Follower) apply(b *wire.ReadOK, rep *reporter) error {
 		})
 		var om *storage.OffsetMismatchError
 		if errors.As(err, &om) && om.Next > om.Want {
-			return fmt.Errorf("%w: %v", ErrDiverged, err)
+			return &DivergedError{OwnerNext: om.Want, FollowerNext: om.Next}
 		}
 		if err != nil {
 			return err

@@ -188,8 +188,10 @@ func TestFollowerAheadOfTheOwnerDiverged(t *testing.T) {
 	fill(t, owner, 0, 10)
 	fill(t, follower, 0, 12)
 	stop := newPair(t, owner, follower, nil).run()
-	if err := stop(); !errors.Is(err, ErrDiverged) {
-		t.Fatalf("Run: %v, want ErrDiverged", err)
+	err := stop()
+	var de *DivergedError
+	if !errors.Is(err, ErrDiverged) || !errors.As(err, &de) || de.OwnerNext != 10 || de.FollowerNext != 12 {
+		t.Fatalf("Run: %v, want ErrDiverged at owner next 10, follower next 12", err)
 	}
 	if _, next := follower.Bounds(); next != 12 {
 		t.Fatalf("follower next %d, want 12 untouched", next)
