@@ -35,6 +35,7 @@ type Partition struct {
 	log   *storage.Partition // nil when the partition could not be opened
 
 	broken atomic.Pointer[error] // quarantined or failed: every call answers it
+	epoch  atomic.Uint64         // the assignment epoch the log's history ends with, once known (BeginEpoch)
 
 	mu     sync.Mutex
 	closed bool // the manager is shutting down

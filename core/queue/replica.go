@@ -32,6 +32,26 @@ func (p *Partition) ReplicationCheckpoint() (eventNext uint64, settled, engine [
 	return eventNext, settled, p.snapshotLocked()
 }
 
+// BeginEpoch records, before the owner appends under assignment epoch
+// epoch, that the log's records from here on are written in it
+// (storage.Partition.BeginEpoch; the epoch history replicas compare). It
+// costs an atomic load once the epoch is recorded. An epoch older than the
+// history's last is refused: this broker was deposed.
+func (p *Partition) BeginEpoch(epoch uint64) error {
+	if p.epoch.Load() == epoch {
+		return nil
+	}
+	lg, err := p.ReplicationLog()
+	if err != nil {
+		return err
+	}
+	if err := lg.BeginEpoch(epoch); err != nil {
+		return core.Errorf(core.ErrUnavailable, "%s: %v", p.name, err)
+	}
+	p.epoch.Store(epoch)
+	return nil
+}
+
 // OpenReplica opens, for a follower, the storage of partition n of a
 // declared queue, in the directory and with the storage options the
 // engine uses, without loading it into the engine. It is refused while the

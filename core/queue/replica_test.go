@@ -129,3 +129,23 @@ func TestTruncateReplica(t *testing.T) {
 		t.Fatalf("served after the cut: %+v, want 4 ready", d)
 	}
 }
+
+// The owner records each assignment epoch in the log's history once; an
+// older epoch is refused.
+func TestBeginEpoch(t *testing.T) {
+	e := newEnv(t)
+	p := e.part("orders", 0)
+	for _, ep := range []uint64{3, 3, 5} {
+		if err := p.BeginEpoch(ep); err != nil {
+			t.Fatal(err)
+		}
+		e.pubN(p, 2, "m")
+	}
+	lg, _ := p.ReplicationLog()
+	if got := lg.Epochs(); len(got) != 2 || got[0] != (storage.EpochStart{Epoch: 3, Start: 0}) || got[1] != (storage.EpochStart{Epoch: 5, Start: 4}) {
+		t.Fatalf("history %v", got)
+	}
+	if err := p.BeginEpoch(4); !errors.Is(err, core.ErrUnavailable) {
+		t.Fatalf("an older epoch: %v, want unavailable", err)
+	}
+}

@@ -200,6 +200,11 @@ func (f *Follower) catchUp(fr *frames) error {
 		if len(recs) > int(cp.MessageNextOffset-next) {
 			recs = recs[:cp.MessageNextOffset-next] // the owner grew meanwhile: stop at the checkpoint
 		}
+		if m.Batch.Epoch > 0 {
+			if err := f.Log.BeginEpochAt(m.Batch.Epoch, next); err != nil {
+				return err
+			}
+		}
 		done := make(chan error, 1)
 		if err := f.Log.AppendReplica(next, recs, func(_ uint64, err error) { done <- err }); err != nil {
 			return err
@@ -332,6 +337,12 @@ func (f *Follower) apply(b *wire.ReadOK, rep *reporter) error {
 	var recCost uint64
 	for _, r := range m.Batch.Records {
 		recCost += uint64(len(r.Headers) + len(r.Payload))
+	}
+	if len(recs) > 0 && m.Batch.Epoch > 0 {
+		// The owner's history: these records were written in that epoch.
+		if err := f.Log.BeginEpochAt(m.Batch.Epoch, recs[0].Offset); err != nil {
+			return err
+		}
 	}
 	if len(recs) > 0 {
 		next := m.Batch.NextOffset

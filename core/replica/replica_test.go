@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -157,13 +158,23 @@ func caughtUp(owner, follower *storage.Partition) func() bool {
 func TestFollowerCatchesUpAndStreams(t *testing.T) {
 	fsys := faultfs.New()
 	owner, follower := open(t, fsys, "/owner"), open(t, fsys, "/follower")
-	fill(t, owner, 0, 200)
+	if err := owner.BeginEpoch(2); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, owner, 0, 120)
+	if err := owner.BeginEpoch(4); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, owner, 120, 80)
 	if err := owner.Settle(1, 5, 9); err != nil {
 		t.Fatal(err)
 	}
 	pr := newPair(t, owner, follower, nil)
 	stop := pr.run()
 	testkit.Eventually(t, 10*time.Second, "the follower to catch up", caughtUp(owner, follower))
+	if err := owner.BeginEpoch(6); err != nil {
+		t.Fatal(err)
+	}
 	fill(t, owner, 200, 300)
 	for off := uint64(100); off < 400; off += 3 {
 		if err := owner.Settle(off); err != nil {
@@ -178,6 +189,9 @@ func TestFollowerCatchesUpAndStreams(t *testing.T) {
 		t.Logf("follower stopped with %v", err)
 	}
 	sameState(t, owner, follower)
+	if a, b := owner.Epochs(), follower.Epochs(); !slices.Equal(a, b) {
+		t.Fatalf("epoch history: owner %v, follower %v", a, b)
+	}
 }
 
 // A follower whose log is ahead of the owner's is told so, and appends

@@ -77,8 +77,26 @@ func (r *SessionRouter) Route(ref core.PartitionRef, publish bool, version uint6
 		if err := r.MarkWritten(d.Partition); err != nil {
 			return session.Route{Err: err}
 		}
+		if err := r.beginEpoch(snap, d.Partition); err != nil {
+			return session.Route{Err: err}
+		}
 	}
 	return session.Route{Serve: true}
+}
+
+// beginEpoch has a queue partition's log record the assignment epoch
+// before the first append under it (queue.Partition.BeginEpoch): the
+// epoch history replicas compare to find where their logs part.
+func (r *SessionRouter) beginEpoch(snap *cluster.Snapshot, p cluster.Partition) error {
+	q := snap.Queue(p.Ref.Topic, p.Ref.Group)
+	if q == nil {
+		return nil // a stream: its replication comes later
+	}
+	qp, err := r.Queues.Partition(q.Info.Key, p.Ref.Partition)
+	if err != nil {
+		return err
+	}
+	return qp.BeginEpoch(p.Epoch)
 }
 
 // catchUp gives a view that may trail a fresh declaration or placement
