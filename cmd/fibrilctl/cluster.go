@@ -186,8 +186,13 @@ func runSettings(ctx context.Context, g *globals, e *env, args []string) error {
 			if !known {
 				return usagef("unknown settings group %q", grp)
 			}
-			if _, known := group[key]; !known {
+			prev, known := group[key]
+			if !known {
 				return usagef("unknown setting %s.%s", grp, key)
+			}
+			if _, isString := prev.(string); isString { // replication.durability: the broker checks the form
+				group[key] = val
+				continue
 			}
 			n, err := strconv.ParseInt(val, 10, 64)
 			if err != nil {

@@ -428,6 +428,14 @@ func TestSettings(t *testing.T) {
 	if r := ctl(t, "", "settings", "set", "partitioning.default_partition_count=0"); r.code != exitFail || !strings.Contains(r.stderr, "default_partition_count") {
 		t.Fatalf("invalid value: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// A string setting is sent as written; the broker checks its form.
+	mustOK(t, ctl(t, "", "settings", "set", "replication.durability=replica_durable:2"), "settings set durability")
+	if r := ctl(t, "", "settings", "get"); !strings.Contains(r.stdout, "replication.durability = replica_durable:2") {
+		t.Fatalf("after setting the durability: %q", r.stdout)
+	}
+	if r := ctl(t, "", "settings", "set", "replication.durability=quorum"); r.code != exitFail || !strings.Contains(r.stderr, "replication.durability") {
+		t.Fatalf("invalid durability: exit %d, stderr %q", r.code, r.stderr)
+	}
 }
 
 // cluster and topology --owners need a cluster: a standalone broker's admin
