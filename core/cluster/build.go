@@ -14,10 +14,13 @@ import (
 )
 
 // encodeAssignment is the stored form of an Assignment: "<epoch> <node>"
-// plus " written" once marked. A line of text rather than JSON because a
+// plus " written" once marked, plus " followers=<a>,<b>" when the
+// partition has followers. A line of text rather than JSON because a
 // snapshot decodes every assignment of the cluster on a full rebuild
-// (10,000 partitions in well under the 5 ms budget), and node ids hold no
-// spaces (config checks them).
+// (10,000 partitions in well under the 5 ms budget); node ids hold no
+// spaces, commas or '=' (config checks them). An assignment without
+// followers encodes to the same bytes as before followers existed, so a
+// cluster that keeps one copy writes what earlier versions wrote.
 func encodeAssignment(a Assignment) []byte {
 	b := strconv.AppendUint(nil, a.Epoch, 10)
 	b = append(b, ' ')
@@ -25,9 +28,20 @@ func encodeAssignment(a Assignment) []byte {
 	if a.Written {
 		b = append(b, " written"...)
 	}
+	for i, f := range a.Followers {
+		if i == 0 {
+			b = append(b, " followers="...)
+		} else {
+			b = append(b, ',')
+		}
+		b = append(b, f...)
+	}
 	return b
 }
 
+// decodeAssignment reads encodeAssignment's form: the epoch, the owner,
+// then flags. A flag it does not know is skipped, so a later version may
+// add one without making this one drop the partition from its view.
 func decodeAssignment(b []byte) (Assignment, bool) {
 	sp := bytes.IndexByte(b, ' ')
 	if sp <= 0 {
@@ -37,15 +51,34 @@ func decodeAssignment(b []byte) (Assignment, bool) {
 	if err != nil {
 		return Assignment{}, false
 	}
-	rest := b[sp+1:]
 	a := Assignment{Epoch: epoch}
-	if n, ok := bytes.CutSuffix(rest, []byte(" written")); ok {
-		a.Written, rest = true, n
-	}
-	if len(rest) == 0 || bytes.IndexByte(rest, ' ') >= 0 {
+	rest := b[sp+1:]
+	node, rest, more := bytes.Cut(rest, []byte{' '})
+	if len(node) == 0 {
 		return Assignment{}, false
 	}
-	a.Node = core.NodeID(rest)
+	a.Node = core.NodeID(node)
+	for more {
+		var tok []byte
+		tok, rest, more = bytes.Cut(rest, []byte{' '})
+		switch {
+		case string(tok) == "written":
+			a.Written = true
+		case bytes.HasPrefix(tok, []byte("followers=")):
+			list := tok[len("followers="):]
+			a.Followers = make([]core.NodeID, 0, bytes.Count(list, []byte{','})+1)
+			for more := true; more; {
+				var f []byte
+				f, list, more = bytes.Cut(list, []byte{','})
+				if len(f) == 0 {
+					return Assignment{}, false
+				}
+				a.Followers = append(a.Followers, core.NodeID(f))
+			}
+		case len(tok) == 0:
+			return Assignment{}, false // a double or trailing space: not ours
+		}
+	}
 	return a, true
 }
 
@@ -284,10 +317,12 @@ func full(kvs []core.KV, index uint64) *Snapshot {
 }
 
 // fingerprints hash what a client's routing depends on: every partition's
-// owner and epoch, each channel's count and partitioning version, and
-// every member's liveness, advertised endpoints, visibility and draining
-// flag. Two snapshots with the same fingerprint route every client the
-// same way (S-119), so the topology generation moves only when it does.
+// owner, each channel's count and partitioning version, and every
+// member's liveness, advertised endpoints, visibility and draining flag.
+// Two snapshots with the same fingerprint route every client the same way
+// (S-119), so the topology generation moves only when it does. The epoch
+// is left out: it also moves when only the followers change (S-134),
+// which clients never see, and an owner change changes the owner anyway.
 type fpHash struct {
 	h   interface{ Write([]byte) (int, error) }
 	buf [8]byte
@@ -306,7 +341,6 @@ func (f *fpHash) str(v string) {
 func partsFingerprint(f *fpHash, parts []Partition) {
 	for _, p := range parts {
 		f.str(string(p.Node))
-		f.num(p.Epoch)
 	}
 }
 
