@@ -112,6 +112,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		changed: make(chan struct{}),
 		labels:  opts.Self.Labels.Clone(),
 	}
+	if c.labels == nil {
+		c.labels = core.Labels{}
+	}
+	c.labels[core.LabelFollowers] = "1"
 	if opts.TargetFollowers != nil {
 		c.SetTargetFollowers(opts.TargetFollowers)
 	}

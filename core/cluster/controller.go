@@ -119,7 +119,8 @@ func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.
 			}
 		}
 	})
-	target, planFollowers := c.followerTarget()
+	target, known := c.followerTarget()
+	planFollowers := known && allReadFollowers(snap)
 	fp := &followerPlan{snap: snap, deadSince: deadSince, now: now, margin: c.Margin(),
 		candidates: candidates, target: target, total: ftotal}
 	var later []pendingWrite
@@ -179,7 +180,7 @@ func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.
 	for _, w := range later {
 		_ = c.assign(ctx, w.p, w.next)
 	}
-	if planFollowers {
+	if known {
 		c.stats.UnderReplicated.Store(int64(snap.UnderReplicated(target)))
 	}
 }

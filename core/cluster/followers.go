@@ -28,6 +28,19 @@ func (c *Cluster) followerTarget() (int, bool) {
 	return max((*f)(), 0), true
 }
 
+// allReadFollowers reports whether every live node can read assignments
+// with followers (core.LabelFollowers): until then a record with
+// followers would vanish from an older node's view, and with it the
+// partition.
+func allReadFollowers(snap *Snapshot) bool {
+	for _, m := range snap.LiveNodes() {
+		if m.Info.Labels[core.LabelFollowers] == "" {
+			return false
+		}
+	}
+	return true
+}
+
 // followerPlan chooses followers for one pass of the controller (S-133).
 // The rules, for a partition whose owner is settled:
 //

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -487,4 +488,43 @@ func TestDrainingFollowerKeptUntilReplaced(t *testing.T) {
 			t.Fatalf("%+v: d did not replace c", p)
 		}
 	}
+}
+
+// A live node of a version before followers (no fibril/followers label)
+// could not read an assignment with followers, so none is planned while
+// it is live; once it is gone, every partition gets its followers.
+func TestNoFollowersWhileAnOldNodeIsLive(t *testing.T) {
+	tc := newTestCluster(t, "a", "b", "c")
+	ctx := context.Background()
+	old := tc.store.Member("old")
+	t.Cleanup(func() { _ = old.Close() })
+	lease, err := old.GrantLease(ctx, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := core.NodeInfo{ID: "old", PeerAddr: "127.0.0.1:1", Labels: core.Labels{core.LabelAdvertise: "127.0.0.1:9099"}}
+	b, _ := json.Marshal(info)
+	if _, err := old.CompareAndSet(ctx, memberKey("old"), b, core.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lease.Put(ctx, nodeKey("old"), b, core.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	a := tc.nodes["a"]
+	testkit.Eventually(t, 5*time.Second, "the old node live", func() bool { return a.Snapshot().Live("old") })
+	tc.settle()
+	declare(t, a.Cluster, "orders", 4)
+	testkit.Eventually(t, 5*time.Second, "placed", func() bool { return allPlaced(a.Snapshot(), "orders") })
+	time.Sleep(5 * testHeartbeat) // several controller passes
+	for _, p := range a.Snapshot().Queue("orders", "").Parts {
+		if len(p.Followers) != 0 {
+			t.Fatalf("%+v: followers planned while a node that cannot read them is live", p)
+		}
+	}
+	if err := lease.Revoke(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "followers once the old node is gone", func() bool {
+		return placedWith(a.Snapshot(), "orders", 2)
+	})
 }
