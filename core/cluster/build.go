@@ -42,7 +42,56 @@ func encodeAssignment(a Assignment) []byte {
 // decodeAssignment reads encodeAssignment's form: the epoch, the owner,
 // then flags. A flag it does not know is skipped, so a later version may
 // add one without making this one drop the partition from its view.
-func decodeAssignment(b []byte) (Assignment, bool) {
+func decodeAssignment(b []byte) (Assignment, bool) { return (*decoder)(nil).assignment(b) }
+
+// decoder decodes many assignments at once (a full rebuild) with few
+// allocations: node ids come from a handful of nodes, so each is
+// allocated once and shared, and follower lists are cut from one backing
+// array (each with its capacity capped, so appending to one never writes
+// into the next). A nil decoder allocates per call.
+type decoder struct {
+	known []core.NodeID          // the first few ids, scanned (faster than hashing)
+	ids   map[string]core.NodeID // the rest
+	arena []core.NodeID
+}
+
+// knownScan is how many ids are found by scanning before the map.
+const knownScan = 8
+
+// Separators and flags of the assignment line, allocated once.
+var (
+	sepSpace      = []byte{' '}
+	sepComma      = []byte{','}
+	flagFollowers = []byte("followers=")
+)
+
+// arenaChunk is how many follower ids one backing array holds.
+const arenaChunk = 4096
+
+func newDecoder() *decoder { return &decoder{ids: make(map[string]core.NodeID)} }
+
+func (d *decoder) id(b []byte) core.NodeID {
+	if d == nil {
+		return core.NodeID(b)
+	}
+	for _, id := range d.known {
+		if string(id) == string(b) {
+			return id
+		}
+	}
+	if id, ok := d.ids[string(b)]; ok {
+		return id
+	}
+	id := core.NodeID(b)
+	if len(d.known) < knownScan {
+		d.known = append(d.known, id)
+	} else {
+		d.ids[string(id)] = id
+	}
+	return id
+}
+
+func (d *decoder) assignment(b []byte) (Assignment, bool) {
 	sp := bytes.IndexByte(b, ' ')
 	if sp <= 0 {
 		return Assignment{}, false
@@ -53,27 +102,42 @@ func decodeAssignment(b []byte) (Assignment, bool) {
 	}
 	a := Assignment{Epoch: epoch}
 	rest := b[sp+1:]
-	node, rest, more := bytes.Cut(rest, []byte{' '})
+	node, rest, more := bytes.Cut(rest, sepSpace)
 	if len(node) == 0 {
 		return Assignment{}, false
 	}
-	a.Node = core.NodeID(node)
+	a.Node = d.id(node)
 	for more {
 		var tok []byte
-		tok, rest, more = bytes.Cut(rest, []byte{' '})
+		tok, rest, more = bytes.Cut(rest, sepSpace)
 		switch {
 		case string(tok) == "written":
 			a.Written = true
-		case bytes.HasPrefix(tok, []byte("followers=")):
-			list := tok[len("followers="):]
-			a.Followers = make([]core.NodeID, 0, bytes.Count(list, []byte{','})+1)
+		case bytes.HasPrefix(tok, flagFollowers):
+			list := tok[len(flagFollowers):]
+			count := bytes.Count(list, sepComma) + 1
+			var buf []core.NodeID
+			switch {
+			case d == nil:
+				buf = make([]core.NodeID, 0, count)
+			case cap(d.arena)-len(d.arena) < count: // a new chunk; earlier lists keep the old one
+				d.arena = make([]core.NodeID, 0, max(arenaChunk, count))
+				fallthrough
+			default:
+				buf = d.arena
+			}
+			from := len(buf)
 			for more := true; more; {
 				var f []byte
-				f, list, more = bytes.Cut(list, []byte{','})
+				f, list, more = bytes.Cut(list, sepComma)
 				if len(f) == 0 {
 					return Assignment{}, false
 				}
-				a.Followers = append(a.Followers, core.NodeID(f))
+				buf = append(buf, d.id(f))
+			}
+			a.Followers = buf[from:len(buf):len(buf)]
+			if d != nil {
+				d.arena = buf
 			}
 		case len(tok) == 0:
 			return Assignment{}, false // a double or trailing space: not ours
@@ -279,12 +343,13 @@ func full(kvs []core.KV, index uint64) *Snapshot {
 			s.Streams = append(s.Streams, st)
 		}
 	}
+	dec := newDecoder()
 	for _, kv := range kvs {
 		if !strings.HasPrefix(kv.Key, prefixAssign) {
 			continue
 		}
 		topic, group, n, ok := parseAssignRef(kv.Key)
-		a, ok2 := decodeAssignment(kv.Value)
+		a, ok2 := dec.assignment(kv.Value)
 		if !ok || !ok2 {
 			continue
 		}

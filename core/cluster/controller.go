@@ -122,7 +122,7 @@ func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.
 	target, known := c.followerTarget()
 	planFollowers := known && allReadFollowers(snap)
 	fp := &followerPlan{snap: snap, deadSince: deadSince, now: now, margin: c.Margin(),
-		candidates: candidates, target: target, total: ftotal}
+		candidates: candidates, target: target, total: ftotal, presentMembers: -1}
 	var later []pendingWrite
 	channel := func(name string, parts []Partition) {
 		per := make(map[core.NodeID]int)

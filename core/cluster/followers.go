@@ -70,40 +70,102 @@ type followerPlan struct {
 	candidates []core.NodeID // live, non-draining, sorted
 	target     int
 	per, total map[core.NodeID]int // follower roles in the channel, in all
+	// presentMembers counts the members present (live, or dead for less
+	// than the margin); -1 until counted, once per pass.
+	presentMembers int
+	states         map[core.NodeID]uint8
+}
+
+// settled reports whether prev needs no change for owner: every follower
+// present, not the owner, distinct, and none draining while a
+// replacement exists.
+func (fp *followerPlan) settled(prev []core.NodeID, owner core.NodeID) bool {
+	for i, f := range prev {
+		if f == owner || !fp.present(f) || slices.Contains(prev[:i], f) {
+			return false
+		}
+		if fp.draining(f) {
+			for _, id := range fp.candidates {
+				if id != owner && !slices.Contains(prev, id) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// Node states, worked out once per pass per node (nodeState): a pass
+// asks about the same few nodes for every partition.
+const (
+	stMember   = 1 << iota // has a member record
+	stLive                 // holds a live lease
+	stPresent              // live, or dead for less than Margin
+	stDraining             // live and draining
+)
+
+func (fp *followerPlan) nodeState(id core.NodeID) uint8 {
+	if st, ok := fp.states[id]; ok {
+		return st
+	}
+	var st uint8
+	if m := fp.snap.Members[id]; m != nil {
+		st |= stMember
+		if m.Live {
+			st |= stLive
+			if m.Info.Draining() {
+				st |= stDraining
+			}
+		}
+	}
+	if st&stLive != 0 {
+		st |= stPresent
+	} else if since, ok := fp.deadSince[id]; ok && fp.now.Sub(since) < fp.margin {
+		st |= stPresent
+	}
+	if fp.states == nil {
+		fp.states = make(map[core.NodeID]uint8)
+	}
+	fp.states[id] = st
+	return st
 }
 
 // present reports whether id may still count as a copy: live, or dead
 // for less than Margin.
-func (fp *followerPlan) present(id core.NodeID) bool {
-	if fp.snap.Live(id) {
-		return true
-	}
-	since, ok := fp.deadSince[id]
-	return ok && fp.now.Sub(since) < fp.margin
-}
+func (fp *followerPlan) present(id core.NodeID) bool { return fp.nodeState(id)&stPresent != 0 }
 
-func (fp *followerPlan) draining(id core.NodeID) bool {
-	m := fp.snap.Members[id]
-	return m != nil && m.Live && m.Info.Draining()
-}
+func (fp *followerPlan) draining(id core.NodeID) bool { return fp.nodeState(id)&stDraining != 0 }
+
+func (fp *followerPlan) live(id core.NodeID) bool { return fp.nodeState(id)&stLive != 0 }
+
+func (fp *followerPlan) member(id core.NodeID) bool { return fp.nodeState(id)&stMember != 0 }
 
 // choose returns the followers of a partition owned by owner whose
 // current followers are prev, updating the role counts for the change.
 // It returns prev itself when nothing changes.
 func (fp *followerPlan) choose(prev []core.NodeID, owner core.NodeID, rotation int) []core.NodeID {
 	// The nodes that could hold a copy besides the owner cap the target.
-	pool := 0
-	for _, id := range fp.snap.MemberIDs {
-		if id != owner && fp.present(id) {
-			pool++
+	if fp.presentMembers < 0 {
+		fp.presentMembers = 0
+		for _, id := range fp.snap.MemberIDs {
+			if fp.present(id) {
+				fp.presentMembers++
+			}
 		}
 	}
+	pool := fp.presentMembers
+	if fp.member(owner) && fp.present(owner) {
+		pool--
+	}
 	for _, f := range prev {
-		if f != owner && fp.snap.Members[f] == nil && fp.present(f) {
+		if f != owner && !fp.member(f) && fp.present(f) {
 			pool++ // assigned, not registered (yet); counted like a member
 		}
 	}
 	target := min(fp.target, pool)
+	if len(prev) == target && fp.settled(prev, owner) {
+		return prev // the common case, without allocating
+	}
 
 	var kept []core.NodeID
 	for _, f := range prev {
@@ -131,7 +193,7 @@ func (fp *followerPlan) choose(prev []core.NodeID, owner core.NodeID, rotation i
 	if len(kept) > target {
 		rank := func(f core.NodeID) int {
 			switch {
-			case !fp.snap.Live(f):
+			case !fp.live(f):
 				return 2
 			case fp.draining(f):
 				return 1

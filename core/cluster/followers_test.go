@@ -335,7 +335,14 @@ func TestWrittenMarkSurvivesFollowerChange(t *testing.T) {
 	tc.settle()
 	a := tc.nodes["a"]
 	declare(t, a.Cluster, "orders", 3)
-	testkit.Eventually(t, 5*time.Second, "placed", func() bool { return placedWith(a.Snapshot(), "orders", 2) })
+	testkit.Eventually(t, 5*time.Second, "placed in every view", func() bool {
+		for _, n := range tc.nodes {
+			if !placedWith(n.Snapshot(), "orders", 2) {
+				return false
+			}
+		}
+		return true
+	})
 	p0 := a.Snapshot().Queue("orders", "").Parts[0]
 	owner := tc.nodes[p0.Node]
 	if err := owner.MarkWritten(context.Background(), p0.Ref); err != nil {
