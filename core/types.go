@@ -40,6 +40,12 @@ const (
 	// (core/forward/README.md#observability).
 	LabelUpstreamSessions  = "fibril/upstream_sessions"
 	LabelForwardedSessions = "fibril/forwarded_sessions"
+	// LabelFollowers is "1" on a node that reads assignments with
+	// followers. A version before followers cannot read such a record (it
+	// would drop the partition from its view), so the placement
+	// controller plans followers only while every live node carries it:
+	// a rolling upgrade gets followers once its last old node is gone.
+	LabelFollowers = "fibril/followers"
 )
 
 // Labels are a node's key/value annotations.

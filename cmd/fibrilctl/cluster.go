@@ -16,7 +16,12 @@ type clusterView struct {
 	Self       string `json:"self"`
 	Index      uint64 `json:"index"`
 	Generation uint64 `json:"generation"`
-	Nodes      []struct {
+	// Replication is absent from brokers that predate followers.
+	Replication *struct {
+		TargetFollowers int `json:"target_followers"`
+		UnderReplicated int `json:"under_replicated"`
+	} `json:"replication"`
+	Nodes []struct {
 		ID         string            `json:"id"`
 		Live       bool              `json:"live"`
 		Visibility string            `json:"visibility"`
@@ -27,14 +32,18 @@ type clusterView struct {
 		Controller bool              `json:"controller"`
 	} `json:"nodes"`
 	Partitions []struct {
-		Topic     string   `json:"topic"`
-		Group     string   `json:"group"`
-		Kind      string   `json:"kind"`
-		Partition uint32   `json:"partition"`
-		Owner     string   `json:"owner"`
-		Epoch     uint64   `json:"epoch"`
-		Written   bool     `json:"written"`
-		OwnerLive bool     `json:"owner_live"`
+		Topic     string `json:"topic"`
+		Group     string `json:"group"`
+		Kind      string `json:"kind"`
+		Partition uint32 `json:"partition"`
+		Owner     string `json:"owner"`
+		Epoch     uint64 `json:"epoch"`
+		Written   bool   `json:"written"`
+		OwnerLive bool   `json:"owner_live"`
+		Followers []struct {
+			Node string `json:"node"`
+			Live bool   `json:"live"`
+		} `json:"followers"`
 		Endpoints []string `json:"client_endpoints"`
 	} `json:"partitions"`
 }
@@ -52,7 +61,8 @@ func fetchCluster(ctx context.Context, g *globals, e *env) (*clusterView, error)
 }
 
 // runCluster is `fibrilctl cluster`: one line per node of the cluster, as
-// the broker at --admin sees it.
+// the broker at --admin sees it (partitions owned and followed), then how
+// many partitions have fewer live followers than the target allows.
 func runCluster(ctx context.Context, g *globals, e *env, args []string) error {
 	fs := newFlagSet("cluster", "[--json]", g, e)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
@@ -68,12 +78,15 @@ func runCluster(ctx context.Context, g *globals, e *env, args []string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(v.Nodes)
 	}
-	owned := map[string]int{}
+	owned, followed := map[string]int{}, map[string]int{}
 	for _, p := range v.Partitions {
 		owned[p.Owner]++
+		for _, f := range p.Followers {
+			followed[f.Node]++
+		}
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tROLE\tPARTITIONS\tCLIENT ENDPOINTS\tPEER\tADMIN")
+	fmt.Fprintln(tw, "NODE\tSTATE\tROLE\tPARTITIONS\tFOLLOWING\tCLIENT ENDPOINTS\tPEER\tADMIN")
 	for _, n := range v.Nodes {
 		state := "dead"
 		if n.Live {
@@ -92,16 +105,24 @@ func runCluster(ctx context.Context, g *globals, e *env, args []string) error {
 		if eps == "" {
 			eps = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", n.ID, state, n.Visibility, owned[n.ID], eps, n.PeerAddr, n.AdminAddr)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", n.ID, state, n.Visibility, owned[n.ID], followed[n.ID], eps, n.PeerAddr, n.AdminAddr)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r := v.Replication; r != nil {
+		fmt.Fprintf(e.stdout, "\nunder-replicated partitions: %d (target %d followers, at most live brokers - 1)\n",
+			r.UnderReplicated, r.TargetFollowers)
+	}
+	return nil
 }
 
-// printOwners prints one line per partition with its owner node and the
-// client endpoints a client would dial (`fibrilctl topology --owners`).
+// printOwners prints one line per partition with its owner node, its
+// followers and the client endpoints a client would dial (`fibrilctl
+// topology --owners`).
 func printOwners(e *env, v *clusterView) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tTOPIC\tGROUP\tPARTITION\tOWNER\tEPOCH\tWRITTEN\tCLIENT ENDPOINTS")
+	fmt.Fprintln(tw, "KIND\tTOPIC\tGROUP\tPARTITION\tOWNER\tFOLLOWERS\tEPOCH\tWRITTEN\tCLIENT ENDPOINTS")
 	for _, p := range v.Partitions {
 		grp := p.Group
 		if grp == "" {
@@ -118,7 +139,19 @@ func printOwners(e *env, v *clusterView) error {
 		if eps == "" {
 			eps = "(bootstrap)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%t\t%s\n", p.Kind, p.Topic, grp, p.Partition, owner, p.Epoch, p.Written, eps)
+		var fs []string
+		for _, f := range p.Followers {
+			if f.Live {
+				fs = append(fs, f.Node)
+			} else {
+				fs = append(fs, f.Node+"(dead)")
+			}
+		}
+		followers := strings.Join(fs, ",")
+		if followers == "" {
+			followers = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%t\t%s\n", p.Kind, p.Topic, grp, p.Partition, owner, followers, p.Epoch, p.Written, eps)
 	}
 	return tw.Flush()
 }
@@ -186,8 +219,13 @@ func runSettings(ctx context.Context, g *globals, e *env, args []string) error {
 			if !known {
 				return usagef("unknown settings group %q", grp)
 			}
-			if _, known := group[key]; !known {
+			prev, known := group[key]
+			if !known {
 				return usagef("unknown setting %s.%s", grp, key)
+			}
+			if _, isString := prev.(string); isString { // replication.durability: the broker checks the form
+				group[key] = val
+				continue
 			}
 			n, err := strconv.ParseInt(val, 10, 64)
 			if err != nil {

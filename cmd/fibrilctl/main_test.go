@@ -428,6 +428,14 @@ func TestSettings(t *testing.T) {
 	if r := ctl(t, "", "settings", "set", "partitioning.default_partition_count=0"); r.code != exitFail || !strings.Contains(r.stderr, "default_partition_count") {
 		t.Fatalf("invalid value: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// A string setting is sent as written; the broker checks its form.
+	mustOK(t, ctl(t, "", "settings", "set", "replication.durability=replica_durable:2"), "settings set durability")
+	if r := ctl(t, "", "settings", "get"); !strings.Contains(r.stdout, "replication.durability = replica_durable:2") {
+		t.Fatalf("after setting the durability: %q", r.stdout)
+	}
+	if r := ctl(t, "", "settings", "set", "replication.durability=quorum"); r.code != exitFail || !strings.Contains(r.stderr, "replication.durability") {
+		t.Fatalf("invalid durability: exit %d, stderr %q", r.code, r.stderr)
+	}
 }
 
 // cluster and topology --owners need a cluster: a standalone broker's admin
@@ -444,10 +452,10 @@ func TestClusterCommandsOnStandalone(t *testing.T) {
 // cluster and topology --owners render GET /admin/api/topology: here from a
 // canned answer, in the shape core/broker serves.
 func TestClusterCommandsRender(t *testing.T) {
-	const answer = `{"self":"node-1","index":40,"generation":31,
+	const answer = `{"self":"node-1","index":40,"generation":31,"replication":{"target_followers":2,"under_replicated":1},
 	 "nodes":[{"id":"node-1","live":true,"visibility":"public","draining":false,"peer_addr":"127.0.0.1:9876","admin_addr":"127.0.0.1:8081","labels":{"fibril/advertise":"127.0.0.1:9876"},"controller":true},
 	          {"id":"node-2","live":false,"visibility":"private","draining":true,"peer_addr":"127.0.0.1:9877","admin_addr":"127.0.0.1:8082","labels":{}}],
-	 "partitions":[{"topic":"orders","kind":"queue","partition":0,"owner":"node-1","epoch":1,"written":true,"owner_live":true,"client_endpoints":["127.0.0.1:9876"]},
+	 "partitions":[{"topic":"orders","kind":"queue","partition":0,"owner":"node-1","epoch":1,"written":true,"owner_live":true,"followers":[{"node":"node-2","live":false},{"node":"node-3","live":true}],"client_endpoints":["127.0.0.1:9876"]},
 	               {"topic":"orders","kind":"queue","partition":1,"owner":"node-2","epoch":2,"written":false,"owner_live":false,"client_endpoints":[]},
 	               {"topic":"orders","kind":"queue","partition":2,"epoch":0,"written":false,"owner_live":false,"client_endpoints":[]}]}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -462,14 +470,15 @@ func TestClusterCommandsRender(t *testing.T) {
 	admin := strings.TrimPrefix(srv.URL, "http://")
 	r := ctl(t, "", "--admin", admin, "cluster")
 	mustOK(t, r, "cluster")
-	for _, want := range []string{"live,controller,self", "dead,draining", "private", "127.0.0.1:9876"} {
+	for _, want := range []string{"live,controller,self", "dead,draining", "private", "127.0.0.1:9876", "FOLLOWING",
+		"under-replicated partitions: 1 (target 2 followers"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("cluster: no %q in\n%s", want, r.stdout)
 		}
 	}
 	r = ctl(t, "", "--admin", admin, "topology", "--owners")
 	mustOK(t, r, "topology --owners")
-	for _, want := range []string{"node-1", "true", "127.0.0.1:9876", "node-2 (dead)", "(unplaced)", "(bootstrap)"} {
+	for _, want := range []string{"node-1", "true", "127.0.0.1:9876", "node-2 (dead)", "(unplaced)", "(bootstrap)", "node-2(dead),node-3"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("topology --owners: no %q in\n%s", want, r.stdout)
 		}

@@ -12,8 +12,9 @@ import (
 )
 
 // topologyView is GET /admin/api/topology: nodes with labels, liveness and
-// visibility; partitions with owner, epoch and the written mark. nil in
-// standalone mode.
+// visibility; partitions with owner, epoch, the written mark and the
+// followers (each with its liveness); the follower target and how many
+// partitions fall short of it. nil in standalone mode.
 func (b *Broker) topologyView() any {
 	c := b.adminCluster.Load()
 	if c == nil {
@@ -30,6 +31,10 @@ func (b *Broker) topologyView() any {
 		Labels     core.Labels `json:"labels"`
 		Controller bool        `json:"controller,omitempty"`
 	}
+	type followerView struct {
+		Node core.NodeID `json:"node"`
+		Live bool        `json:"live"`
+	}
 	type partView struct {
 		Topic     string      `json:"topic"`
 		Group     string      `json:"group,omitempty"`
@@ -39,7 +44,10 @@ func (b *Broker) topologyView() any {
 		Epoch     uint64      `json:"epoch"`
 		Written   bool        `json:"written"`
 		OwnerLive bool        `json:"owner_live"`
-		Endpoints []string    `json:"client_endpoints"`
+		// Followers hold (once replication runs) the partition's other
+		// copies, in the controller's order; empty when it has none.
+		Followers []followerView `json:"followers"`
+		Endpoints []string       `json:"client_endpoints"`
 	}
 	out := struct {
 		Self       core.NodeID `json:"self"`
@@ -54,6 +62,13 @@ func (b *Broker) topologyView() any {
 		Coordination struct {
 			NoLivePublicBroker bool `json:"no_live_public_broker"`
 		} `json:"coordination"`
+		// Replication is the follower target in force and the placed
+		// partitions with fewer live followers than it allows
+		// (min(target, live nodes − 1); docs/cluster.md#replication).
+		Replication struct {
+			TargetFollowers int `json:"target_followers"`
+			UnderReplicated int `json:"under_replicated"`
+		} `json:"replication"`
 		Nodes      []nodeView `json:"nodes"`
 		Partitions []partView `json:"partitions"`
 	}{Self: c.self.ID, Index: snap.Index, Generation: snap.Generation, Nodes: []nodeView{}, Partitions: []partView{}}
@@ -61,6 +76,10 @@ func (b *Broker) topologyView() any {
 		out.AdoptionFloor = &f
 	}
 	out.Coordination.NoLivePublicBroker = len(snap.Gateways) == 0
+	if st := b.adminSettings.Load(); st != nil {
+		out.Replication.TargetFollowers = int(st.Current().Replication.TargetFollowers)
+	}
+	out.Replication.UnderReplicated = snap.UnderReplicated(out.Replication.TargetFollowers)
 	for _, id := range snap.MemberIDs {
 		m := snap.Members[id]
 		out.Nodes = append(out.Nodes, nodeView{ID: id, Live: m.Live, Visibility: string(m.Info.Visibility()),
@@ -69,7 +88,11 @@ func (b *Broker) topologyView() any {
 	}
 	add := func(kind string, p cluster.Partition) {
 		v := partView{Topic: p.Ref.Topic, Group: p.Ref.Group, Kind: kind, Partition: p.Ref.Partition,
-			Owner: p.Node, Epoch: p.Epoch, Written: p.Written, OwnerLive: p.Placed() && snap.Live(p.Node), Endpoints: []string{}}
+			Owner: p.Node, Epoch: p.Epoch, Written: p.Written, OwnerLive: p.Placed() && snap.Live(p.Node),
+			Followers: []followerView{}, Endpoints: []string{}}
+		for _, f := range p.Followers {
+			v.Followers = append(v.Followers, followerView{Node: f, Live: snap.Live(f)})
+		}
 		for _, e := range routing.ClientEndpoints(snap, p) {
 			v.Endpoints = append(v.Endpoints, e.String())
 		}

@@ -35,6 +35,18 @@ func (c *coordinated) registerMetrics(reg prometheus.Registerer) {
 			})
 			return float64(n)
 		}},
+		{"fibril_cluster_followed_partitions", "Partitions this node is a follower of.", func() float64 {
+			n := 0
+			snap().AllPartitions(func(p cluster.Partition) {
+				if p.HasFollower(c.self.ID) {
+					n++
+				}
+			})
+			return float64(n)
+		}},
+		{"fibril_cluster_under_replicated_partitions", "On the placement controller, partitions with fewer live followers than the follower target allows at its last pass; 0 on other nodes.", func() float64 {
+			return float64(c.cl.Stats().UnderReplicated.Load())
+		}},
 		{"fibril_cluster_snapshot_index", "Coordination index of the snapshot in force.", func() float64 { return float64(snap().Index) }},
 		{"fibril_topology_generation", "Topology generation in force.", func() float64 { return float64(snap().Generation) }},
 		{"fibril_cluster_adoption_floor", "Lowest adoption level published by live nodes: the oldest topology generation their clients have acknowledged.", func() float64 {

@@ -30,6 +30,9 @@ func (b *Broker) shareStores() error {
 		return err
 	}
 	b.users, b.settings = users, st
+	// The controller plans followers from the cluster's document only:
+	// the local one is a seed and may differ from what the cluster holds.
+	b.cluster.cl.SetTargetFollowers(func() int { return int(st.Current().Replication.TargetFollowers) })
 	b.adminUsers.Store(users)
 	b.adminSettings.Store(st)
 	b.adminCluster.Store(b.cluster)

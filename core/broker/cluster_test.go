@@ -427,3 +427,74 @@ func TestClusterReconcileDoesNotRestoreElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// The admin topology shows each partition's followers and their liveness,
+// the follower target and the under-replicated count; the target comes
+// from the cluster's runtime settings and a change applies without a
+// restart (docs/cluster.md#replication).
+func TestClusterTopologyShowsFollowers(t *testing.T) {
+	bs := startMemCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, bs[0])
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "copies", Partitions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	type view struct {
+		Replication struct {
+			TargetFollowers int `json:"target_followers"`
+			UnderReplicated int `json:"under_replicated"`
+		} `json:"replication"`
+		Partitions []struct {
+			Topic     string `json:"topic"`
+			Owner     string `json:"owner"`
+			Followers []struct {
+				Node string `json:"node"`
+				Live bool   `json:"live"`
+			} `json:"followers"`
+		} `json:"partitions"`
+	}
+	read := func() view {
+		_, body := adminDo(t, bs[1], "GET", "/admin/api/topology", "")
+		var v view
+		_ = json.Unmarshal([]byte(body), &v)
+		return v
+	}
+	followers := func(want int) func() bool {
+		return func() bool {
+			v := read()
+			n := 0
+			for _, p := range v.Partitions {
+				if p.Topic != "copies" {
+					continue
+				}
+				n++
+				if len(p.Followers) != want {
+					return false
+				}
+				for _, f := range p.Followers {
+					if !f.Live || f.Node == p.Owner {
+						return false
+					}
+				}
+			}
+			return n == 3 && v.Replication.TargetFollowers == want && v.Replication.UnderReplicated == 0
+		}
+	}
+	testkit.Eventually(t, 5*time.Second, "two live followers per partition", followers(2))
+
+	_, body := adminDo(t, bs[2], "GET", "/admin/api/runtime-settings", "")
+	var cur struct {
+		Version  uint64         `json:"version"`
+		Settings map[string]any `json:"settings"`
+	}
+	if err := json.Unmarshal([]byte(body), &cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Settings["replication"].(map[string]any)["target_followers"] = 1
+	nb, _ := json.Marshal(map[string]any{"expected_version": cur.Version, "settings": cur.Settings})
+	if code, body := adminDo(t, bs[2], "PUT", "/admin/api/runtime-settings", string(nb)); code != 200 {
+		t.Fatalf("put: %d %s", code, body)
+	}
+	testkit.Eventually(t, 5*time.Second, "one follower per partition", followers(1))
+}

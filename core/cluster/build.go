@@ -14,10 +14,13 @@ import (
 )
 
 // encodeAssignment is the stored form of an Assignment: "<epoch> <node>"
-// plus " written" once marked. A line of text rather than JSON because a
+// plus " written" once marked, plus " followers=<a>,<b>" when the
+// partition has followers. A line of text rather than JSON because a
 // snapshot decodes every assignment of the cluster on a full rebuild
-// (10,000 partitions in well under the 5 ms budget), and node ids hold no
-// spaces (config checks them).
+// (10,000 partitions in well under the 5 ms budget); node ids hold no
+// spaces, commas or '=' (config checks them). An assignment without
+// followers encodes to the same bytes as before followers existed, so a
+// cluster that keeps one copy writes what earlier versions wrote.
 func encodeAssignment(a Assignment) []byte {
 	b := strconv.AppendUint(nil, a.Epoch, 10)
 	b = append(b, ' ')
@@ -25,10 +28,70 @@ func encodeAssignment(a Assignment) []byte {
 	if a.Written {
 		b = append(b, " written"...)
 	}
+	for i, f := range a.Followers {
+		if i == 0 {
+			b = append(b, " followers="...)
+		} else {
+			b = append(b, ',')
+		}
+		b = append(b, f...)
+	}
 	return b
 }
 
-func decodeAssignment(b []byte) (Assignment, bool) {
+// decodeAssignment reads encodeAssignment's form: the epoch, the owner,
+// then flags. A flag it does not know is skipped, so a later version may
+// add one without making this one drop the partition from its view.
+func decodeAssignment(b []byte) (Assignment, bool) { return (*decoder)(nil).assignment(b) }
+
+// decoder decodes many assignments at once (a full rebuild) with few
+// allocations: node ids come from a handful of nodes, so each is
+// allocated once and shared, and follower lists are cut from one backing
+// array (each with its capacity capped, so appending to one never writes
+// into the next). A nil decoder allocates per call.
+type decoder struct {
+	known []core.NodeID          // the first few ids, scanned (faster than hashing)
+	ids   map[string]core.NodeID // the rest
+	arena []core.NodeID
+}
+
+// knownScan is how many ids are found by scanning before the map.
+const knownScan = 8
+
+// Separators and flags of the assignment line, allocated once.
+var (
+	sepSpace      = []byte{' '}
+	sepComma      = []byte{','}
+	flagFollowers = []byte("followers=")
+)
+
+// arenaChunk is how many follower ids one backing array holds.
+const arenaChunk = 4096
+
+func newDecoder() *decoder { return &decoder{ids: make(map[string]core.NodeID)} }
+
+func (d *decoder) id(b []byte) core.NodeID {
+	if d == nil {
+		return core.NodeID(b)
+	}
+	for _, id := range d.known {
+		if string(id) == string(b) {
+			return id
+		}
+	}
+	if id, ok := d.ids[string(b)]; ok {
+		return id
+	}
+	id := core.NodeID(b)
+	if len(d.known) < knownScan {
+		d.known = append(d.known, id)
+	} else {
+		d.ids[string(id)] = id
+	}
+	return id
+}
+
+func (d *decoder) assignment(b []byte) (Assignment, bool) {
 	sp := bytes.IndexByte(b, ' ')
 	if sp <= 0 {
 		return Assignment{}, false
@@ -37,15 +100,49 @@ func decodeAssignment(b []byte) (Assignment, bool) {
 	if err != nil {
 		return Assignment{}, false
 	}
-	rest := b[sp+1:]
 	a := Assignment{Epoch: epoch}
-	if n, ok := bytes.CutSuffix(rest, []byte(" written")); ok {
-		a.Written, rest = true, n
-	}
-	if len(rest) == 0 || bytes.IndexByte(rest, ' ') >= 0 {
+	rest := b[sp+1:]
+	node, rest, more := bytes.Cut(rest, sepSpace)
+	if len(node) == 0 {
 		return Assignment{}, false
 	}
-	a.Node = core.NodeID(rest)
+	a.Node = d.id(node)
+	for more {
+		var tok []byte
+		tok, rest, more = bytes.Cut(rest, sepSpace)
+		switch {
+		case string(tok) == "written":
+			a.Written = true
+		case bytes.HasPrefix(tok, flagFollowers):
+			list := tok[len(flagFollowers):]
+			count := bytes.Count(list, sepComma) + 1
+			var buf []core.NodeID
+			switch {
+			case d == nil:
+				buf = make([]core.NodeID, 0, count)
+			case cap(d.arena)-len(d.arena) < count: // a new chunk; earlier lists keep the old one
+				d.arena = make([]core.NodeID, 0, max(arenaChunk, count))
+				fallthrough
+			default:
+				buf = d.arena
+			}
+			from := len(buf)
+			for more := true; more; {
+				var f []byte
+				f, list, more = bytes.Cut(list, sepComma)
+				if len(f) == 0 {
+					return Assignment{}, false
+				}
+				buf = append(buf, d.id(f))
+			}
+			a.Followers = buf[from:len(buf):len(buf)]
+			if d != nil {
+				d.arena = buf
+			}
+		case len(tok) == 0:
+			return Assignment{}, false // a double or trailing space: not ours
+		}
+	}
 	return a, true
 }
 
@@ -246,12 +343,13 @@ func full(kvs []core.KV, index uint64) *Snapshot {
 			s.Streams = append(s.Streams, st)
 		}
 	}
+	dec := newDecoder()
 	for _, kv := range kvs {
 		if !strings.HasPrefix(kv.Key, prefixAssign) {
 			continue
 		}
 		topic, group, n, ok := parseAssignRef(kv.Key)
-		a, ok2 := decodeAssignment(kv.Value)
+		a, ok2 := dec.assignment(kv.Value)
 		if !ok || !ok2 {
 			continue
 		}
@@ -284,10 +382,12 @@ func full(kvs []core.KV, index uint64) *Snapshot {
 }
 
 // fingerprints hash what a client's routing depends on: every partition's
-// owner and epoch, each channel's count and partitioning version, and
-// every member's liveness, advertised endpoints, visibility and draining
-// flag. Two snapshots with the same fingerprint route every client the
-// same way (S-119), so the topology generation moves only when it does.
+// owner, each channel's count and partitioning version, and every
+// member's liveness, advertised endpoints, visibility and draining flag.
+// Two snapshots with the same fingerprint route every client the same way
+// (S-119), so the topology generation moves only when it does. The epoch
+// is left out: it also moves when only the followers change (S-134),
+// which clients never see, and an owner change changes the owner anyway.
 type fpHash struct {
 	h   interface{ Write([]byte) (int, error) }
 	buf [8]byte
@@ -306,7 +406,6 @@ func (f *fpHash) str(v string) {
 func partsFingerprint(f *fpHash, parts []Partition) {
 	for _, p := range parts {
 		f.str(string(p.Node))
-		f.num(p.Epoch)
 	}
 }
 

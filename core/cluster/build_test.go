@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 
@@ -24,11 +25,15 @@ func TestIncrementalBuildMatchesFull(t *testing.T) {
 	steps := []struct {
 		ref     core.PartitionRef
 		a       Assignment
-		routing bool // does the change alter routing (owner/epoch)?
+		routing bool // does the change alter routing (the owner)?
 	}{
 		{core.PartitionRef{Topic: "q1", Partition: 1}, Assignment{Node: "a", Epoch: 1}, true},
 		{core.PartitionRef{Topic: "s1"}, Assignment{Node: "a", Epoch: 1}, true},
 		{core.PartitionRef{Topic: "q1", Partition: 1}, Assignment{Node: "a", Epoch: 1, Written: true}, false},
+		// Followers move the epoch but not where clients go.
+		{core.PartitionRef{Topic: "q1", Partition: 1}, Assignment{Node: "a", Epoch: 2, Written: true, Followers: []core.NodeID{"b"}}, false},
+		{core.PartitionRef{Topic: "q1", Partition: 1}, Assignment{Node: "a", Epoch: 3, Written: true, Followers: []core.NodeID{"c", "b"}}, false},
+		{core.PartitionRef{Topic: "q1"}, Assignment{Node: "a", Epoch: 1, Followers: []core.NodeID{"b"}}, true},
 	}
 	for i, st := range steps {
 		f.Assign(st.ref, st.a)
@@ -49,5 +54,54 @@ func TestIncrementalBuildMatchesFull(t *testing.T) {
 			t.Fatalf("step %d: generation moved %v, want %v", i, moved, st.routing)
 		}
 		prev = inc
+	}
+}
+
+// The stored form: records written before followers existed decode as
+// they did, an assignment without followers encodes to exactly the old
+// bytes, followers round-trip in order, a flag a later version may add is
+// skipped, and damaged records are refused.
+func TestAssignmentEncoding(t *testing.T) {
+	for old, want := range map[string]Assignment{
+		"1 a":              {Node: "a", Epoch: 1},
+		"7 node-2 written": {Node: "node-2", Epoch: 7, Written: true},
+	} {
+		got, ok := decodeAssignment([]byte(old))
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Fatalf("old record %q: %+v %v", old, got, ok)
+		}
+		if b := encodeAssignment(want); string(b) != old {
+			t.Fatalf("%+v without followers encodes to %q, want the old %q", want, b, old)
+		}
+	}
+	for _, a := range []Assignment{
+		{Node: "a", Epoch: 3, Followers: []core.NodeID{"b"}},
+		{Node: "a", Epoch: 4, Written: true, Followers: []core.NodeID{"c", "b"}},
+	} {
+		b := encodeAssignment(a)
+		got, ok := decodeAssignment(b)
+		if !ok || !reflect.DeepEqual(got, a) {
+			t.Fatalf("%+v → %q → %+v %v", a, b, got, ok)
+		}
+	}
+	if got, ok := decodeAssignment([]byte("5 a written isr=a,b followers=b")); !ok ||
+		!reflect.DeepEqual(got, Assignment{Node: "a", Epoch: 5, Written: true, Followers: []core.NodeID{"b"}}) {
+		t.Fatalf("unknown flag: %+v %v", got, ok)
+	}
+	for _, bad := range []string{"", "1", "x a", " a", "1  a", "1 a ", "1 a followers=b,,c", "1 a followers=b,"} {
+		if got, ok := decodeAssignment([]byte(bad)); ok {
+			t.Fatalf("%q decoded as %+v", bad, got)
+		}
+	}
+	// The JSON form (admin views, tools) keeps its old shape too.
+	var a Assignment
+	if err := json.Unmarshal([]byte(`{"node":"a","epoch":2,"written":true}`), &a); err != nil || a.Followers != nil || a.Node != "a" {
+		t.Fatalf("old JSON: %+v %v", a, err)
+	}
+	if b, _ := json.Marshal(Assignment{Node: "a", Epoch: 2}); string(b) != `{"node":"a","epoch":2}` {
+		t.Fatalf("JSON without followers: %s", b)
+	}
+	if got := (Assignment{Node: "a", Followers: []core.NodeID{"b", "c"}}).Replicas(); !reflect.DeepEqual(got, []core.NodeID{"a", "b", "c"}) {
+		t.Fatalf("replicas %v", got)
 	}
 }

@@ -34,6 +34,10 @@ type Options struct {
 	// Controller false keeps this node out of the placement election
 	// (tests); true (the default through Start) campaigns.
 	NoController bool
+	// TargetFollowers is replication.target_followers, read at every
+	// placement pass; nil leaves it to SetTargetFollowers (the broker sets
+	// it once the runtime settings document is open).
+	TargetFollowers func() int
 }
 
 // Cluster is this node's membership and view. Methods are safe for
@@ -57,6 +61,8 @@ type Cluster struct {
 
 	leader atomic.Bool
 
+	targetFollowers atomic.Pointer[func() int]
+
 	labelSource atomic.Pointer[func() core.Labels]
 	labelsSent  core.Labels // heartbeat goroutine only
 
@@ -72,6 +78,10 @@ type Stats struct {
 	HeartbeatErrors  atomic.Uint64
 	LeaseLosses      atomic.Uint64
 	Placements       atomic.Uint64
+	// UnderReplicated is, on the controller, the placed partitions with
+	// fewer live followers than the target allows (Snapshot.UnderReplicated)
+	// at its last pass; 0 elsewhere.
+	UnderReplicated atomic.Int64
 }
 
 // Start joins the cluster: it registers this node under a fresh lease,
@@ -101,6 +111,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		log:     opts.Logger.With("node", string(opts.Self.ID)),
 		changed: make(chan struct{}),
 		labels:  opts.Self.Labels.Clone(),
+	}
+	if c.labels == nil {
+		c.labels = core.Labels{}
+	}
+	c.labels[core.LabelFollowers] = "1"
+	if opts.TargetFollowers != nil {
+		c.SetTargetFollowers(opts.TargetFollowers)
 	}
 	// A lease can end before its first record is written when granting it
 	// took longer than its TTL (a cluster still electing its first

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,12 +30,18 @@ type testCluster struct {
 	t     *testing.T
 	store *memcoord.Store
 	nodes map[core.NodeID]*testNode
+	// target is replication.target_followers for every node's controller
+	// (DefaultTargetFollowers unless a test changes it).
+	target atomic.Int64
+	// wrap, when set, wraps each node's coordinator (a lagging view).
+	wrap func(core.NodeID, core.Coordinator) core.Coordinator
 }
 
 func newTestCluster(t *testing.T, ids ...core.NodeID) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t, store: memcoord.NewStore(memcoord.Options{MinTTL: 20 * time.Millisecond, ElectionTTL: testTTL}),
 		nodes: make(map[core.NodeID]*testNode)}
+	tc.target.Store(DefaultTargetFollowers)
 	for _, id := range ids {
 		tc.start(id, nil)
 	}
@@ -48,9 +55,14 @@ func (tc *testCluster) start(id core.NodeID, labels core.Labels) *testNode {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := Start(ctx, Options{Coordinator: tc.store.Member(string(id)),
+	var coord core.Coordinator = tc.store.Member(string(id))
+	if tc.wrap != nil {
+		coord = tc.wrap(id, coord)
+	}
+	c, err := Start(ctx, Options{Coordinator: coord,
 		Self:      core.NodeInfo{ID: id, PeerAddr: "127.0.0.1:1", Labels: labels},
-		Heartbeat: testHeartbeat, TTL: testTTL, Logger: slog.New(slog.DiscardHandler)})
+		Heartbeat: testHeartbeat, TTL: testTTL, Logger: slog.New(slog.DiscardHandler),
+		TargetFollowers: func() int { return int(tc.target.Load()) }})
 	if err != nil {
 		tc.t.Fatal(err)
 	}
@@ -58,6 +70,23 @@ func (tc *testCluster) start(id core.NodeID, labels core.Labels) *testNode {
 	tc.nodes[id] = n
 	tc.t.Cleanup(func() { _ = c.Close(context.Background(), false) })
 	return n
+}
+
+// settle waits until every node's view holds every node live, so that
+// the controller's first plan already sees them all (a plan made from a
+// view that lacks a node adds its follower roles later, with a new epoch).
+func (tc *testCluster) settle() {
+	tc.t.Helper()
+	testkit.Eventually(tc.t, 5*time.Second, "every node live in every view", func() bool {
+		for _, n := range tc.nodes {
+			for id := range tc.nodes {
+				if !n.Snapshot().Live(id) {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }
 
 // crash stops a node as kill -9 would: no revoke, its member handle closed.
@@ -103,6 +132,7 @@ func owners(s *Snapshot, topic string) map[core.NodeID]int {
 // queue's partitions land on distinct nodes before any node gets a second.
 func TestPlacementSpreadsPartitions(t *testing.T) {
 	tc := newTestCluster(t, "a", "b", "c")
+	tc.settle()
 	a := tc.nodes["a"]
 	declare(t, a.Cluster, "orders", 6)
 	for _, n := range tc.nodes {
@@ -178,6 +208,7 @@ func TestCatalogDecisions(t *testing.T) {
 // epoch, only after the TTL and the margin.
 func TestDeadOwnerKeepsWrittenPartitions(t *testing.T) {
 	tc := newTestCluster(t, "a", "b", "c")
+	tc.settle()
 	a := tc.nodes["a"]
 	declare(t, a.Cluster, "orders", 6)
 	// Every node's view, not only the declaring one's: the victim's own
@@ -242,6 +273,7 @@ func TestDeadOwnerKeepsWrittenPartitions(t *testing.T) {
 // The written mark is only for the committed owner, and it is idempotent.
 func TestMarkWritten(t *testing.T) {
 	tc := newTestCluster(t, "a", "b")
+	tc.settle()
 	a := tc.nodes["a"]
 	declare(t, a.Cluster, "orders", 2)
 	for _, n := range tc.nodes {

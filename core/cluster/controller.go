@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"slices"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
@@ -35,6 +36,7 @@ func (c *Cluster) controllerLoop() {
 		c.log.Info("placement controller elected", "term", lead.Term())
 		c.runController(lead)
 		c.leader.Store(false)
+		c.stats.UnderReplicated.Store(0)
 		c.log.Info("placement controller term ended", "term", lead.Term())
 	}
 }
@@ -76,10 +78,17 @@ func (c *Cluster) runController(lead core.Leadership) {
 //     log; the partition answers 503 until it returns);
 //   - a dead owner's never-written partitions move once the node has been
 //     dead for Margin (its lease ended no earlier than its ValidUntil, and
-//     it stopped acting as owner Margin before that).
+//     it stopped acting as owner Margin before that);
+//   - every placed partition gets followers (followers, below).
 //
+// A partition that needs an owner is written at once, followers
+// included; follower-only changes are written after every owner of the
+// pass, so that placing followers never delays an owner a declaration is
+// waiting for. Each write moves the epoch (S-134) and carries the written
+// mark over; nothing is written for a partition whose plan is unchanged.
 // Writes are compare-and-set on the assignment's version, so a racing
-// written mark or a deposed controller's stale plan simply fails.
+// written mark or a deposed controller's stale plan simply fails, and the
+// next pass plans again from the newer record.
 func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.NodeID]time.Time) {
 	now := c.opts.Now()
 	var candidates []core.NodeID
@@ -95,46 +104,71 @@ func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.
 		}
 	}
 	total := make(map[core.NodeID]int)
+	ftotal := make(map[core.NodeID]int)
 	snap.AllPartitions(func(p Partition) {
 		if p.Placed() {
 			if _, ok := deadSince[p.Node]; !ok && !snap.Live(p.Node) {
 				deadSince[p.Node] = now // assigned to a node that never registered
 			}
 			total[p.Node]++
+			for _, f := range p.Followers {
+				if _, ok := deadSince[f]; !ok && !snap.Live(f) {
+					deadSince[f] = now
+				}
+				ftotal[f]++
+			}
 		}
 	})
+	target, known := c.followerTarget()
+	planFollowers := known && allReadFollowers(snap)
+	fp := &followerPlan{snap: snap, deadSince: deadSince, now: now, margin: c.Margin(),
+		candidates: candidates, target: target, total: ftotal, presentMembers: -1}
+	var later []pendingWrite
 	channel := func(name string, parts []Partition) {
 		per := make(map[core.NodeID]int)
+		fp.per = make(map[core.NodeID]int)
 		for _, p := range parts {
 			if p.Placed() {
 				per[p.Node]++
+				for _, f := range p.Followers {
+					fp.per[f]++
+				}
 			}
 		}
 		h := fnv.New32a()
 		h.Write([]byte(name))
 		start := int(h.Sum32())
 		for i, p := range parts {
-			if p.Placed() {
-				if snap.Live(p.Node) || p.Written || now.Sub(deadSince[p.Node]) < c.Margin() {
+			moving := !p.Placed() || !(snap.Live(p.Node) || p.Written || now.Sub(deadSince[p.Node]) < c.Margin())
+			next := p.Assignment
+			if moving {
+				if len(candidates) == 0 {
+					return
+				}
+				next = Assignment{Node: pick(candidates, per, total, start+i), Epoch: p.Epoch + 1, Followers: p.Followers}
+			}
+			if planFollowers {
+				next.Followers = fp.choose(p.Followers, next.Node, start+i)
+			} else {
+				next.Followers = slices.DeleteFunc(slices.Clone(next.Followers), func(f core.NodeID) bool { return f == next.Node })
+			}
+			if !moving {
+				if slices.Equal(next.Followers, p.Followers) {
 					continue
 				}
+				next.Epoch = p.Epoch + 1
+				later = append(later, pendingWrite{p, next})
+				continue
 			}
-			if len(candidates) == 0 {
-				return
-			}
-			n := pick(candidates, per, total, start+i)
-			if err := c.assign(ctx, p, n); err != nil {
-				if !errors.Is(err, core.ErrVersionConflict) && ctx.Err() == nil {
-					c.log.Warn("placement write failed", "partition", p.Ref.String(), "node", string(n), "err", err)
-				}
+			if err := c.assign(ctx, p, next); err != nil {
 				continue
 			}
 			if p.Placed() {
 				per[p.Node]--
 				total[p.Node]--
 			}
-			per[n]++
-			total[n]++
+			per[next.Node]++
+			total[next.Node]++
 		}
 	}
 	for _, q := range snap.Queues {
@@ -143,6 +177,18 @@ func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.
 	for _, st := range snap.Streams {
 		channel("s/"+st.Info.Topic, st.Parts)
 	}
+	for _, w := range later {
+		_ = c.assign(ctx, w.p, w.next)
+	}
+	if known {
+		c.stats.UnderReplicated.Store(int64(snap.UnderReplicated(target)))
+	}
+}
+
+// pendingWrite is a follower-only change, written after the pass's owners.
+type pendingWrite struct {
+	p    Partition
+	next Assignment
 }
 
 // pick chooses the candidate with the fewest partitions of this channel,
@@ -159,18 +205,25 @@ func pick(candidates []core.NodeID, per, total map[core.NodeID]int, start int) c
 	return best
 }
 
-// assign writes p's new owner with the next epoch.
-func (c *Cluster) assign(ctx context.Context, p Partition, node core.NodeID) error {
-	a := Assignment{Node: node, Epoch: p.Epoch + 1}
-	b := encodeAssignment(a)
-	if _, err := c.coord.CompareAndSet(ctx, assignKey(p.Ref), b, p.Version); err != nil {
+// assign writes next, p's new assignment (its epoch already moved).
+func (c *Cluster) assign(ctx context.Context, p Partition, next Assignment) error {
+	if _, err := c.coord.CompareAndSet(ctx, assignKey(p.Ref), encodeAssignment(next), p.Version); err != nil {
+		if !errors.Is(err, core.ErrVersionConflict) && ctx.Err() == nil {
+			c.log.Warn("placement write failed", "partition", p.Ref.String(), "node", string(next.Node), "err", err)
+		}
 		return err
 	}
 	c.stats.Placements.Add(1)
-	if p.Placed() {
-		c.log.Info("partition re-placed", "partition", p.Ref.String(), "from", string(p.Node), "to", string(node), "epoch", a.Epoch)
-	} else {
-		c.log.Debug("partition placed", "partition", p.Ref.String(), "node", string(node), "epoch", a.Epoch)
+	switch {
+	case !p.Placed():
+		c.log.Debug("partition placed", "partition", p.Ref.String(), "node", string(next.Node),
+			"followers", next.Followers, "epoch", next.Epoch)
+	case p.Node != next.Node:
+		c.log.Info("partition re-placed", "partition", p.Ref.String(), "from", string(p.Node), "to", string(next.Node),
+			"followers", next.Followers, "epoch", next.Epoch)
+	default:
+		c.log.Info("partition followers changed", "partition", p.Ref.String(), "owner", string(next.Node),
+			"from", p.Followers, "to", next.Followers, "epoch", next.Epoch)
 	}
 	return nil
 }

@@ -8,22 +8,26 @@ import (
 )
 
 // MarkWritten records, under this node's epoch, that the partition has
-// been written here (S-138: only a node holding the log may own it). The owner calls it
-// before the partition's first append; once it returns nil the controller
-// never moves the partition away from this node. It is a no-op after the
-// first success for an epoch. It fails with an error wrapping
+// been written here (S-138: only a node holding the log may own it). The
+// owner calls it before the partition's first append; once it returns nil
+// the controller never moves the partition away from this node. It is a
+// no-op after the first success. It fails with an error wrapping
 // core.ErrUnavailable when this node is not the committed owner (the
 // assignment moved, or this node's view is behind) — the caller must then
 // not append.
+//
+// A newer epoch that still names this node as owner is not a move: the
+// controller changed the followers (S-134). The mark is then retried on
+// the newer record. That is safe because a partition that left this node
+// and came back was never written meanwhile (a written partition never
+// moves), so an unmarked record naming this node means nobody else holds
+// the partition's log.
 func (c *Cluster) MarkWritten(ctx context.Context, ref core.PartitionRef) error {
 	p, ok := c.Snapshot().Partition(ref)
 	if !ok || !p.Placed() || p.Node != c.self {
 		return core.Errorf(core.ErrUnavailable, "partition %s is not owned by this broker (anymore)", ref)
 	}
-	if p.Written {
-		return nil
-	}
-	if e, ok := c.written.Load(ref); ok && e.(uint64) == p.Epoch {
+	if c.IsWritten(p) {
 		return nil
 	}
 	version, cur := p.Version, p.Assignment
@@ -33,7 +37,7 @@ func (c *Cluster) MarkWritten(ctx context.Context, ref core.PartitionRef) error 
 		b := encodeAssignment(next)
 		_, err := c.coord.CompareAndSet(ctx, assignKey(ref), b, version)
 		if err == nil {
-			c.written.Store(ref, p.Epoch)
+			c.noteWritten(ref, next.Epoch)
 			return nil
 		}
 		if !errors.Is(err, core.ErrVersionConflict) {
@@ -43,11 +47,11 @@ func (c *Cluster) MarkWritten(ctx context.Context, ref core.PartitionRef) error 
 		if err != nil {
 			return core.Errorf(core.ErrUnavailable, "partition %s: cannot record the first write: %v", ref, err)
 		}
-		if kv.Version == 0 || !decodeInto(kv.Value, &cur) || cur.Node != c.self || cur.Epoch != p.Epoch {
+		if kv.Version == 0 || !decodeInto(kv.Value, &cur) || cur.Node != c.self || cur.Epoch < p.Epoch {
 			return core.Errorf(core.ErrUnavailable, "partition %s moved to another broker", ref)
 		}
 		if cur.Written {
-			c.written.Store(ref, p.Epoch)
+			c.noteWritten(ref, cur.Epoch)
 			return nil
 		}
 		version = kv.Version
@@ -55,12 +59,27 @@ func (c *Cluster) MarkWritten(ctx context.Context, ref core.PartitionRef) error 
 	return core.Errorf(core.ErrUnavailable, "partition %s: the first-write mark kept conflicting; retry", ref)
 }
 
+// noteWritten remembers that this node marked ref written at epoch (the
+// highest such epoch), so the hot path skips the mark while its view
+// still shows an older record.
+func (c *Cluster) noteWritten(ref core.PartitionRef, epoch uint64) {
+	for {
+		old, loaded := c.written.LoadOrStore(ref, epoch)
+		if !loaded || old.(uint64) >= epoch || c.written.CompareAndSwap(ref, old, epoch) {
+			return
+		}
+	}
+}
+
 // IsWritten reports whether this node knows the partition is marked
-// written under its current epoch (no I/O).
+// written (no I/O): the record says so, or this node marked it at the
+// record's epoch or a later one. A later epoch with the same owner only
+// changed followers and carries the mark over, so a view that trails the
+// mark by a follower change still counts as marked.
 func (c *Cluster) IsWritten(p Partition) bool {
 	if p.Written {
 		return true
 	}
 	e, ok := c.written.Load(p.Ref)
-	return ok && e.(uint64) == p.Epoch
+	return ok && e.(uint64) >= p.Epoch
 }

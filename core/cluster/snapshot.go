@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/fibrilgo/fibril/core"
@@ -8,18 +9,35 @@ import (
 )
 
 // Assignment is the stored ownership of one partition (assign/… keys).
-// Epoch rises whenever Node changes (S-134). Written is set by the owner,
-// under its epoch, before the partition's first append: from then on only
-// this node holds the partition's log and the controller never moves it
-// (S-138: a dead owner's written partitions wait for it).
+// Epoch rises whenever Node or Followers change (S-134). Written is set by
+// the owner, under its epoch, before the partition's first append: from
+// then on only this node holds the partition's log and the controller
+// never moves it (S-138: a dead owner's written partitions wait for it);
+// every later rewrite of the record carries the mark over. Followers are
+// the other nodes that hold (once replication runs) a copy of the
+// partition, distinct from Node and from each other, in the order the
+// controller chose them (S-133).
 type Assignment struct {
-	Node    core.NodeID `json:"node"`
-	Epoch   uint64      `json:"epoch"`
-	Written bool        `json:"written,omitempty"`
+	Node      core.NodeID   `json:"node"`
+	Epoch     uint64        `json:"epoch"`
+	Written   bool          `json:"written,omitempty"`
+	Followers []core.NodeID `json:"followers,omitempty"`
 }
 
 // Owner is the assignment as the shared core type.
 func (a Assignment) Owner() core.Owner { return core.Owner{Node: a.Node, Epoch: a.Epoch} }
+
+// Replicas lists the nodes that hold the partition: the owner first, then
+// the followers. Empty while unassigned.
+func (a Assignment) Replicas() []core.NodeID {
+	if a.Node == "" {
+		return nil
+	}
+	return append([]core.NodeID{a.Node}, a.Followers...)
+}
+
+// HasFollower reports whether id is one of the partition's followers.
+func (a Assignment) HasFollower(id core.NodeID) bool { return slices.Contains(a.Followers, id) }
 
 // Partition is one queue or stream partition in a snapshot.
 type Partition struct {

@@ -1,14 +1,18 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/queue"
 )
 
-// bigState is 10,000 partitions (100 queues × 100) on 3 nodes.
+// bigState is 10,000 partitions (100 queues × 100) on 3 nodes, each with
+// the other two as followers (the default target).
 func bigState() *Fixture {
 	f := NewFixture()
 	nodes := []core.NodeID{"a", "b", "c"}
@@ -19,7 +23,8 @@ func bigState() *Fixture {
 		topic := fmt.Sprintf("topic-%03d", q)
 		f.Queue(queue.QueueInfo{Key: queue.Key{Topic: topic}, PartitionCount: 100, MaxRetries: 5})
 		for p := range uint32(100) {
-			f.Assign(core.PartitionRef{Topic: topic, Partition: p}, Assignment{Node: nodes[int(p)%3], Epoch: 1})
+			f.Assign(core.PartitionRef{Topic: topic, Partition: p}, Assignment{Node: nodes[int(p)%3], Epoch: 1,
+				Followers: []core.NodeID{nodes[(int(p)+1)%3], nodes[(int(p)+2)%3]}})
 		}
 	}
 	return f
@@ -47,10 +52,30 @@ func BenchmarkSnapshotIncremental(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		epoch++
-		f.Assign(ref, Assignment{Node: "b", Epoch: epoch})
+		f.Assign(ref, Assignment{Node: "b", Epoch: epoch, Followers: []core.NodeID{"c", "a"}})
 		b.StopTimer()
 		kvs, idx = f.KVs()
 		b.StartTimer()
 		prev = bl.build(prev, kvs, idx)
+	}
+}
+
+// A controller pass over a stable 10k-partition cluster (every owner and
+// follower in place: nothing to write). It runs every half heartbeat on
+// the controller.
+func BenchmarkPlacementPassStable(b *testing.B) {
+	snap := bigState().Snapshot()
+	c := &Cluster{opts: Options{Now: time.Now, Heartbeat: time.Second}, log: slog.New(slog.DiscardHandler)}
+	c.SetTargetFollowers(func() int { return DefaultTargetFollowers })
+	for _, id := range snap.MemberIDs {
+		snap.Members[id].Info.Labels[core.LabelFollowers] = "1"
+	}
+	deadSince := map[core.NodeID]time.Time{}
+	b.ReportAllocs()
+	for b.Loop() {
+		c.place(context.Background(), snap, deadSince)
+	}
+	if n := c.stats.Placements.Load(); n != 0 {
+		b.Fatalf("%d writes on a stable cluster", n)
 	}
 }

@@ -232,7 +232,8 @@ type PartitioningSeed struct {
 // seed. DefaultRuntime fills it from the key table; the runtime settings
 // document (a later issue) overrides it and validates with ValidateRuntime.
 type Runtime struct {
-	Routing Routing
+	Routing     Routing
+	Replication Replication
 }
 
 // Routing holds the forwarding limits (core/forward/README.md#bounds) and
@@ -245,6 +246,16 @@ type Routing struct {
 	UpstreamConnectTimeoutMS    int64 `key:"routing.upstream_connect_timeout_ms"`
 	UpstreamIdleCloseMS         int64 `key:"routing.upstream_idle_close_ms"`
 	DeclarePlacementTimeoutMS   int64 `key:"routing.declare_placement_timeout_ms"`
+}
+
+// Replication holds how many followers each partition gets and what a
+// replicated confirm waits for. A standalone broker ignores it.
+type Replication struct {
+	TargetFollowers   int64  `key:"replication.target_followers"`
+	Durability        string `key:"replication.durability"`
+	ConfirmTimeoutMS  int64  `key:"replication.confirm_timeout_ms"`
+	ISRTimeoutMS      int64  `key:"replication.isr_timeout_ms"`
+	MinInSyncReplicas int64  `key:"replication.min_in_sync_replicas"`
 }
 
 // Secret holds a secret string. It prints as "<redacted>" through fmt and

@@ -162,7 +162,7 @@ const exampleUser = `# [[auth.seed_users]]
 
 // WriteExample writes fibril.example.toml: every bootstrap key with its
 // default and description, the runtime seeds commented out, and a note
-// about the routing.* runtime settings. The file loads as is.
+// about the routing.* and replication.* runtime settings. The file loads as is.
 func WriteExample(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString(`# Fibril broker configuration: every bootstrap key with its built-in default.
@@ -201,7 +201,7 @@ func WriteExample(w io.Writer) error {
 		}
 	}
 	b.WriteString("\n")
-	b.WriteString(wrap("# ", "The routing settings "+strings.Join(routing, ", ")+
+	b.WriteString(wrap("# ", "The routing and replication settings "+strings.Join(routing, ", ")+
 		" are runtime settings with built-in defaults and no boot seed: they cannot be set in this file,"+
 		" the environment or flags, only through the cluster's runtime settings document.", 78))
 	_, err := io.WriteString(w, b.String())
@@ -265,6 +265,7 @@ var sectionDocs = map[string]string{
 	"plugins":      "External plugins.",
 	"log":          "Logging (log/slog).",
 	"runtime_seed": "Seeds of the runtime settings document: used only when the cluster has no document yet; afterwards the document wins and changes go through the admin API.",
+	"replication":  "How many copies of each partition the cluster keeps and when a replicated publish is confirmed. Runtime settings with built-in defaults and no boot seed, like routing; a standalone broker ignores them.",
 	"routing":      "Forwarding limits (see core/forward/README.md) and how long a declaration waits for its partitions to be placed. Runtime settings with built-in defaults and no boot seed: setting them at boot is an error; they change through the runtime settings document.",
 }
 

@@ -415,4 +415,33 @@ var keys = []Key{
 		Env: []string{"FIBRIL_ROUTING_DECLARE_PLACEMENT_TIMEOUT_MS"},
 		Doc: "Milliseconds a declaration's answer waits for every partition to have an owner, so clients can use them at once; it answers anyway after this.",
 	},
+	// replication.* are runtime-only too: one document decides for the
+	// whole cluster how many copies each partition has. A standalone
+	// broker ignores them.
+	{
+		Name: "replication.target_followers", Kind: KindInt, Default: int64(2), Min: bound(0), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_REPLICATION_TARGET_FOLLOWERS"},
+		Doc: "Followers each partition gets besides its owner, at most the live brokers minus one; 0 keeps one copy.",
+	},
+	{
+		Name: "replication.durability", Kind: KindString, Default: "majority_durable", Class: RuntimeOnly,
+		Check: durabilityCheck,
+		Env:   []string{"FIBRIL_REPLICATION_DURABILITY"},
+		Doc:   "When a replicated publish is confirmed: local_durable (owner fsync), replica_accepted:N or replica_durable:N (N copies counting the owner accepted or fsynced), majority_durable (a majority of owner and followers fsynced). Takes effect once followers receive data.",
+	},
+	{
+		Name: "replication.confirm_timeout_ms", Kind: KindInt, Default: int64(5000), Min: bound(1), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_REPLICATION_CONFIRM_TIMEOUT_MS"},
+		Doc: "Milliseconds a replica-gated confirm waits for the followers before the publish gets an error (it may still be stored).",
+	},
+	{
+		Name: "replication.isr_timeout_ms", Kind: KindInt, Default: int64(10000), Min: bound(1), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_REPLICATION_ISR_TIMEOUT_MS"},
+		Doc: "Milliseconds without durable progress after which a follower leaves the in-sync set.",
+	},
+	{
+		Name: "replication.min_in_sync_replicas", Kind: KindInt, Default: int64(1), Min: bound(1), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_REPLICATION_MIN_IN_SYNC_REPLICAS"},
+		Doc: "Replicas, the owner included, that must be in sync for a replica-gated publish to be accepted; 1 disables the floor.",
+	},
 }

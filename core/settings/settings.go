@@ -37,6 +37,7 @@ type Document struct {
 	Connection   Connection   `json:"connection"`
 	Partitioning Partitioning `json:"partitioning"`
 	Routing      Routing      `json:"routing"`
+	Replication  Replication  `json:"replication"`
 }
 
 // Delivery is the `delivery` group (S-50, S-170).
@@ -72,9 +73,33 @@ type Routing struct {
 	DeclarePlacementTimeoutMS   int64 `json:"declare_placement_timeout_ms"`
 }
 
+// Replication is the `replication` group: how many followers the
+// placement controller gives each partition and what a replicated
+// confirm waits for (docs/cluster.md#replication). It has built-in
+// defaults and no boot seed, like routing, and it is read only in a
+// cluster: a standalone broker has no followers and ignores it.
+type Replication struct {
+	TargetFollowers   int64  `json:"target_followers"`
+	Durability        string `json:"durability"`
+	ConfirmTimeoutMS  int64  `json:"confirm_timeout_ms"`
+	ISRTimeoutMS      int64  `json:"isr_timeout_ms"`
+	MinInSyncReplicas int64  `json:"min_in_sync_replicas"`
+}
+
+// Policy is the parsed durability. A document that passed Validate always
+// parses; anything else falls back to the built-in majority_durable
+// rather than to a weaker policy.
+func (r Replication) Policy() config.Durability {
+	d, err := config.ParseDurability(r.Durability)
+	if err != nil {
+		return config.Durability{Mode: config.MajorityDurable}
+	}
+	return d
+}
+
 // Seed builds version 1 of the document from boot configuration.
 func Seed(seed config.RuntimeSeedSettings, rt config.Runtime) Document {
-	d, c, p, r := seed.Delivery, seed.Connection, seed.Partitioning, rt.Routing
+	d, c, p, r, rp := seed.Delivery, seed.Connection, seed.Partitioning, rt.Routing, rt.Replication
 	return Document{
 		Version: 1,
 		Delivery: Delivery{InflightTTLMS: d.InflightTTLMS, ExpiryPollMinMS: d.ExpiryPollMinMS,
@@ -86,17 +111,19 @@ func Seed(seed config.RuntimeSeedSettings, rt config.Runtime) Document {
 			MaxInflightForwardBytes: r.MaxInflightForwardBytes, ForwardTimeoutMS: r.ForwardTimeoutMS,
 			UpstreamConnectTimeoutMS: r.UpstreamConnectTimeoutMS, UpstreamIdleCloseMS: r.UpstreamIdleCloseMS,
 			DeclarePlacementTimeoutMS: r.DeclarePlacementTimeoutMS},
+		Replication: Replication{TargetFollowers: rp.TargetFollowers, Durability: rp.Durability,
+			ConfirmTimeoutMS: rp.ConfirmTimeoutMS, ISRTimeoutMS: rp.ISRTimeoutMS, MinInSyncReplicas: rp.MinInSyncReplicas},
 	}
 }
 
-// decode parses a stored document. The routing group has built-in
-// defaults and no boot seed, so a document stored before one of its
-// settings existed takes that setting's default instead of failing
-// validation with a zero: an upgrade must not refuse to start over a
+// decode parses a stored document. The routing and replication groups
+// have built-in defaults and no boot seed, so a document stored before
+// one of their settings (or the whole group) existed takes the default
+// instead of failing validation with a zero: an upgrade must not refuse to start over a
 // setting the operator never had the chance to set. (A document sent to
 // Replace is taken as it is: an omitted setting there is an error.)
 func decode(b []byte) (Document, error) {
-	d := Document{Routing: routingDefaults()}
+	d := Document{Routing: routingDefaults(), Replication: replicationDefaults()}
 	err := json.Unmarshal(b, &d)
 	return d, err
 }
@@ -104,6 +131,11 @@ func decode(b []byte) (Document, error) {
 // routingDefaults is the routing group of the built-in defaults.
 func routingDefaults() Routing {
 	return Seed(config.RuntimeSeedSettings{}, config.DefaultRuntime()).Routing
+}
+
+// replicationDefaults is the replication group of the built-in defaults.
+func replicationDefaults() Replication {
+	return Seed(config.RuntimeSeedSettings{}, config.DefaultRuntime()).Replication
 }
 
 // Validate applies S-172's bounds. Every problem names its setting.
@@ -127,8 +159,17 @@ func (d Document) Validate() error {
 		MaxUpstreamSessionsPerOwner: r.MaxUpstreamSessionsPerOwner, MaxInflightForwardBytes: r.MaxInflightForwardBytes,
 		ForwardTimeoutMS: r.ForwardTimeoutMS, UpstreamConnectTimeoutMS: r.UpstreamConnectTimeoutMS,
 		UpstreamIdleCloseMS: r.UpstreamIdleCloseMS, DeclarePlacementTimeoutMS: r.DeclarePlacementTimeoutMS}}
+	rp := d.Replication
+	rt.Replication = config.Replication{TargetFollowers: rp.TargetFollowers, Durability: rp.Durability,
+		ConfirmTimeoutMS: rp.ConfirmTimeoutMS, ISRTimeoutMS: rp.ISRTimeoutMS, MinInSyncReplicas: rp.MinInSyncReplicas}
 	if err := config.ValidateRuntime(rt, config.Origin{}); err != nil {
 		errs = append(errs, err)
+	}
+	// A fixed node count cannot exceed the copies a partition may have:
+	// such a policy could never confirm anything.
+	if pol, err := config.ParseDurability(rp.Durability); err == nil && pol.Nodes > 0 && int64(pol.Nodes) > rp.TargetFollowers+1 {
+		errs = append(errs, fmt.Errorf("replication.durability = %s needs %d copies but replication.target_followers = %d allows %d (the owner and its followers)",
+			pol, pol.Nodes, rp.TargetFollowers, rp.TargetFollowers+1))
 	}
 	return errors.Join(errs...)
 }

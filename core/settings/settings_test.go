@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fibrilgo/fibril/core"
@@ -76,5 +77,51 @@ func TestCorruptDocumentRefused(t *testing.T) {
 	}
 	if _, err := Open(path, seed()); err == nil {
 		t.Fatal("Open accepted an invalid document")
+	}
+}
+
+// The replication group's problems name the setting, and a fixed node
+// count larger than the copies a partition may have names both numbers.
+func TestReplicationValidation(t *testing.T) {
+	if got := seed().Replication; got.TargetFollowers != 2 || got.Durability != "majority_durable" ||
+		got.ConfirmTimeoutMS != 5000 || got.ISRTimeoutMS != 10000 || got.MinInSyncReplicas != 1 {
+		t.Fatalf("defaults %+v", got)
+	}
+	for _, c := range []struct {
+		edit func(*Replication)
+		want []string
+	}{
+		{func(r *Replication) { r.TargetFollowers = -1 }, []string{"replication.target_followers"}},
+		{func(r *Replication) { r.Durability = "quorum" }, []string{"replication.durability", "quorum"}},
+		{func(r *Replication) { r.Durability = "" }, []string{"replication.durability"}},
+		{func(r *Replication) { r.Durability = "replica_durable:0" }, []string{"replication.durability"}},
+		{func(r *Replication) { r.Durability = "replica_durable:4" }, []string{"replication.durability", "replication.target_followers", "4", "3"}},
+		{func(r *Replication) { r.ConfirmTimeoutMS = 0 }, []string{"replication.confirm_timeout_ms"}},
+		{func(r *Replication) { r.ISRTimeoutMS = 0 }, []string{"replication.isr_timeout_ms"}},
+		{func(r *Replication) { r.MinInSyncReplicas = 0 }, []string{"replication.min_in_sync_replicas"}},
+	} {
+		d := seed()
+		c.edit(&d.Replication)
+		err := d.Validate()
+		if err == nil {
+			t.Fatalf("%+v: accepted", d.Replication)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%+v: %v does not name %q", d.Replication, err, w)
+			}
+		}
+	}
+	d := seed()
+	d.Replication.TargetFollowers, d.Replication.Durability = 0, "local_durable"
+	if err := d.Validate(); err != nil {
+		t.Fatalf("no followers, local_durable: %v", err)
+	}
+	d.Replication.TargetFollowers, d.Replication.Durability = 1, "replica_accepted:2"
+	if err := d.Validate(); err != nil {
+		t.Fatalf("one follower, replica_accepted:2: %v", err)
+	}
+	if p := d.Replication.Policy(); p.Mode != config.ReplicaAccepted || p.Nodes != 2 {
+		t.Fatalf("policy %+v", p)
 	}
 }

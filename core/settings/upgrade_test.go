@@ -40,3 +40,39 @@ func TestDocumentFromBeforeANewRoutingSetting(t *testing.T) {
 		t.Fatalf("the shared document without the new setting: %v", err)
 	}
 }
+
+// A document stored by a version without the replication group opens
+// with the group's built-in defaults, from a file and from the
+// coordinator alike, and keeps every value the operator had set.
+func TestDocumentFromBeforeReplication(t *testing.T) {
+	old := seed()
+	old.Version = 4
+	old.Delivery.InflightTTLMS = 777
+	b, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	delete(raw, "replication")
+	b, _ = json.Marshal(raw)
+	want := Replication{TargetFollowers: 2, Durability: "majority_durable", ConfirmTimeoutMS: 5000,
+		ISRTimeoutMS: 10000, MinInSyncReplicas: 1}
+	path := filepath.Join(t.TempDir(), "runtime-settings.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path, seed())
+	if err != nil {
+		t.Fatalf("a document without the replication group: %v", err)
+	}
+	if got := s.Current(); got.Version != 4 || got.Delivery.InflightTTLMS != 777 || got.Replication != want {
+		t.Fatalf("opened %+v", got)
+	}
+	d, err := parseDocument(b)
+	if err != nil || d.Replication != want {
+		t.Fatalf("the shared document without the replication group: %+v %v", d.Replication, err)
+	}
+}
