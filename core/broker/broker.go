@@ -371,8 +371,10 @@ func (b *Broker) startSessions() error {
 		nodeIdentity = b.nodeIdentity
 	}
 	var upstreams forward.Dialer
+	var repl session.Replication
 	if b.cluster != nil && b.links != nil {
 		upstreams = b.dialer()
+		repl = b.cluster.replicationSource()
 	}
 	b.sessions, err = session.New(session.Options{
 		Queues:          b.queues,
@@ -382,6 +384,7 @@ func (b *Broker) startSessions() error {
 		NodeIdentity:    nodeIdentity,
 		NodeID:          string(b.nodeID),
 		Upstreams:       upstreams,
+		Replication:     repl,
 		OwnerID:         b.ownerID,
 		SkeletonDir:     filepath.Join(cfg.Server.DataDir, "sessions"),
 		Settings:        b.sessionSettings,

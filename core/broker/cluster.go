@@ -54,6 +54,9 @@ type coordinated struct {
 	// noGatewayWarned rate-limits the no-public-broker warnings
 	// (warnNoGateway).
 	noGatewayWarned lograte.Limiter[struct{}]
+	// followers runs the replicas of the partitions this node follows
+	// (replication.go).
+	followers followers
 }
 
 // startCluster opens the coordination backend and joins the cluster
@@ -121,6 +124,7 @@ func (b *Broker) startCluster() error {
 		stop: make(chan struct{}), done: make(chan struct{}), noGatewayWarned: lograte.Limiter[struct{}]{Every: noGatewayWarnEvery}}
 	c.router = &routing.SessionRouter{Cluster: cl, Self: c.self, DefaultPartitions: c.defaultPartitions, // Queues: openQueues
 		PlacementTimeout: c.placementTimeout}
+	c.followers.c = c
 	b.cluster = c
 	b.cluster.registerMetrics(b.registry)
 	b.log.Info("joined the cluster", "backend", cfg.Coordination.Backend, "secret_from", origin,
@@ -146,6 +150,7 @@ func (c *coordinated) run() {
 		snap := c.cl.Snapshot()
 		if snap.Index != applied {
 			c.applyCatalog(snap)
+			c.followers.reconcile(snap)
 			c.retainLinks(snap)
 			c.warnNoGateway(snap)
 			applied = snap.Index
@@ -180,6 +185,7 @@ func (c *coordinated) close() {
 	if c.ran {
 		<-c.done
 	}
+	c.followers.stopAll()
 	c.b.users.Close() // stop following the shared documents
 	c.b.settings.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

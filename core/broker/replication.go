@@ -1,0 +1,223 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/cluster"
+	"github.com/fibrilgo/fibril/core/peer"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/replica"
+	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// Replication in a cluster broker (docs/ARCHITECTURE.md#replication): as
+// an owner, this broker serves its followers' replication connections
+// (the session layer hands their ops to replicationSource); as a
+// follower, it keeps one replica per queue partition the cluster view
+// says it follows, fed over its own @node connection to the owner.
+
+// replicationSource serves followers of the partitions this broker owns.
+func (c *coordinated) replicationSource() *replica.Source {
+	return &replica.Source{Lookup: c.ownedForReplication, Logger: c.b.log.With("component", "replication")}
+}
+
+// ownedForReplication finds a partition this broker owns for a follower:
+// follower must be one of its followers in this broker's view ("" for a
+// checkpoint export, which names no follower; the connection is @node).
+func (c *coordinated) ownedForReplication(k wire.QueueKey, follower string) (replica.Owned, error) {
+	ref := core.PartitionRef{Topic: k.Topic, Group: k.Group.Value, Partition: k.Partition}
+	p, ok := c.cl.Snapshot().Partition(ref)
+	switch {
+	case !ok:
+		return replica.Owned{}, fmt.Errorf("partition %s is not declared", ref)
+	case !p.Placed() || p.Node != c.self.ID:
+		return replica.Owned{}, fmt.Errorf("this broker (%s) does not own partition %s", c.self.ID, ref)
+	case follower != "" && !p.HasFollower(core.NodeID(follower)):
+		return replica.Owned{}, fmt.Errorf("node %s does not follow partition %s (epoch %d)", follower, ref, p.Epoch)
+	}
+	qp, err := c.b.queues.Partition(queue.Key{Topic: k.Topic, Group: k.Group}, k.Partition)
+	if err != nil {
+		return replica.Owned{}, err
+	}
+	lg, err := qp.ReplicationLog()
+	if err != nil {
+		return replica.Owned{}, err
+	}
+	return replica.Owned{Log: lg, Epoch: p.Epoch, Checkpoint: qp.ReplicationCheckpoint}, nil
+}
+
+// followers runs this broker's replicas: one goroutine per queue
+// partition it follows.
+type followers struct {
+	c       *coordinated
+	mu      sync.Mutex
+	running map[core.PartitionRef]*following
+}
+
+// following is one running replica.
+type following struct {
+	owner  core.NodeID
+	cancel context.CancelFunc
+	done   chan struct{}
+	log    atomic.Pointer[storage.Partition] // the open replica, for tests
+}
+
+// reconcile starts a replica for every queue partition snap says this
+// node follows (and another node owns) and stops the others — a
+// partition this node now owns is closed as a replica before the engine
+// serves it. Called from the cluster loop after the catalog is applied.
+func (f *followers) reconcile(snap *cluster.Snapshot) {
+	if f.c.b.links == nil {
+		return // no transport to reach owners with
+	}
+	self := f.c.self.ID
+	want := make(map[core.PartitionRef]core.NodeID)
+	for _, q := range snap.Queues {
+		for _, p := range q.Parts {
+			if p.Placed() && p.Node != self && p.HasFollower(self) {
+				want[p.Ref] = p.Node
+			}
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.running == nil {
+		f.running = make(map[core.PartitionRef]*following)
+	}
+	for ref, fl := range f.running {
+		if owner, ok := want[ref]; !ok || owner != fl.owner {
+			fl.cancel()
+			<-fl.done
+			delete(f.running, ref)
+		}
+	}
+	for ref, owner := range want {
+		if _, ok := f.running[ref]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		fl := &following{owner: owner, cancel: cancel, done: make(chan struct{})}
+		f.running[ref] = fl
+		go f.follow(ctx, ref, fl)
+	}
+}
+
+// stopAll stops every replica (the broker is leaving).
+func (f *followers) stopAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for ref, fl := range f.running {
+		fl.cancel()
+		<-fl.done
+		delete(f.running, ref)
+	}
+}
+
+// replica returns ref's open replica, if this node runs one (tests).
+func (f *followers) replica(ref core.PartitionRef) *storage.Partition {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl := f.running[ref]; fl != nil {
+		return fl.log.Load()
+	}
+	return nil
+}
+
+// follow keeps ref's replica fed from its owner until ctx ends: it opens
+// the replica, connects to the owner, runs the follower, and starts again
+// after a failure (at once after "checkpoint required", after a growing
+// pause otherwise), cutting the replica back when it went past the
+// owner's log.
+func (f *followers) follow(ctx context.Context, ref core.PartitionRef, fl *following) {
+	defer close(fl.done)
+	b := f.c.b
+	log := b.log.With("component", "replication", "partition", ref.String(), "owner", string(fl.owner))
+	key := queue.Key{Topic: ref.Topic}
+	wkey := wire.QueueKey{Topic: ref.Topic, Partition: ref.Partition}
+	if ref.Group != "" {
+		key.Group = wire.Some(ref.Group)
+		wkey.Group = wire.Some(ref.Group)
+	}
+	login := peer.Login{Self: f.c.self.ID, Secret: string(b.secret)}
+	fw := &replica.Follower{Key: wkey, NodeID: string(f.c.self.ID), Logger: log}
+	var rep *storage.Partition
+	defer func() {
+		if rep != nil {
+			if err := b.queues.CloseReplica(key, ref.Partition); err != nil {
+				log.Warn("closing the replica", "err", err)
+			}
+		}
+	}()
+	pause := 100 * time.Millisecond
+	var lastErr string
+	for ctx.Err() == nil {
+		began := time.Now()
+		err := func() error {
+			if rep == nil {
+				r, err := b.queues.OpenReplica(key, ref.Partition)
+				if err != nil {
+					return err
+				}
+				rep = r
+			}
+			fw.Log = rep
+			fl.log.Store(rep)
+			m := f.c.cl.Snapshot().Members[fl.owner]
+			if m == nil || !m.Live || m.Info.PeerAddr == "" {
+				return fmt.Errorf("the owner %s is not live", fl.owner)
+			}
+			link, err := b.links.Get(ctx, core.Peer{ID: fl.owner, Addr: m.Info.PeerAddr})
+			if err != nil {
+				return err
+			}
+			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			s, err := login.DialRaw(dctx, link)
+			cancel()
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			return fw.Run(ctx, s)
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		var de *replica.DivergedError
+		switch {
+		case errors.As(err, &de) && rep != nil:
+			log.Warn("the replica holds records the owner does not; cutting them", "from", de.OwnerNext, "replica_next", de.FollowerNext)
+			r, terr := b.queues.TruncateReplica(key, ref.Partition, de.OwnerNext)
+			if terr != nil {
+				rep = nil // TruncateReplica closed it
+				log.Error("cutting the replica failed", "err", terr)
+			} else {
+				rep = r
+			}
+			continue
+		case errors.Is(err, replica.ErrCheckpointRequired):
+			log.Debug("replication starts again from a checkpoint", "reason", err)
+			pause = 100 * time.Millisecond
+			continue
+		}
+		if time.Since(began) > 10*time.Second {
+			pause = 100 * time.Millisecond // it ran a while: a new failure, not the same one again
+		}
+		if msg := fmt.Sprint(err); msg != lastErr { // log once per change
+			log.Warn("replication interrupted; retrying", "err", err)
+			lastErr = msg
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
+}
