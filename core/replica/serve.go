@@ -76,22 +76,20 @@ func Serve(ctx context.Context, conn io.ReadWriter, src *Source, maxFrame uint32
 			}
 		case *wire.ReplicationRead:
 			ok, err := src.Read(ctx, &b.ReadRequest)
-			if err != nil {
-				err = fr.Send(wire.OpError, f.RequestID, &wire.ErrorBody{Code: wire.CodeBadRequest, Message: err.Error()})
-			} else {
-				err = fr.Send(wire.OpReplicationReadOK, f.RequestID, &wire.ReplicationReadOK{ReadOK: *ok})
+			var body wire.Encoder
+			if err == nil {
+				body = &wire.ReplicationReadOK{ReadOK: *ok}
 			}
-			if err != nil {
+			if err := answer(fr, f.RequestID, wire.OpReplicationReadOK, body, err); err != nil {
 				return err
 			}
 		case *wire.ReplicationCheckpointExport:
 			cp, err := src.Checkpoint(b.Key, "")
-			if err != nil {
-				err = fr.Send(wire.OpError, f.RequestID, &wire.ErrorBody{Code: wire.CodeBadRequest, Message: err.Error()})
-			} else {
-				err = fr.Send(wire.OpReplicationCheckpointExportOK, f.RequestID, &wire.ReplicationCheckpointExportOK{StateCheckpoint: *cp})
+			var body wire.Encoder
+			if err == nil {
+				body = &wire.ReplicationCheckpointExportOK{StateCheckpoint: *cp}
 			}
-			if err != nil {
+			if err := answer(fr, f.RequestID, wire.OpReplicationCheckpointExportOK, body, err); err != nil {
 				return err
 			}
 		default:
@@ -109,4 +107,13 @@ func Serve(ctx context.Context, conn io.ReadWriter, src *Source, maxFrame uint32
 			}
 		}
 	}
+}
+
+// answer sends a request's answer: body as op, or ERROR 400 with failed's
+// text when it is not nil.
+func answer(fr *frames, id uint64, op wire.Op, body wire.Encoder, failed error) error {
+	if failed != nil {
+		return fr.Send(wire.OpError, id, &wire.ErrorBody{Code: wire.CodeBadRequest, Message: failed.Error()})
+	}
+	return fr.Send(op, id, body)
 }

@@ -176,10 +176,7 @@ func (p *Partition) InstallState(settled []byte, engine []byte) error {
 	}); err != nil {
 		return fmt.Errorf("storage: malformed settled set: %w", err)
 	}
-	p.mu.Lock()
-	err := p.errLocked()
-	next := p.next
-	p.mu.Unlock()
+	next, err := p.usableNext()
 	if err != nil {
 		return err
 	}

@@ -492,10 +492,7 @@ func scanChunk(s *segment, f File, e idxEntry, from, segNext uint64, end int64, 
 // (FsyncNone). Offsets not yet assigned are refused with ErrOutOfRange;
 // already settled offsets are ignored.
 func (p *Partition) Settle(offsets ...uint64) error {
-	p.mu.Lock()
-	err := p.errLocked()
-	next := p.next
-	p.mu.Unlock()
+	next, err := p.usableNext()
 	if err != nil {
 		return err
 	}
@@ -545,6 +542,13 @@ func (p *Partition) noteJournal(settled bool, frontier uint64) {
 	if start {
 		go p.commitLoop()
 	}
+}
+
+// usableNext returns the next offset, or why the partition takes no work.
+func (p *Partition) usableNext() (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.next, p.errLocked()
 }
 
 // IsSettled reports whether offset is settled; trimmed offsets count as
