@@ -112,11 +112,11 @@ func TestTruncateReplica(t *testing.T) {
 	if _, err := e.m.TruncateReplica(key, 0, 4); !errors.Is(err, core.ErrConflict) {
 		t.Fatalf("truncating a partition not open as a replica: %v", err)
 	}
-	rep, err := e.m.OpenReplica(key, 0)
-	if err != nil {
+	if _, err := e.m.OpenReplica(key, 0); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err = e.m.TruncateReplica(key, 0, 4); err != nil {
+	rep, err := e.m.TruncateReplica(key, 0, 4)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, next := rep.Bounds(); next != 4 {
