@@ -30,7 +30,9 @@ type Frame struct {
 }
 
 // Sender writes one frame. A stream's frames are sent by one goroutine at
-// a time; a Sender shared by several streams serialises them itself.
+// a time; a Sender shared by several streams serialises them itself. It
+// may keep body until the frame is written: the caller does not change a
+// body it sent.
 type Sender interface {
 	Send(op wire.Op, requestID uint64, body wire.Encoder) error
 }
@@ -57,11 +59,6 @@ func batchCost(b *wire.ReadOK) uint64 {
 
 // tsHeaderLen is the length of a message record's headers: the timestamp.
 const tsHeaderLen = 8
-
-func encodeRecord(r storage.Record) wire.MessageRecord {
-	h := binary.LittleEndian.AppendUint64(make([]byte, 0, tsHeaderLen), uint64(r.Timestamp))
-	return wire.MessageRecord{Offset: r.Offset, Headers: h, Payload: r.Data}
-}
 
 func decodeRecord(m wire.MessageRecord) (storage.Record, error) {
 	if len(m.Headers) != tsHeaderLen || m.Flags != 0 {

@@ -71,7 +71,6 @@ func (s *Source) Stream(ctx context.Context, id uint64, start *wire.ReplicationS
 	if err := fits(own.Log, msgNext, evNext); err != nil {
 		return end(out, id, wire.StreamEndCheckpointRequired, err.Error())
 	}
-	var batch wire.ReplicationStreamBatch
 	// handle applies one frame of the follower; done reports the stream
 	// is over (stopped, or ended with the error).
 	handle := func(f Frame) (done bool, err error) {
@@ -111,6 +110,8 @@ func (s *Source) Stream(ctx context.Context, id uint64, start *wire.ReplicationS
 			}
 		}
 		if credit > 0 {
+			// A new batch each time: the Sender may keep it until written.
+			batch := new(wire.ReplicationStreamBatch)
 			if err := s.fill(&batch.ReadOK, own, msgNext, evNext, min(credit, uint64(s.maxBatch()))); err != nil {
 				if errors.Is(err, ErrCheckpointRequired) {
 					return end(out, id, wire.StreamEndCheckpointRequired, err.Error())
@@ -118,7 +119,7 @@ func (s *Source) Stream(ctx context.Context, id uint64, start *wire.ReplicationS
 				return end(out, id, wire.StreamEndError, err.Error())
 			}
 			if len(batch.Messages.Batch.Records)+len(batch.Events.Batch.Records) > 0 {
-				if err := out.Send(wire.OpReplicationStreamBatch, id, &batch); err != nil {
+				if err := out.Send(wire.OpReplicationStreamBatch, id, batch); err != nil {
 					return err
 				}
 				credit -= min(credit, batchCost(&batch.ReadOK))
@@ -196,6 +197,7 @@ func (s *Source) fill(b *wire.ReadOK, own Owned, msgNext, evNext, budget uint64)
 	m.Kind = wire.ReadBatch
 	m.Batch = wire.MessageBatch{Epoch: epoch, RequestedOffset: msgNext, NextOffset: msgNext, Records: m.Batch.Records[:0]}
 	var used uint64
+	var hdrs []byte // the records' headers, cut from shared arrays
 	err = own.Log.Scan(msgNext, func(r storage.Record) bool {
 		if r.Offset != m.Batch.NextOffset || r.Offset >= epochEnd {
 			return false // the next epoch's records go in the next batch
@@ -204,7 +206,12 @@ func (s *Source) fill(b *wire.ReadOK, own Owned, msgNext, evNext, budget uint64)
 		if len(m.Batch.Records) > 0 && used+cost > budget {
 			return false
 		}
-		m.Batch.Records = append(m.Batch.Records, encodeRecord(r))
+		if cap(hdrs)-len(hdrs) < tsHeaderLen {
+			hdrs = make([]byte, 0, 256*tsHeaderLen)
+		}
+		hdrs = binary.LittleEndian.AppendUint64(hdrs, uint64(r.Timestamp))
+		n := len(hdrs)
+		m.Batch.Records = append(m.Batch.Records, wire.MessageRecord{Offset: r.Offset, Headers: hdrs[n-tsHeaderLen : n : n], Payload: r.Data})
 		m.Batch.NextOffset++
 		used += cost
 		return used < budget

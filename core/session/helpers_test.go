@@ -237,6 +237,11 @@ func (c *client) ack(d *wire.Deliver) {
 	c.SendID(wire.OpAck, d.DeliveryTag, &wire.Ack{Topic: d.Topic, Group: d.Group, Partition: d.Partition, Tags: []uint64{d.DeliveryTag}})
 }
 
+// rawBody is a body sent as given (malformed ones included).
+type rawBody []byte
+
+func (r rawBody) AppendTo(b []byte) []byte { return append(b, r...) }
+
 // ffs is a FORWARDED_SESSION body from gateway origin for alice's client.
 func ffs(origin string, hop uint8, v2 bool, flags uint8) *wire.ForwardedSession {
 	return &wire.ForwardedSession{V2: v2, OriginNodeID: origin, HopCount: hop, ActingUsername: "alice",

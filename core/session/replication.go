@@ -29,15 +29,9 @@ type replStreams struct {
 	cancel context.CancelFunc
 }
 
-// rawBody is a body already encoded (or sent as given, in tests): a
-// stream reuses its batch for the next one while the writer may not have
-// written it yet.
-type rawBody []byte
-
-func (r rawBody) AppendTo(b []byte) []byte { return append(b, r...) }
-
 // replSender queues a stream's frames as pushes (no reply slot; the
-// follower's credit bounds what is queued).
+// follower's credit bounds what is queued); the writer encodes them (a
+// stream never changes a body it sent, see replica.Sender).
 type replSender Conn
 
 func (s *replSender) Send(op wire.Op, id uint64, body wire.Encoder) error {
@@ -47,7 +41,7 @@ func (s *replSender) Send(op wire.Op, id uint64, body wire.Encoder) error {
 		return net.ErrClosed
 	default:
 	}
-	c.enqueue(outFrame{op: op, reqID: id, body: rawBody(body.AppendTo(nil))})
+	c.enqueue(outFrame{op: op, reqID: id, body: body})
 	return nil
 }
 
@@ -71,7 +65,7 @@ func (c *Conn) handleReplication(op wire.Op, id uint64, body []byte) {
 				c.enqueue(outFrame{op: wire.OpError, reqID: id, body: &wire.ErrorBody{Code: wire.CodeBadRequest, Message: err.Error()}, slot: true})
 				return
 			}
-			c.enqueue(outFrame{op: wire.OpReplicationReadOK, reqID: id, body: rawBody((&wire.ReplicationReadOK{ReadOK: *ok}).AppendTo(nil)), slot: true})
+			c.enqueue(outFrame{op: wire.OpReplicationReadOK, reqID: id, body: &wire.ReplicationReadOK{ReadOK: *ok}, slot: true})
 		}()
 	case *wire.ReplicationCheckpointExport:
 		cp, err := repl.Checkpoint(b.Key, c.peerNode)
@@ -79,7 +73,7 @@ func (c *Conn) handleReplication(op wire.Op, id uint64, body []byte) {
 			c.replyError(id, wire.CodeBadRequest, err.Error())
 			return
 		}
-		c.reply(wire.OpReplicationCheckpointExportOK, id, rawBody((&wire.ReplicationCheckpointExportOK{StateCheckpoint: *cp}).AppendTo(nil)))
+		c.reply(wire.OpReplicationCheckpointExportOK, id, &wire.ReplicationCheckpointExportOK{StateCheckpoint: *cp})
 	case *wire.ReplicationStreamStart:
 		start := *b
 		ch := make(chan replica.Frame, 16)
