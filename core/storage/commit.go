@@ -100,13 +100,30 @@ func (b *batch) span(i int) (start, end int) {
 }
 
 // record returns a copy of the record at offset if b holds it.
-func (b *batch) record(offset uint64) (Record, bool) {
+func (b *batch) record(offset uint64, arena []byte) (Record, []byte, bool) {
 	if b.n == 0 || offset < b.first || offset >= b.first+uint64(b.n) {
-		return Record{}, false
+		return Record{}, arena, false
 	}
 	start, end := b.span(int(offset - b.first))
 	h := decodeHeader(b.buf[start:])
-	return Record{Offset: offset, Timestamp: h.ts, Data: append([]byte(nil), b.buf[start+recHeaderLen:end]...)}, true
+	data, arena := copyData(arena, b.buf[start+recHeaderLen:end])
+	return Record{Offset: offset, Timestamp: h.ts, Data: data}, arena, true
+}
+
+// copyData copies d to the end of arena and returns the copy (capped, so
+// that appending to it never reaches the next one) and the arena: Scan
+// copies many records with one allocation. A nil arena gives d a copy of
+// its own.
+func copyData(arena, d []byte) ([]byte, []byte) {
+	if arena == nil {
+		return append([]byte(nil), d...), nil
+	}
+	if cap(arena)-len(arena) < len(d) {
+		arena = make([]byte, 0, max(len(d), 64<<10))
+	}
+	n := len(arena)
+	arena = append(arena, d...)
+	return arena[n:len(arena):len(arena)], arena
 }
 
 // noteWritten records in s's bookkeeping (size, index, timestamps) that

@@ -326,7 +326,8 @@ func (p *Partition) Read(offset uint64) (Record, error) {
 		if p.failErr != nil {
 			return Record{}, p.failErr
 		}
-		return p.memRecordLocked(offset)
+		r, _, err := p.memRecordLocked(offset, nil)
+		return r, err
 	}
 	s := p.segs[p.segIndexLocked(offset)]
 	e := s.lookup(offset)
@@ -385,24 +386,26 @@ func (p *Partition) segIndexLocked(offset uint64) int {
 }
 
 // memRecordLocked copies a record that is still in a pending batch.
-func (p *Partition) memRecordLocked(offset uint64) (Record, error) {
-	if r, ok := p.lag.record(offset); ok { // staged (lag.go)
-		return r, nil
+func (p *Partition) memRecordLocked(offset uint64, arena []byte) (Record, []byte, error) {
+	if r, arena, ok := p.lag.record(offset, arena); ok { // staged (lag.go)
+		return r, arena, nil
 	}
 	for _, b := range p.batches {
-		if r, ok := b.record(offset); ok {
-			return r, nil
+		if r, arena, ok := b.record(offset, arena); ok {
+			return r, arena, nil
 		}
 	}
 	// Unreachable while the invariant holds (every offset in [written,
 	// next) is in a batch unless the partition failed); never guess.
-	return Record{}, fmt.Errorf("%w: offset %d is neither written nor pending", ErrFailed, offset)
+	return Record{}, arena, fmt.Errorf("%w: offset %d is neither written nor pending", ErrFailed, offset)
 }
 
 // Scan calls fn for each record from offset from (clamped up to the first
 // retained offset) in order, until fn returns false or the tail is
 // reached. Records appended during the scan may be included. fn runs
-// without partition locks held and may keep rec.Data.
+// without partition locks held and may keep rec.Data; the records of one
+// chunk share one allocation (one per chunk, not one per record), so a
+// kept Data keeps its chunk's (64 KiB or more) alive.
 func (p *Partition) Scan(from uint64, fn func(Record) bool) error {
 	var recs []Record
 	for {
@@ -426,8 +429,11 @@ func (p *Partition) Scan(from uint64, fn func(Record) bool) error {
 				defer p.mu.Unlock()
 				return p.failErr
 			}
+			arena := make([]byte, 0, 64<<10)
 			for o := from; o < p.next && len(recs) < 256; o++ {
-				r, err := p.memRecordLocked(o)
+				var r Record
+				var err error
+				r, arena, err = p.memRecordLocked(o, arena)
 				if err != nil {
 					p.mu.Unlock()
 					return err
@@ -467,6 +473,7 @@ func (p *Partition) Scan(from uint64, fn func(Record) bool) error {
 func scanChunk(s *segment, f File, e idxEntry, from, segNext uint64, end int64, out []Record) ([]Record, error) {
 	r := newRecReader(f, int64(e.pos), end)
 	bytes := 0
+	arena := make([]byte, 0, 64<<10)
 	for off := s.base + uint64(e.rel); off < segNext && bytes < 1<<20; off++ {
 		rec, pos, bad, err := r.next(off)
 		if err != nil {
@@ -477,7 +484,9 @@ func scanChunk(s *segment, f File, e idxEntry, from, segNext uint64, end int64, 
 		}
 		if off >= from {
 			h := decodeHeader(rec)
-			out = append(out, Record{Offset: off, Timestamp: h.ts, Data: append([]byte(nil), rec[recHeaderLen:]...)})
+			var data []byte
+			data, arena = copyData(arena, rec[recHeaderLen:])
+			out = append(out, Record{Offset: off, Timestamp: h.ts, Data: data})
 			bytes += len(rec)
 		}
 	}
