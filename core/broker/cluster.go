@@ -55,8 +55,10 @@ type coordinated struct {
 	// (warnNoGateway).
 	noGatewayWarned lograte.Limiter[struct{}]
 	// followers runs the replicas of the partitions this node follows
-	// (replication.go).
+	// (replication.go); progress is what this node's own followers last
+	// reported.
 	followers followers
+	progress  progressBook
 }
 
 // startCluster opens the coordination backend and joins the cluster

@@ -34,6 +34,12 @@ func (b *Broker) topologyView() any {
 	type followerView struct {
 		Node core.NodeID `json:"node"`
 		Live bool        `json:"live"`
+		// On the owner's admin API, once the follower reported durable
+		// progress: every record below DurableNext is on its disk,
+		// LagRecords behind the owner's log, reported ProgressAgeMS ago.
+		DurableNext   *uint64 `json:"durable_next,omitempty"`
+		LagRecords    *uint64 `json:"lag_records,omitempty"`
+		ProgressAgeMS *int64  `json:"progress_age_ms,omitempty"`
 	}
 	type partView struct {
 		Topic     string      `json:"topic"`
@@ -91,7 +97,14 @@ func (b *Broker) topologyView() any {
 			Owner: p.Node, Epoch: p.Epoch, Written: p.Written, OwnerLive: p.Placed() && snap.Live(p.Node),
 			Followers: []followerView{}, Endpoints: []string{}}
 		for _, f := range p.Followers {
-			v.Followers = append(v.Followers, followerView{Node: f, Live: snap.Live(f)})
+			fv := followerView{Node: f, Live: snap.Live(f)}
+			if p.Node == c.self.ID {
+				if fp, lag, ok := c.lag(p.Ref, f); ok {
+					age := time.Since(fp.at).Milliseconds()
+					fv.DurableNext, fv.LagRecords, fv.ProgressAgeMS = &fp.durableNext, &lag, &age
+				}
+			}
+			v.Followers = append(v.Followers, fv)
 		}
 		for _, e := range routing.ClientEndpoints(snap, p) {
 			v.Endpoints = append(v.Endpoints, e.String())

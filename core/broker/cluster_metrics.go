@@ -35,6 +35,12 @@ func (c *coordinated) registerMetrics(reg prometheus.Registerer) {
 			})
 			return float64(n)
 		}},
+		{"fibril_replication_max_lag_records", "On an owner: the largest number of records a follower's durable copy of one of its partitions trails its log by, over the followers that reported progress.", func() float64 {
+			return float64(c.maxLag())
+		}},
+		{"fibril_replication_replicas", "Replicas this node keeps for partitions it follows (running replication streams).", func() float64 {
+			return float64(c.followers.count())
+		}},
 		{"fibril_cluster_followed_partitions", "Partitions this node is a follower of.", func() float64 {
 			n := 0
 			snap().AllPartitions(func(p cluster.Partition) {

@@ -25,7 +25,83 @@ import (
 
 // replicationSource serves followers of the partitions this broker owns.
 func (c *coordinated) replicationSource() *replica.Source {
-	return &replica.Source{Lookup: c.ownedForReplication, Logger: c.b.log.With("component", "replication")}
+	return &replica.Source{Lookup: c.ownedForReplication, Progress: c.progress.note, Logger: c.b.log.With("component", "replication")}
+}
+
+// progressBook is what the followers of this broker's partitions last
+// reported (replica.Source.Progress), for the admin view and the metrics.
+type progressBook struct {
+	mu sync.Mutex
+	m  map[core.PartitionRef]map[core.NodeID]followerProgress
+}
+
+// followerProgress is one follower's last durable progress report.
+type followerProgress struct {
+	durableNext uint64 // every record below it is on the follower's disk
+	at          time.Time
+}
+
+func (pb *progressBook) note(k wire.QueueKey, follower string, msgNext, _ uint64) {
+	ref := core.PartitionRef{Topic: k.Topic, Group: k.Group.Value, Partition: k.Partition}
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	if pb.m == nil {
+		pb.m = make(map[core.PartitionRef]map[core.NodeID]followerProgress)
+	}
+	byNode := pb.m[ref]
+	if byNode == nil {
+		byNode = make(map[core.NodeID]followerProgress)
+		pb.m[ref] = byNode
+	}
+	byNode[core.NodeID(follower)] = followerProgress{durableNext: msgNext, at: time.Now()}
+}
+
+func (pb *progressBook) get(ref core.PartitionRef, node core.NodeID) (followerProgress, bool) {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	fp, ok := pb.m[ref][node]
+	return fp, ok
+}
+
+// lag returns how many records follower node's durable copy of ref
+// trails this owner's log by, when the node has reported progress and
+// the partition is open here.
+func (c *coordinated) lag(ref core.PartitionRef, node core.NodeID) (fp followerProgress, lag uint64, ok bool) {
+	fp, ok = c.progress.get(ref, node)
+	if !ok {
+		return fp, 0, false
+	}
+	key := queue.Key{Topic: ref.Topic}
+	if ref.Group != "" {
+		key.Group = wire.Some(ref.Group)
+	}
+	qp, err := c.b.queues.Partition(key, ref.Partition)
+	if err != nil {
+		return fp, 0, false
+	}
+	lg, err := qp.ReplicationLog()
+	if err != nil {
+		return fp, 0, false
+	}
+	_, next := lg.Bounds()
+	return fp, next - min(next, fp.durableNext), true
+}
+
+// maxLag is the largest lag, in records, of a live follower of a
+// partition this node owns, over the followers that reported progress.
+func (c *coordinated) maxLag() uint64 {
+	var worst uint64
+	c.cl.Snapshot().AllPartitions(func(p cluster.Partition) {
+		if p.Node != c.self.ID {
+			return
+		}
+		for _, f := range p.Followers {
+			if _, lag, ok := c.lag(p.Ref, f); ok {
+				worst = max(worst, lag)
+			}
+		}
+	})
+	return worst
 }
 
 // ownedForReplication finds a partition this broker owns for a follower:
@@ -118,6 +194,13 @@ func (f *followers) stopAll() {
 		<-fl.done
 		delete(f.running, ref)
 	}
+}
+
+// count returns how many replicas run.
+func (f *followers) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.running)
 }
 
 // replica returns ref's open replica, if this node runs one (tests).

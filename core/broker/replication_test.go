@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,4 +101,56 @@ func TestClusterFollowersReplicateTheOwner(t *testing.T) {
 			return fmt.Sprintf("%s's replica holds %d of %d records; settled frontier %d, owner's %d", b.nodeID, next, total, rep.SettledFrontier(), olog.SettledFrontier())
 		})
 	}
+	// The owner's admin API shows each follower's durable progress; each
+	// follower counts its replica.
+	testkit.EventuallyReport(t, 10*time.Second, func() bool {
+		return followerLags(t, owner) == "0,0"
+	}, func() string { return "follower lags on the owner: " + followerLags(t, owner) })
+	for _, b := range bs {
+		want := 1.0
+		if b == owner {
+			want = 0
+		}
+		if v := counterValue(t, b, "fibril_replication_replicas"); v != want {
+			t.Errorf("%s: fibril_replication_replicas %v, want %v", b.nodeID, v, want)
+		}
+	}
+	if v := counterValue(t, owner, "fibril_replication_max_lag_records"); v != 0 {
+		t.Errorf("owner: fibril_replication_max_lag_records %v, want 0", v)
+	}
+}
+
+// followerLags is the lag_records of the followers of orders#0 in b's
+// admin topology, comma-separated ("?" for a follower without one).
+func followerLags(t *testing.T, b *Broker) string {
+	code, body := adminDo(t, b, "GET", "/admin/api/topology", "")
+	if code != 200 {
+		t.Fatalf("topology: %d %s", code, body)
+	}
+	var topo struct {
+		Partitions []struct {
+			Topic     string `json:"topic"`
+			Followers []struct {
+				LagRecords  *uint64 `json:"lag_records"`
+				DurableNext *uint64 `json:"durable_next"`
+			} `json:"followers"`
+		} `json:"partitions"`
+	}
+	if err := json.Unmarshal([]byte(body), &topo); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range topo.Partitions {
+		if p.Topic != "orders" {
+			continue
+		}
+		for _, f := range p.Followers {
+			if f.LagRecords == nil {
+				out = append(out, "?")
+			} else {
+				out = append(out, fmt.Sprint(*f.LagRecords))
+			}
+		}
+	}
+	return strings.Join(out, ",")
 }
