@@ -495,3 +495,42 @@ func TestCatchUpWaitsForADeclarationMadeElsewhere(t *testing.T) {
 		t.Fatal("after CatchUp the view still lacks the queue")
 	}
 }
+
+// NewEpoch moves an owned partition past an epoch, keeping owner,
+// followers and the written mark; a second call finds it done; a
+// non-owner is refused.
+func TestNewEpoch(t *testing.T) {
+	tc := newTestCluster(t, "a", "b")
+	tc.settle()
+	a := tc.nodes["a"]
+	declare(t, a.Cluster, "orders", 1)
+	for _, n := range tc.nodes {
+		testkit.Eventually(t, 5*time.Second, "placed", func() bool { return allPlaced(n.Snapshot(), "orders") })
+	}
+	p := a.Snapshot().Queue("orders", "").Parts[0]
+	owner, other := tc.nodes[p.Node], tc.nodes["a"]
+	if p.Node == "a" {
+		other = tc.nodes["b"]
+	}
+	if err := owner.MarkWritten(context.Background(), p.Ref); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.NewEpoch(context.Background(), p.Ref, p.Epoch); !errors.Is(err, core.ErrUnavailable) {
+		t.Fatalf("non-owner: %v, want unavailable", err)
+	}
+	testkit.Eventually(t, 5*time.Second, "the mark in the owner's view", func() bool {
+		q, _ := owner.Snapshot().Partition(p.Ref)
+		return q.Written
+	})
+	e, err := owner.NewEpoch(context.Background(), p.Ref, p.Epoch+3)
+	if err != nil || e != p.Epoch+4 {
+		t.Fatalf("NewEpoch above %d: %d, %v", p.Epoch+3, e, err)
+	}
+	testkit.Eventually(t, 5*time.Second, "the new epoch visible, mark and owner kept", func() bool {
+		q, _ := other.Snapshot().Partition(p.Ref)
+		return q.Epoch == e && q.Written && q.Node == p.Node && len(q.Followers) == len(p.Followers)
+	})
+	if again, err := owner.NewEpoch(context.Background(), p.Ref, p.Epoch); err != nil || again != e {
+		t.Fatalf("NewEpoch below the current epoch: %d, %v, want %d", again, err, e)
+	}
+}

@@ -83,3 +83,43 @@ func (c *Cluster) IsWritten(p Partition) bool {
 	e, ok := c.written.Load(p.Ref)
 	return ok && e.(uint64) >= p.Epoch
 }
+
+// NewEpoch makes the assignment of ref, which this node owns, carry an
+// epoch above above (compare-and-set: owner, followers and the written mark
+// stay) and returns it; when it already does, it returns that one. An
+// owner that restarts calls it before its first publish (the log's epoch
+// history already holds the record's epoch): the records the crash took
+// from its log may still be on a follower, and a new epoch is how the
+// follower finds where the two logs part (docs/ARCHITECTURE.md#replication).
+// It fails with core.ErrUnavailable when this node does not own ref.
+func (c *Cluster) NewEpoch(ctx context.Context, ref core.PartitionRef, above uint64) (uint64, error) {
+	p, ok := c.Snapshot().Partition(ref)
+	if !ok || !p.Placed() || p.Node != c.self {
+		return 0, core.Errorf(core.ErrUnavailable, "partition %s is not owned by this broker (anymore)", ref)
+	}
+	version, cur := p.Version, p.Assignment
+	for range 8 {
+		if cur.Epoch > above {
+			return cur.Epoch, nil
+		}
+		next := cur
+		next.Epoch = above + 1
+		_, err := c.coord.CompareAndSet(ctx, assignKey(ref), encodeAssignment(next), version)
+		if err == nil {
+			c.log.Info("partition takes a new epoch (its owner restarted)", "partition", ref.String(), "epoch", next.Epoch)
+			return next.Epoch, nil
+		}
+		if !errors.Is(err, core.ErrVersionConflict) {
+			return 0, core.Errorf(core.ErrUnavailable, "partition %s: cannot move to a new epoch: %v", ref, err)
+		}
+		kv, err := c.coord.Get(ctx, assignKey(ref))
+		if err != nil {
+			return 0, core.Errorf(core.ErrUnavailable, "partition %s: cannot move to a new epoch: %v", ref, err)
+		}
+		if kv.Version == 0 || !decodeInto(kv.Value, &cur) || cur.Node != c.self {
+			return 0, core.Errorf(core.ErrUnavailable, "partition %s moved to another broker", ref)
+		}
+		version = kv.Version
+	}
+	return 0, core.Errorf(core.ErrUnavailable, "partition %s: the new epoch kept conflicting; retry", ref)
+}

@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"fmt"
+
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/storage"
 )
@@ -37,19 +39,37 @@ func (p *Partition) ReplicationCheckpoint() (eventNext uint64, settled, engine [
 // (storage.Partition.BeginEpoch; the epoch history replicas compare). It
 // costs an atomic load once the epoch is recorded. An epoch older than the
 // history's last is refused: this broker was deposed.
+//
+// The first call in a process is different: when the history already
+// holds epoch (or a later one), an earlier process of this broker wrote
+// under it, and the records a crash took from the log may still be on a
+// follower; it returns an *EpochUsedError and the caller moves the
+// assignment to a new epoch first (cluster.NewEpoch).
 func (p *Partition) BeginEpoch(epoch uint64) error {
-	if p.epoch.Load() == epoch {
+	cur := p.epoch.Load()
+	if cur == epoch {
 		return nil
 	}
 	lg, err := p.ReplicationLog()
 	if err != nil {
 		return err
 	}
+	if h := lg.Epochs(); cur == 0 && len(h) > 0 && h[len(h)-1].Epoch >= epoch {
+		return &EpochUsedError{Last: h[len(h)-1].Epoch}
+	}
 	if err := lg.BeginEpoch(epoch); err != nil {
 		return core.Errorf(core.ErrUnavailable, "%s: %v", p.name, err)
 	}
 	p.epoch.Store(epoch)
 	return nil
+}
+
+// EpochUsedError: the log's history already holds the epoch asked for, up
+// to Last, from an earlier process; the owner needs an epoch above Last.
+type EpochUsedError struct{ Last uint64 }
+
+func (e *EpochUsedError) Error() string {
+	return fmt.Sprintf("epoch %d was already written under by an earlier process", e.Last)
 }
 
 // OpenReplica opens, for a follower, the storage of partition n of a

@@ -149,3 +149,24 @@ func TestBeginEpoch(t *testing.T) {
 		t.Fatalf("an older epoch: %v, want unavailable", err)
 	}
 }
+
+// After a restart, the epoch the history ends with is not written under
+// again: BeginEpoch asks for a newer one.
+func TestBeginEpochAfterARestartNeedsANewEpoch(t *testing.T) {
+	e := newEnv(t)
+	if err := e.part("orders", 0).BeginEpoch(5); err != nil {
+		t.Fatal(err)
+	}
+	e.restart()
+	p := e.part("orders", 0)
+	var used *EpochUsedError
+	if err := p.BeginEpoch(5); !errors.As(err, &used) || used.Last != 5 {
+		t.Fatalf("the same epoch after a restart: %v, want EpochUsedError{5}", err)
+	}
+	if err := p.BeginEpoch(6); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.BeginEpoch(6); err != nil {
+		t.Fatalf("the new epoch again in this process: %v", err)
+	}
+}

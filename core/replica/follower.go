@@ -161,11 +161,16 @@ func (f *Follower) catchUp(fr *frames) error {
 		return err
 	}
 	cp := body.(*wire.ReplicationCheckpointExportOK).StateCheckpoint
-	settled, engine, err := decodeSnapshot(cp.StateSnapshot)
+	settled, history, engine, err := decodeSnapshot(cp.StateSnapshot)
 	if err != nil {
 		return err
 	}
 	settled, engine = append([]byte(nil), settled...), append([]byte(nil), engine...)
+	if end, ok := divergence(f.Log.Epochs(), history, cp.MessageNextOffset); ok {
+		if _, next := f.Log.Bounds(); next > end {
+			return &DivergedError{OwnerNext: end, FollowerNext: next}
+		}
+	}
 	for {
 		first, next := f.Log.Bounds()
 		switch {
@@ -213,6 +218,28 @@ func (f *Follower) catchUp(fr *frames) error {
 			return err
 		}
 	}
+}
+
+// divergence finds where a follower's log must end to be a prefix of
+// the owner's, from the two epoch histories (the way Kafka finds it): the
+// follower's records of its last epoch are the owner's only up to where
+// that epoch — or the largest owner epoch not above it — ends on the
+// owner. ok is false when either history is empty (nothing to compare).
+func divergence(mine, owner []storage.EpochStart, ownerNext uint64) (end uint64, ok bool) {
+	if len(mine) == 0 || len(owner) == 0 {
+		return 0, false
+	}
+	last := mine[len(mine)-1].Epoch
+	for i := len(owner) - 1; i >= 0; i-- {
+		if owner[i].Epoch > last {
+			continue
+		}
+		if i+1 < len(owner) {
+			return owner[i+1].Start, true
+		}
+		return ownerNext, true
+	}
+	return owner[0].Start, true // the owner has no epoch that old: keep what precedes its history
 }
 
 func decodeRecords(in []wire.MessageRecord) ([]storage.Record, error) {

@@ -262,3 +262,50 @@ func TestOwnerRefusesAStranger(t *testing.T) {
 		t.Fatalf("a stranger got %d records", next)
 	}
 }
+
+// An owner that lost records in a crash and wrote past them under a new
+// epoch: a follower that had them finds, from the two epoch histories,
+// where the logs part, is cut back there, and then holds the owner's log.
+func TestFollowerCutsWhatTheOwnerLostInACrash(t *testing.T) {
+	fsys := faultfs.New()
+	o := storage.Options{FS: fsys, Logger: quiet(), SegmentMaxBytes: 64 << 10}
+	owner, follower := open(t, fsys, "/owner"), open(t, fsys, "/follower")
+	if err := owner.BeginEpoch(1); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, owner, 0, 100)
+	stop := newPair(t, owner, follower, nil).run()
+	testkit.Eventually(t, 10*time.Second, "the follower to catch up", caughtUp(owner, follower))
+	stop()
+
+	// The owner comes back without its last 10 records and writes 30 new
+	// ones under epoch 2: its log passes the follower's end.
+	owner.Close()
+	if err := storage.TruncatePartition("/owner", 90, o); err != nil {
+		t.Fatal(err)
+	}
+	owner = open(t, fsys, "/owner")
+	if err := owner.BeginEpoch(2); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, owner, 1000, 30)
+
+	pr := newPair(t, owner, follower, nil)
+	err := pr.run()()
+	var de *DivergedError
+	if !errors.As(err, &de) || de.OwnerNext != 90 || de.FollowerNext != 100 {
+		t.Fatalf("Run against the restarted owner: %v, want the logs to part at 90", err)
+	}
+	follower.Close()
+	if err := storage.TruncatePartition("/follower", de.OwnerNext, o); err != nil {
+		t.Fatal(err)
+	}
+	follower = open(t, fsys, "/follower")
+	stop = newPair(t, owner, follower, nil).run()
+	testkit.Eventually(t, 10*time.Second, "the cut follower to catch up", caughtUp(owner, follower))
+	stop()
+	sameState(t, owner, follower)
+	if a, b := owner.Epochs(), follower.Epochs(); !slices.Equal(a, b) {
+		t.Fatalf("epoch history: owner %v, follower %v", a, b)
+	}
+}

@@ -325,30 +325,59 @@ func (s *Source) Checkpoint(key wire.QueueKey, follower string) (*wire.StateChec
 		MessageEpoch: own.Epoch, EventEpoch: own.Epoch,
 		MessageCheckpointOffset: first, MessageNextOffset: next,
 		EventNextOffset: evNext, AppliedEventOffset: evNext,
-		StateSnapshot: encodeSnapshot(settled, engine),
+		StateSnapshot: encodeSnapshot(settled, own.Log.Epochs(), engine),
 	}, nil
 }
 
-// A checkpoint's state snapshot, this broker's encoding: u8 version 1,
+// A checkpoint's state snapshot, this broker's encoding: u8 version 2,
 // uvarint length of the settled set, the settled set
-// (storage.Partition.EventCheckpoint's encoding), then the engine snapshot.
-const snapshotVersion = 1
+// (storage.Partition.EventCheckpoint's encoding), uvarint count of the
+// owner's epoch history entries, each a uvarint epoch and start, then the
+// engine snapshot. Version 1 (no history) is still read.
+const snapshotVersion = 2
 
-func encodeSnapshot(settled, engine []byte) []byte {
+func encodeSnapshot(settled []byte, history []storage.EpochStart, engine []byte) []byte {
 	b := []byte{snapshotVersion}
 	b = binary.AppendUvarint(b, uint64(len(settled)))
 	b = append(b, settled...)
+	b = binary.AppendUvarint(b, uint64(len(history)))
+	for _, e := range history {
+		b = binary.AppendUvarint(b, e.Epoch)
+		b = binary.AppendUvarint(b, e.Start)
+	}
 	return append(b, engine...)
 }
 
-func decodeSnapshot(b []byte) (settled, engine []byte, err error) {
-	if len(b) == 0 || b[0] != snapshotVersion {
-		return nil, nil, errors.New("replica: unknown state snapshot version")
+func decodeSnapshot(b []byte) (settled []byte, history []storage.EpochStart, engine []byte, err error) {
+	bad := errors.New("replica: malformed state snapshot")
+	if len(b) == 0 || b[0] < 1 || b[0] > snapshotVersion {
+		return nil, nil, nil, errors.New("replica: unknown state snapshot version")
 	}
+	version := b[0]
 	n, k := binary.Uvarint(b[1:])
 	if k <= 0 || n > uint64(len(b)-1-k) {
-		return nil, nil, errors.New("replica: malformed state snapshot")
+		return nil, nil, nil, bad
 	}
 	rest := b[1+k:]
-	return rest[:n], rest[n:], nil
+	settled, rest = rest[:n], rest[n:]
+	if version >= 2 {
+		count, k := binary.Uvarint(rest)
+		if k <= 0 || count > uint64(len(rest)) {
+			return nil, nil, nil, bad
+		}
+		rest = rest[k:]
+		for range count {
+			e, k1 := binary.Uvarint(rest)
+			if k1 <= 0 {
+				return nil, nil, nil, bad
+			}
+			st, k2 := binary.Uvarint(rest[k1:])
+			if k2 <= 0 {
+				return nil, nil, nil, bad
+			}
+			history = append(history, storage.EpochStart{Epoch: e, Start: st})
+			rest = rest[k1+k2:]
+		}
+	}
+	return settled, history, rest, nil
 }

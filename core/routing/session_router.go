@@ -96,7 +96,19 @@ func (r *SessionRouter) beginEpoch(snap *cluster.Snapshot, p cluster.Partition) 
 	if err != nil {
 		return err
 	}
-	return qp.BeginEpoch(p.Epoch)
+	err = qp.BeginEpoch(p.Epoch)
+	var used *queue.EpochUsedError
+	if !errors.As(err, &used) {
+		return err
+	}
+	// This broker restarted: a new epoch before its first publish.
+	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+	defer cancel()
+	epoch, err := r.Cluster.NewEpoch(ctx, p.Ref, used.Last)
+	if err != nil {
+		return err
+	}
+	return qp.BeginEpoch(epoch)
 }
 
 // catchUp gives a view that may trail a fresh declaration or placement
