@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,55 +56,89 @@ func TestFibrilDev(t *testing.T) {
 	}
 }
 
-func testFibrilDev(t *testing.T, private int) {
+// devRun is a running `fibril dev`: its ports, directory, output lines
+// and stderr.
+type devRun struct {
+	cmd        *exec.Cmd
+	cp, ap     int
+	dir        string
+	lines      chan string
+	logs       *lockedBuffer
+	exited     chan struct{}
+	waitErr    error
+	readyLines []string
+}
+
+// startDev starts `fibril dev --nodes 3 --private private` (with extra
+// dev flags) and waits for "cluster ready".
+func startDev(t *testing.T, private int, extra ...string) *devRun {
 	cp, ap, rp := freeRun(t, 3), freeRun(t, 3), freeRun(t, 3)
-	cmd := exec.Command(fibrilBin, "dev", "--nodes", "3", "--private", strconv.Itoa(private), "--dir", t.TempDir(),
-		"--client-port", strconv.Itoa(cp), "--admin-port", strconv.Itoa(ap), "--raft-port", strconv.Itoa(rp),
-		"--", "--coordination.heartbeat_interval_ms=250", "--coordination.liveness_ttl_ms=1500")
-	cmd.Env = cleanEnv()
-	out, err := cmd.StdoutPipe()
+	d := &devRun{cp: cp, ap: ap, dir: t.TempDir(), lines: make(chan string, 16), logs: &lockedBuffer{}, exited: make(chan struct{})}
+	args := []string{"dev", "--nodes", "3", "--private", strconv.Itoa(private), "--dir", d.dir,
+		"--client-port", strconv.Itoa(cp), "--admin-port", strconv.Itoa(ap), "--raft-port", strconv.Itoa(rp)}
+	args = append(args, extra...)
+	args = append(args, "--", "--coordination.heartbeat_interval_ms=250", "--coordination.liveness_ttl_ms=1500")
+	d.cmd = exec.Command(fibrilBin, args...)
+	d.cmd.Env = cleanEnv()
+	out, err := d.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
-	cmd.Stderr = logs
-	dumpOnFailure(t, "fibril dev stderr", logs)
-	if err := cmd.Start(); err != nil {
+	d.cmd.Stderr = d.logs
+	dumpOnFailure(t, "fibril dev stderr", d.logs)
+	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
+	go func() { d.waitErr = d.cmd.Wait(); close(d.exited) }()
 	t.Cleanup(func() {
 		select {
-		case <-exited:
+		case <-d.exited:
 		default:
-			_ = cmd.Process.Kill()
-			<-exited
+			_ = d.cmd.Process.Kill()
+			<-d.exited
 		}
 	})
-	lines := make(chan string, 16)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			lines <- sc.Text()
+			d.lines <- sc.Text()
 		}
-		close(lines)
+		close(d.lines)
 	}()
-	var got []string
 	timeout := time.After(readyTimeout)
 	for ready := false; !ready; {
 		select {
-		case l, ok := <-lines:
+		case l, ok := <-d.lines:
 			if !ok {
-				t.Fatalf("fibril dev ended its output early: %q", got)
+				t.Fatalf("fibril dev ended its output early: %q", d.readyLines)
 			}
-			got = append(got, l)
+			d.readyLines = append(d.readyLines, l)
 			ready = strings.HasPrefix(l, "cluster ready")
 		case <-timeout:
-			t.Fatalf("fibril dev not ready within %v: %q", readyTimeout, got)
+			t.Fatalf("fibril dev not ready within %v: %q", readyTimeout, d.readyLines)
 		}
 	}
+	return d
+}
+
+// stop sends SIGINT and expects a clean exit.
+func (d *devRun) stop(t *testing.T) {
+	if err := d.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.exited:
+		if d.waitErr != nil {
+			t.Fatalf("fibril dev after SIGINT: %v", d.waitErr)
+		}
+	case <-time.After(exitTimeout):
+		t.Fatal("fibril dev did not exit after SIGINT")
+	}
+}
+
+func testFibrilDev(t *testing.T, private int) {
+	d := startDev(t, private)
+	cp, ap, got := d.cp, d.ap, d.readyLines
 	for i := range 3 {
 		role, note := "public", ""
 		if i >= 3-private {
@@ -148,21 +185,58 @@ func testFibrilDev(t *testing.T, private int) {
 		publish(t, c, "dev", client.Message{Partition: u32(p), Payload: []byte("x")})
 	}
 	c.Close()
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-		if waitErr != nil {
-			t.Fatalf("fibril dev after SIGINT: %v", waitErr)
-		}
-	case <-time.After(exitTimeout):
-		t.Fatal("fibril dev did not exit after SIGINT")
-	}
+	d.stop(t)
 	for i := range 3 {
 		if conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(cp+i), time.Second); err == nil {
 			conn.Close()
 			t.Fatalf("broker %d still listening after fibril dev exited", i+1)
 		}
 	}
+}
+
+// A broker of `fibril dev` killed with SIGKILL: the command says which and
+// how, the others keep serving, and `fibril dev restart` starts it again
+// with its data.
+func TestFibrilDevBrokerDiesAndComesBack(t *testing.T) {
+	d := startDev(t, 0)
+	pidb, err := os.ReadFile(filepath.Join(d.dir, "node-3", "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(pidb)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil { // a broker this test's fibril dev started
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, waitTimeout, "fibril dev to report node-3", func() bool {
+		return strings.Contains(d.logs.String(), "node-3 exited (signal: killed); the others keep running")
+	})
+	c := newClient(t, "127.0.0.1:"+strconv.Itoa(d.cp))
+	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "alive", Partitions: 1}); err != nil {
+		t.Fatalf("the cluster stopped serving with one broker down: %v", err)
+	}
+	c.Close()
+	out, err := exec.Command(fibrilBin, "dev", "restart", "--dir", d.dir, "node-3").CombinedOutput()
+	if err != nil {
+		t.Fatalf("fibril dev restart: %v: %s", err, out)
+	}
+	select {
+	case l := <-d.lines:
+		if l != "node-3 started again (its data kept)" {
+			t.Fatalf("after the restart request: %q", l)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("fibril dev did not start node-3 again")
+	}
+	testkit.Eventually(t, readyTimeout, "node-3 ready again", func() bool {
+		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(d.ap+2) + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	d.stop(t)
 }

@@ -202,10 +202,12 @@ func usage(w io.Writer) {
   fibril config example [-o FILE]               write fibril.example.toml
   fibril config docs [-o FILE]                  write docs/configuration.md
   fibril dev [--nodes N] [--private K] [--dir DIR] [--client-port P] [--admin-port P] [--raft-port P]
-             [--backend NAME] [-- broker flags...]
+             [--backend NAME] [--restart-after D] [-- broker flags...]
                                                 a local N-broker cluster on loopback ports (Ctrl-C stops it);
                                                 the last K brokers are private, reached only through the public
-                                                ones, which forward (fibril dev -h lists the defaults)
+                                                ones, which forward (fibril dev -h lists the defaults); a broker
+                                                that exits is reported and the others keep running
+  fibril dev restart --dir DIR NODE...          start a broker of that running fibril dev again (its data kept)
   fibril version
 
 Precedence: defaults < TOML file < FIBRIL_* environment < flags.

@@ -34,9 +34,14 @@ type devNode struct {
 // each a child process of this binary on embedded raft, for trying the
 // cluster out and for tests. It prints one line per broker (node id, role,
 // client address, admin URL) and "cluster ready" once every broker is
-// ready and a declaration would be placed at once (waitDevReady), and
-// stops them all gracefully when ctx ends (Ctrl-C).
+// ready and a declaration would be placed at once (waitDevReady); a
+// broker that exits is reported and can be started again while the
+// others run (superviseDev); it stops them all gracefully when ctx ends
+// (Ctrl-C).
 func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "restart" {
+		return runDevRestart(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("fibril dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	nodes := fs.Int("nodes", 3, "number of brokers")
@@ -44,6 +49,7 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	clientPort := fs.Int("client-port", 9876, "client port of the first broker; broker i uses this + i")
 	adminPort := fs.Int("admin-port", 8081, "admin port of the first broker; broker i uses this + i")
 	raftPort := fs.Int("raft-port", 7946, "raft port of the first broker; broker i uses this + i")
+	restartAfter := fs.Duration("restart-after", 0, "start a broker that exited again by itself after this long (0: only on request)")
 	backend := fs.String("backend", "raft", "coordination backend")
 	private := fs.Int("private", 0, "how many of the brokers (the last ones) are private: clients reach their partitions only through the public ones, which forward")
 	fs.Usage = func() {
@@ -128,11 +134,9 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 		fmt.Fprintf(stdout, "%s  %s  client %s  admin http://%s%s\n", n.id, role, n.client, n.admin, note)
 	}
 	fmt.Fprintf(stdout, "cluster ready: %d brokers, data and logs in %s; Ctrl-C stops them\n", len(cluster), root)
-	select {
-	case <-ctx.Done():
-	case <-anyExited(cluster):
-		fmt.Fprintln(stderr, "fibril dev: a broker exited; stopping the others")
-	}
+	superviseDev(ctx, cluster, root, func(n *devNode) error {
+		return n.start(exe, *backend, peers, secretPath, extra, environ)
+	}, *restartAfter, os.Stdin, stdout, stderr)
 	stopDev(cluster)
 	return exitOK
 }
@@ -167,10 +171,14 @@ func (n *devNode) start(exe, backend string, peers []string, secretPath string, 
 		logf.Close()
 		return fmt.Errorf("start %s: %w", n.id, err)
 	}
+	exited := make(chan struct{})
+	n.exited = exited
+	// Its PID, for whoever wants to kill -9 this one broker.
+	_ = os.WriteFile(filepath.Join(n.dir, "pid"), []byte(strconv.Itoa(n.cmd.Process.Pid)+"\n"), 0o600)
 	go func() {
 		_ = n.cmd.Wait()
 		logf.Close()
-		close(n.exited)
+		close(exited)
 	}()
 	return nil
 }
@@ -330,20 +338,6 @@ func devTopology(hc *http.Client, n *devNode) (view *devTopologyView, ok bool) {
 		return nil, false
 	}
 	return &v, true
-}
-
-func anyExited(cluster []*devNode) <-chan struct{} {
-	ch := make(chan struct{})
-	for _, n := range cluster {
-		go func() {
-			<-n.exited
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}()
-	}
-	return ch
 }
 
 // stopDev sends SIGTERM to every broker it started (by PID) and waits for
