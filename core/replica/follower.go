@@ -244,9 +244,15 @@ func divergence(mine, owner []storage.EpochStart, ownerNext uint64) (end uint64,
 
 func decodeRecords(in []wire.MessageRecord) ([]storage.Record, error) {
 	out := make([]storage.Record, 0, len(in))
+	size := 0
 	for _, m := range in {
-		r, err := decodeRecord(m)
-		if err != nil {
+		size += len(m.Payload)
+	}
+	arena := make([]byte, 0, size) // one copy of the batch's payloads
+	for _, m := range in {
+		var r storage.Record
+		var err error
+		if r, arena, err = decodeRecord(m, arena); err != nil {
 			return nil, err
 		}
 		out = append(out, r)

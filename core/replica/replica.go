@@ -60,13 +60,17 @@ func batchCost(b *wire.ReadOK) uint64 {
 // tsHeaderLen is the length of a message record's headers: the timestamp.
 const tsHeaderLen = 8
 
-func decodeRecord(m wire.MessageRecord) (storage.Record, error) {
+// decodeRecord decodes m, copying its payload to the end of arena (the
+// frame buffer is reused; one arena serves a whole batch).
+func decodeRecord(m wire.MessageRecord, arena []byte) (storage.Record, []byte, error) {
 	if len(m.Headers) != tsHeaderLen || m.Flags != 0 {
-		return storage.Record{}, fmt.Errorf("replica: record %d: %d header bytes, flags %#x; want %d and 0", m.Offset, len(m.Headers), m.Flags, tsHeaderLen)
+		return storage.Record{}, arena, fmt.Errorf("replica: record %d: %d header bytes, flags %#x; want %d and 0", m.Offset, len(m.Headers), m.Flags, tsHeaderLen)
 	}
+	n := len(arena)
+	arena = append(arena, m.Payload...)
 	return storage.Record{
 		Offset:    m.Offset,
 		Timestamp: int64(binary.LittleEndian.Uint64(m.Headers)),
-		Data:      append([]byte(nil), m.Payload...), // the frame buffer is reused
-	}, nil
+		Data:      arena[n:len(arena):len(arena)],
+	}, arena, nil
 }

@@ -285,7 +285,9 @@ func (p *Partition) AppendReplica(first uint64, recs []Record, done func(next ui
 			// batch. An error fails the partition, so it reaches this one.
 			cb = func(off uint64, err error) { done(off+1, err) }
 		}
-		if _, _, err := p.enqueue(r.Data, r.Timestamp, first+uint64(i), cb, false); err != nil {
+		// Only the last record wakes the committer: it takes the batch
+		// whole instead of being woken for every record.
+		if _, _, err := p.enqueue(r.Data, r.Timestamp, first+uint64(i), cb, i != last); err != nil {
 			return err
 		}
 	}
