@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +36,8 @@ const ShutdownTimeout = 10 * time.Second
 
 // Broker is one running broker process.
 type Broker struct {
+	shutdownOnce sync.Once
+	shutdownErr  error
 	cfg          *config.Config
 	log          *slog.Logger
 	ownerID      wire.UUID
@@ -149,8 +152,13 @@ func (b *Broker) Run(ctx context.Context) error {
 // Shutdown stops the broker: /readyz turns false, the client listener
 // closes, every live client gets GOING_AWAY, in-flight confirms are
 // answered, logs are flushed and fsynced, and the admin listener closes
-// last.
+// last. Calls after the first return the first one's result.
 func (b *Broker) Shutdown() error {
+	b.shutdownOnce.Do(func() { b.shutdownErr = b.shutdown() })
+	return b.shutdownErr
+}
+
+func (b *Broker) shutdown() error {
 	b.admin.SetNotReady("shutting down")
 	b.log.Info("shutting down")
 	_ = b.brokerLn.Close()
@@ -274,6 +282,12 @@ func (b *Broker) openQueues() error {
 		}(),
 		MaxMessageBytes: int(cfg.Broker.MaxMessageBytes),
 		Logger:          b.log,
+		Gates: func() func(*queue.Partition) queue.ConfirmGate {
+			if b.cluster == nil {
+				return nil
+			}
+			return b.cluster.gates.attach
+		}(),
 	})
 	if err != nil {
 		return err

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/auth"
 	"github.com/fibrilgo/fibril/core/cluster"
@@ -59,6 +61,11 @@ type coordinated struct {
 	// reported.
 	followers followers
 	progress  progressBook
+	// gates holds the confirm gates of the partitions the engine opened
+	// (gates.go); isrChanges counts the in-sync set changes recorded.
+	gates       gates
+	isrChanges  atomic.Uint64
+	confirmWait prometheus.Histogram
 }
 
 // startCluster opens the coordination backend and joins the cluster
@@ -127,6 +134,7 @@ func (b *Broker) startCluster() error {
 	c.router = &routing.SessionRouter{Cluster: cl, Self: c.self, DefaultPartitions: c.defaultPartitions, // Queues: openQueues
 		PlacementTimeout: c.placementTimeout}
 	c.followers.c = c
+	c.gates.c = c
 	b.cluster = c
 	b.cluster.registerMetrics(b.registry)
 	b.log.Info("joined the cluster", "backend", cfg.Coordination.Backend, "secret_from", origin,
@@ -157,6 +165,7 @@ func (c *coordinated) run() {
 			c.warnNoGateway(snap)
 			applied = snap.Index
 		}
+		c.gates.reconcile(snap) // also on ticks: lagging followers leave the in-sync set in time
 		health, isPlugin := c.coord.(host.PluginHealth)
 		up := true
 		if isPlugin {

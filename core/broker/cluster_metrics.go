@@ -41,6 +41,9 @@ func (c *coordinated) registerMetrics(reg prometheus.Registerer) {
 		{"fibril_replication_replicas", "Replicas this node keeps for partitions it follows (running replication streams).", func() float64 {
 			return float64(c.followers.count())
 		}},
+		{"fibril_replication_min_in_sync_followers", "On an owner: the smallest in-sync set, in followers, of the partitions it owns that have followers (-1 when it owns none).", func() float64 {
+			return float64(c.minInSync())
+		}},
 		{"fibril_cluster_followed_partitions", "Partitions this node is a follower of.", func() float64 {
 			n := 0
 			snap().AllPartitions(func(p cluster.Partition) {
@@ -79,9 +82,26 @@ func (c *coordinated) registerMetrics(reg prometheus.Registerer) {
 		{"fibril_cluster_heartbeat_errors_total", "Lease renewals that failed.", &st.HeartbeatErrors},
 		{"fibril_cluster_lease_losses_total", "Times this node's lease ended.", &st.LeaseLosses},
 		{"fibril_cluster_placements_total", "Assignments written by this node's controller.", &st.Placements},
+		{"fibril_replication_in_sync_changes_total", "In-sync sets this node recorded as the owner of their partitions.", &c.isrChanges},
 	}
 	for _, ct := range counters {
 		v := ct.v
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: ct.name, Help: ct.help}, func() float64 { return float64(v.Load()) }))
 	}
+	c.confirmWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fibril_replication_confirm_wait_seconds",
+		Help:    "On an owner: how long replica-gated confirms waited for their follower copies after the owner's own fsync.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)})
+	reg.MustRegister(c.confirmWait)
+}
+
+// minInSync is the smallest recorded in-sync set among the partitions
+// this node owns that have followers, or -1.
+func (c *coordinated) minInSync() int {
+	least := -1
+	c.cl.Snapshot().AllPartitions(func(p cluster.Partition) {
+		if p.Node == c.self.ID && len(p.Followers) > 0 && (least < 0 || len(p.InSync) < least) {
+			least = len(p.InSync)
+		}
+	})
+	return least
 }

@@ -133,9 +133,33 @@ func TestClusterUsersAreShared(t *testing.T) {
 // one broker and applied at all without a restart; a stale version is 409.
 func TestClusterRuntimeSettingsAreShared(t *testing.T) {
 	bs := startMemCluster(t, 2)
-	code, body := adminDo(t, bs[0], "GET", "/admin/api/runtime-settings", "")
+	if code, body := editRuntimeSettings(t, bs[0], func(doc map[string]any) {
+		doc["connection"].(map[string]any)["reconnect_grace_ms"] = 1234
+	}); code != 200 {
+		t.Fatalf("put: %d %s", code, body)
+	}
+	testkit.Eventually(t, 5*time.Second, "the other broker applies the change", func() bool {
+		return bs[1].settings.Current().Connection.ReconnectGraceMS == 1234
+	})
+	version, doc := runtimeSettings(t, bs[1])
+	stale, _ := json.Marshal(map[string]any{"expected_version": version - 1, "settings": doc})
+	if code, body := adminDo(t, bs[1], "PUT", "/admin/api/runtime-settings", string(stale)); code != 409 || !strings.Contains(body, "1234") {
+		t.Fatalf("stale put: %d %s, want 409 with the current settings", code, body)
+	}
+	if code, _ := editRuntimeSettings(t, bs[1], func(doc map[string]any) {
+		doc["partitioning"].(map[string]any)["default_partition_count"] = 0
+	}); code != 400 {
+		t.Fatalf("invalid put: %d, want 400", code)
+	}
+}
+
+// runtimeSettings reads the runtime settings document through b's admin
+// API: its version and contents.
+func runtimeSettings(t *testing.T, b *Broker) (uint64, map[string]any) {
+	t.Helper()
+	code, body := adminDo(t, b, "GET", "/admin/api/runtime-settings", "")
 	if code != 200 {
-		t.Fatalf("get: %d %s", code, body)
+		t.Fatalf("get runtime settings: %d %s", code, body)
 	}
 	var view struct {
 		Version  uint64          `json:"version"`
@@ -145,23 +169,20 @@ func TestClusterRuntimeSettingsAreShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc map[string]any
-	_ = json.Unmarshal(view.Settings, &doc)
-	doc["connection"].(map[string]any)["reconnect_grace_ms"] = 1234
-	nb, _ := json.Marshal(map[string]any{"expected_version": view.Version, "settings": doc})
-	if code, body := adminDo(t, bs[0], "PUT", "/admin/api/runtime-settings", string(nb)); code != 200 {
-		t.Fatalf("put: %d %s", code, body)
+	if err := json.Unmarshal(view.Settings, &doc); err != nil {
+		t.Fatal(err)
 	}
-	testkit.Eventually(t, 5*time.Second, "the other broker applies the change", func() bool {
-		return bs[1].settings.Current().Connection.ReconnectGraceMS == 1234
-	})
-	if code, body := adminDo(t, bs[1], "PUT", "/admin/api/runtime-settings", string(nb)); code != 409 || !strings.Contains(body, "1234") {
-		t.Fatalf("stale put: %d %s, want 409 with the current settings", code, body)
-	}
-	doc["partitioning"].(map[string]any)["default_partition_count"] = 0
-	nb, _ = json.Marshal(map[string]any{"expected_version": view.Version + 1, "settings": doc})
-	if code, body := adminDo(t, bs[1], "PUT", "/admin/api/runtime-settings", string(nb)); code != 400 {
-		t.Fatalf("invalid put: %d %s, want 400", code, body)
-	}
+	return view.Version, doc
+}
+
+// editRuntimeSettings reads the document, lets edit change it and puts it
+// back at the version read; it returns the PUT's answer.
+func editRuntimeSettings(t *testing.T, b *Broker, edit func(doc map[string]any)) (int, string) {
+	t.Helper()
+	version, doc := runtimeSettings(t, b)
+	edit(doc)
+	nb, _ := json.Marshal(map[string]any{"expected_version": version, "settings": doc})
+	return adminDo(t, b, "PUT", "/admin/api/runtime-settings", string(nb))
 }
 
 // S-128: a drained node gets no new partitions and reports not ready; the

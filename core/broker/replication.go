@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +26,11 @@ import (
 
 // replicationSource serves followers of the partitions this broker owns.
 func (c *coordinated) replicationSource() *replica.Source {
-	return &replica.Source{Lookup: c.ownedForReplication, Progress: c.progress.note, Logger: c.b.log.With("component", "replication")}
+	progress := func(k wire.QueueKey, follower string, msgNext, eventNext uint64) {
+		c.progress.note(k, follower, msgNext, eventNext)
+		c.gates.progress(refOf(k), core.NodeID(follower), msgNext)
+	}
+	return &replica.Source{Lookup: c.ownedForReplication, Progress: progress, Logger: c.b.log.With("component", "replication")}
 }
 
 // progressBook is what the followers of this broker's partitions last
@@ -42,7 +47,7 @@ type followerProgress struct {
 }
 
 func (pb *progressBook) note(k wire.QueueKey, follower string, msgNext, _ uint64) {
-	ref := core.PartitionRef{Topic: k.Topic, Group: k.Group.Value, Partition: k.Partition}
+	ref := refOf(k)
 	pb.mu.Lock()
 	defer pb.mu.Unlock()
 	if pb.m == nil {
@@ -54,6 +59,27 @@ func (pb *progressBook) note(k wire.QueueKey, follower string, msgNext, _ uint64
 		pb.m[ref] = byNode
 	}
 	byNode[core.NodeID(follower)] = followerProgress{durableNext: msgNext, at: time.Now()}
+}
+
+// forPartition returns the followers' last reports for ref.
+func (pb *progressBook) forPartition(ref core.PartitionRef) map[core.NodeID]followerProgress {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	return maps.Clone(pb.m[ref])
+}
+
+// refOf names the partition of a wire queue key.
+func refOf(k wire.QueueKey) core.PartitionRef {
+	return core.PartitionRef{Topic: k.Topic, Group: k.Group.Value, Partition: k.Partition}
+}
+
+// keysOf is the engine's and the wire's key of a partition.
+func keysOf(ref core.PartitionRef) (queue.Key, wire.QueueKey) {
+	key := queue.Key{Topic: ref.Topic}
+	if ref.Group != "" {
+		key.Group = wire.Some(ref.Group)
+	}
+	return key, wire.QueueKey{Topic: ref.Topic, Group: key.Group, Partition: ref.Partition}
 }
 
 func (pb *progressBook) get(ref core.PartitionRef, node core.NodeID) (followerProgress, bool) {
@@ -71,10 +97,7 @@ func (c *coordinated) lag(ref core.PartitionRef, node core.NodeID) (fp followerP
 	if !ok {
 		return fp, 0, false
 	}
-	key := queue.Key{Topic: ref.Topic}
-	if ref.Group != "" {
-		key.Group = wire.Some(ref.Group)
-	}
+	key, _ := keysOf(ref)
 	qp, err := c.b.queues.Partition(key, ref.Partition)
 	if err != nil {
 		return fp, 0, false
@@ -108,7 +131,7 @@ func (c *coordinated) maxLag() uint64 {
 // follower must be one of its followers in this broker's view ("" for a
 // checkpoint export, which names no follower; the connection is @node).
 func (c *coordinated) ownedForReplication(k wire.QueueKey, follower string) (replica.Owned, error) {
-	ref := core.PartitionRef{Topic: k.Topic, Group: k.Group.Value, Partition: k.Partition}
+	ref := refOf(k)
 	p, ok := c.cl.Snapshot().Partition(ref)
 	switch {
 	case !ok:
@@ -222,12 +245,7 @@ func (f *followers) follow(ctx context.Context, ref core.PartitionRef, fl *follo
 	defer close(fl.done)
 	b := f.c.b
 	log := b.log.With("component", "replication", "partition", ref.String(), "owner", string(fl.owner))
-	key := queue.Key{Topic: ref.Topic}
-	wkey := wire.QueueKey{Topic: ref.Topic, Partition: ref.Partition}
-	if ref.Group != "" {
-		key.Group = wire.Some(ref.Group)
-		wkey.Group = wire.Some(ref.Group)
-	}
+	key, wkey := keysOf(ref)
 	login := peer.Login{Self: f.c.self.ID, Secret: string(b.secret)}
 	fw := &replica.Follower{Key: wkey, NodeID: string(f.c.self.ID), Logger: log}
 	var rep *storage.Partition

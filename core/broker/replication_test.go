@@ -21,24 +21,9 @@ func TestClusterFollowersReplicateTheOwner(t *testing.T) {
 	bs := startMemCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := dialClient(ctx, t, bs[0])
-	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "orders", Partitions: 1}); err != nil {
-		t.Fatal(err)
-	}
+	c := declareOrders(ctx, t, bs[0])
 	ref := core.PartitionRef{Topic: "orders"}
-	var owner *Broker
-	testkit.Eventually(t, 10*time.Second, "the partition to get an owner and two followers", func() bool {
-		p, ok := bs[0].cluster.cl.Snapshot().Partition(ref)
-		if !ok || !p.Placed() || len(p.Followers) != 2 {
-			return false
-		}
-		for _, b := range bs {
-			if b.nodeID == p.Node {
-				owner = b
-			}
-		}
-		return owner != nil
-	})
+	owner, _ := placedWithFollowers(t, bs, ref)
 	pub := c.Publisher("orders", client.PublisherOptions{})
 	const total = 200
 	for i := range total {

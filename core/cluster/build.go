@@ -15,7 +15,9 @@ import (
 
 // encodeAssignment is the stored form of an Assignment: "<epoch> <node>"
 // plus " written" once marked, plus " followers=<a>,<b>" when the
-// partition has followers. A line of text rather than JSON because a
+// partition has followers, " in_sync=<a>,<b>" and " acks=<n>" when its
+// owner recorded an in-sync set (older readers skip tokens they do not
+// know). A line of text rather than JSON because a
 // snapshot decodes every assignment of the cluster on a full rebuild
 // (10,000 partitions in well under the 5 ms budget); node ids hold no
 // spaces, commas or '=' (config checks them). An assignment without
@@ -28,9 +30,21 @@ func encodeAssignment(a Assignment) []byte {
 	if a.Written {
 		b = append(b, " written"...)
 	}
-	for i, f := range a.Followers {
+	b = appendList(b, flagFollowers, a.Followers)
+	b = appendList(b, flagInSync, a.InSync)
+	if a.Acks > 0 {
+		b = append(b, " acks="...)
+		b = strconv.AppendInt(b, int64(a.Acks), 10)
+	}
+	return b
+}
+
+// appendList appends " <flag><a>,<b>…" when ids is not empty.
+func appendList(b, flag []byte, ids []core.NodeID) []byte {
+	for i, f := range ids {
 		if i == 0 {
-			b = append(b, " followers="...)
+			b = append(b, ' ')
+			b = append(b, flag...)
 		} else {
 			b = append(b, ',')
 		}
@@ -39,9 +53,6 @@ func encodeAssignment(a Assignment) []byte {
 	return b
 }
 
-// decodeAssignment reads encodeAssignment's form: the epoch, the owner,
-// then flags. A flag it does not know is skipped, so a later version may
-// add one without making this one drop the partition from its view.
 func decodeAssignment(b []byte) (Assignment, bool) { return (*decoder)(nil).assignment(b) }
 
 // decoder decodes many assignments at once (a full rebuild) with few
@@ -63,6 +74,8 @@ var (
 	sepSpace      = []byte{' '}
 	sepComma      = []byte{','}
 	flagFollowers = []byte("followers=")
+	flagInSync    = []byte("in_sync=")
+	flagAcks      = []byte("acks=")
 )
 
 // arenaChunk is how many follower ids one backing array holds.
@@ -114,36 +127,52 @@ func (d *decoder) assignment(b []byte) (Assignment, bool) {
 		case string(tok) == "written":
 			a.Written = true
 		case bytes.HasPrefix(tok, flagFollowers):
-			list := tok[len(flagFollowers):]
-			count := bytes.Count(list, sepComma) + 1
-			var buf []core.NodeID
-			switch {
-			case d == nil:
-				buf = make([]core.NodeID, 0, count)
-			case cap(d.arena)-len(d.arena) < count: // a new chunk; earlier lists keep the old one
-				d.arena = make([]core.NodeID, 0, max(arenaChunk, count))
-				fallthrough
-			default:
-				buf = d.arena
+			if a.Followers = d.list(tok[len(flagFollowers):]); a.Followers == nil {
+				return Assignment{}, false
 			}
-			from := len(buf)
-			for more := true; more; {
-				var f []byte
-				f, list, more = bytes.Cut(list, sepComma)
-				if len(f) == 0 {
-					return Assignment{}, false
-				}
-				buf = append(buf, d.id(f))
+		case bytes.HasPrefix(tok, flagInSync):
+			if a.InSync = d.list(tok[len(flagInSync):]); a.InSync == nil {
+				return Assignment{}, false
 			}
-			a.Followers = buf[from:len(buf):len(buf)]
-			if d != nil {
-				d.arena = buf
+		case bytes.HasPrefix(tok, flagAcks):
+			n, err := strconv.Atoi(string(tok[len(flagAcks):]))
+			if err != nil || n < 0 {
+				return Assignment{}, false
 			}
+			a.Acks = n
 		case len(tok) == 0:
 			return Assignment{}, false // a double or trailing space: not ours
 		}
 	}
 	return a, true
+}
+
+// list decodes "<a>,<b>…", nil when an id is empty.
+func (d *decoder) list(list []byte) []core.NodeID {
+	count := bytes.Count(list, sepComma) + 1
+	var buf []core.NodeID
+	switch {
+	case d == nil:
+		buf = make([]core.NodeID, 0, count)
+	case cap(d.arena)-len(d.arena) < count: // a new chunk; earlier lists keep the old one
+		d.arena = make([]core.NodeID, 0, max(arenaChunk, count))
+		fallthrough
+	default:
+		buf = d.arena
+	}
+	from := len(buf)
+	for more := true; more; {
+		var f []byte
+		f, list, more = bytes.Cut(list, sepComma)
+		if len(f) == 0 {
+			return nil
+		}
+		buf = append(buf, d.id(f))
+	}
+	if d != nil {
+		d.arena = buf
+	}
+	return buf[from:len(buf):len(buf)]
 }
 
 // parseAssignRef parses "assign/<topic>/<group|@default>/<n>" without

@@ -77,6 +77,8 @@ func TestAssignmentEncoding(t *testing.T) {
 	for _, a := range []Assignment{
 		{Node: "a", Epoch: 3, Followers: []core.NodeID{"b"}},
 		{Node: "a", Epoch: 4, Written: true, Followers: []core.NodeID{"c", "b"}},
+		{Node: "a", Epoch: 5, Written: true, Followers: []core.NodeID{"c", "b"}, InSync: []core.NodeID{"b", "d"}, Acks: 1},
+		{Node: "a", Epoch: 6, Followers: []core.NodeID{"c"}, Acks: 2},
 	} {
 		b := encodeAssignment(a)
 		got, ok := decodeAssignment(b)
@@ -88,7 +90,7 @@ func TestAssignmentEncoding(t *testing.T) {
 		!reflect.DeepEqual(got, Assignment{Node: "a", Epoch: 5, Written: true, Followers: []core.NodeID{"b"}}) {
 		t.Fatalf("unknown flag: %+v %v", got, ok)
 	}
-	for _, bad := range []string{"", "1", "x a", " a", "1  a", "1 a ", "1 a followers=b,,c", "1 a followers=b,"} {
+	for _, bad := range []string{"", "1", "x a", " a", "1  a", "1 a ", "1 a followers=b,,c", "1 a followers=b,", "1 a in_sync=", "1 a acks=-1", "1 a acks=x"} {
 		if got, ok := decodeAssignment([]byte(bad)); ok {
 			t.Fatalf("%q decoded as %+v", bad, got)
 		}

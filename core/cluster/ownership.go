@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/fibrilgo/fibril/core"
 )
@@ -24,39 +25,24 @@ import (
 // the partition's log.
 func (c *Cluster) MarkWritten(ctx context.Context, ref core.PartitionRef) error {
 	p, ok := c.Snapshot().Partition(ref)
-	if !ok || !p.Placed() || p.Node != c.self {
-		return core.Errorf(core.ErrUnavailable, "partition %s is not owned by this broker (anymore)", ref)
-	}
-	if c.IsWritten(p) {
+	if ok && c.IsWritten(p) && p.Node == c.self {
 		return nil
 	}
-	version, cur := p.Version, p.Assignment
-	for range 8 {
-		next := cur
-		next.Written = true
-		b := encodeAssignment(next)
-		_, err := c.coord.CompareAndSet(ctx, assignKey(ref), b, version)
-		if err == nil {
-			c.noteWritten(ref, next.Epoch)
-			return nil
+	a, _, err := c.updateOwned(ctx, ref, "record the first write", func(a *Assignment) (bool, error) {
+		if a.Epoch < p.Epoch {
+			return false, core.Errorf(core.ErrUnavailable, "partition %s moved to another broker", ref)
 		}
-		if !errors.Is(err, core.ErrVersionConflict) {
-			return core.Errorf(core.ErrUnavailable, "partition %s: cannot record the first write: %v", ref, err)
+		if a.Written {
+			return false, nil
 		}
-		kv, err := c.coord.Get(ctx, assignKey(ref))
-		if err != nil {
-			return core.Errorf(core.ErrUnavailable, "partition %s: cannot record the first write: %v", ref, err)
-		}
-		if kv.Version == 0 || !decodeInto(kv.Value, &cur) || cur.Node != c.self || cur.Epoch < p.Epoch {
-			return core.Errorf(core.ErrUnavailable, "partition %s moved to another broker", ref)
-		}
-		if cur.Written {
-			c.noteWritten(ref, cur.Epoch)
-			return nil
-		}
-		version = kv.Version
+		a.Written = true
+		return true, nil
+	})
+	if err != nil {
+		return err
 	}
-	return core.Errorf(core.ErrUnavailable, "partition %s: the first-write mark kept conflicting; retry", ref)
+	c.noteWritten(ref, a.Epoch)
+	return nil
 }
 
 // noteWritten remembers that this node marked ref written at epoch (the
@@ -85,41 +71,86 @@ func (c *Cluster) IsWritten(p Partition) bool {
 }
 
 // NewEpoch makes the assignment of ref, which this node owns, carry an
-// epoch above above (compare-and-set: owner, followers and the written mark
-// stay) and returns it; when it already does, it returns that one. An
-// owner that restarts calls it before its first publish (the log's epoch
-// history already holds the record's epoch): the records the crash took
-// from its log may still be on a follower, and a new epoch is how the
-// follower finds where the two logs part (docs/ARCHITECTURE.md#replication).
-// It fails with core.ErrUnavailable when this node does not own ref.
+// epoch above above (compare-and-set: owner, followers, the in-sync set
+// and the written mark stay) and returns it; when it already does, it
+// returns that one. An owner that restarts calls it before its first
+// publish (the log's epoch history already holds the record's epoch): the
+// records the crash took from its log may still be on a follower, and a
+// new epoch is how the follower finds where the two logs part
+// (docs/ARCHITECTURE.md#replication). It fails with core.ErrUnavailable
+// when this node does not own ref.
 func (c *Cluster) NewEpoch(ctx context.Context, ref core.PartitionRef, above uint64) (uint64, error) {
+	a, _, err := c.updateOwned(ctx, ref, "move to a new epoch", func(a *Assignment) (bool, error) {
+		if a.Epoch > above {
+			return false, nil
+		}
+		a.Epoch = above + 1
+		return true, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if a.Epoch == above+1 {
+		c.log.Info("partition takes a new epoch (its owner restarted)", "partition", ref.String(), "epoch", a.Epoch)
+	}
+	return a.Epoch, nil
+}
+
+// SetInSync records the in-sync set of ref, which this node owns, under
+// epoch, with the follower copies every confirmed record has among its
+// members (Assignment.InSync), and returns the record's version (the one
+// found, when it already said so). It fails with core.ErrUnavailable when the
+// assignment moved to another epoch meanwhile: the set was planned for
+// that epoch's followers, and the owner plans again from the newer one.
+func (c *Cluster) SetInSync(ctx context.Context, ref core.PartitionRef, epoch uint64, inSync []core.NodeID, acks int) (uint64, error) {
+	_, version, err := c.updateOwned(ctx, ref, "record the in-sync set", func(a *Assignment) (bool, error) {
+		if a.Epoch != epoch {
+			return false, core.Errorf(core.ErrUnavailable, "partition %s moved from epoch %d to %d", ref, epoch, a.Epoch)
+		}
+		if slices.Equal(a.InSync, inSync) && a.Acks == acks {
+			return false, nil
+		}
+		a.InSync, a.Acks = slices.Clone(inSync), acks
+		return true, nil
+	})
+	return version, err
+}
+
+// updateOwned changes the assignment of ref, which this node owns, by
+// compare-and-set, reading it again after a conflict. change edits the
+// current record and says whether it needs writing, or refuses it. It
+// returns the record as written and its version (or as found, when
+// nothing needed writing); every failure wraps core.ErrUnavailable and says what, the
+// partition moving to another node included.
+func (c *Cluster) updateOwned(ctx context.Context, ref core.PartitionRef, what string, change func(*Assignment) (bool, error)) (Assignment, uint64, error) {
 	p, ok := c.Snapshot().Partition(ref)
 	if !ok || !p.Placed() || p.Node != c.self {
-		return 0, core.Errorf(core.ErrUnavailable, "partition %s is not owned by this broker (anymore)", ref)
+		return Assignment{}, 0, core.Errorf(core.ErrUnavailable, "partition %s is not owned by this broker (anymore)", ref)
 	}
 	version, cur := p.Version, p.Assignment
 	for range 8 {
-		if cur.Epoch > above {
-			return cur.Epoch, nil
-		}
 		next := cur
-		next.Epoch = above + 1
-		_, err := c.coord.CompareAndSet(ctx, assignKey(ref), encodeAssignment(next), version)
+		next.Followers, next.InSync = slices.Clone(cur.Followers), slices.Clone(cur.InSync)
+		write, err := change(&next)
+		if err != nil || !write {
+			return next, version, err
+		}
+		written, err := c.coord.CompareAndSet(ctx, assignKey(ref), encodeAssignment(next), version)
 		if err == nil {
-			c.log.Info("partition takes a new epoch (its owner restarted)", "partition", ref.String(), "epoch", next.Epoch)
-			return next.Epoch, nil
+			return next, written, nil
 		}
 		if !errors.Is(err, core.ErrVersionConflict) {
-			return 0, core.Errorf(core.ErrUnavailable, "partition %s: cannot move to a new epoch: %v", ref, err)
+			return Assignment{}, 0, core.Errorf(core.ErrUnavailable, "partition %s: cannot %s: %v", ref, what, err)
 		}
 		kv, err := c.coord.Get(ctx, assignKey(ref))
 		if err != nil {
-			return 0, core.Errorf(core.ErrUnavailable, "partition %s: cannot move to a new epoch: %v", ref, err)
+			return Assignment{}, 0, core.Errorf(core.ErrUnavailable, "partition %s: cannot %s: %v", ref, what, err)
 		}
+		cur = Assignment{}
 		if kv.Version == 0 || !decodeInto(kv.Value, &cur) || cur.Node != c.self {
-			return 0, core.Errorf(core.ErrUnavailable, "partition %s moved to another broker", ref)
+			return Assignment{}, 0, core.Errorf(core.ErrUnavailable, "partition %s moved to another broker", ref)
 		}
 		version = kv.Version
 	}
-	return 0, core.Errorf(core.ErrUnavailable, "partition %s: the new epoch kept conflicting; retry", ref)
+	return Assignment{}, 0, core.Errorf(core.ErrUnavailable, "partition %s: cannot %s: the record kept changing; retry", ref, what)
 }

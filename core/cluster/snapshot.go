@@ -22,6 +22,13 @@ type Assignment struct {
 	Epoch     uint64        `json:"epoch"`
 	Written   bool          `json:"written,omitempty"`
 	Followers []core.NodeID `json:"followers,omitempty"`
+	// InSync is the in-sync set the owner recorded under this epoch: the
+	// nodes whose durable copies its replica-gated confirms count, every
+	// confirmed record being durable on at least Acks of them
+	// (docs/ARCHITECTURE.md#replication). Only the owner changes them;
+	// the controller carries them over when it changes the followers.
+	InSync []core.NodeID `json:"in_sync,omitempty"`
+	Acks   int           `json:"acks,omitempty"`
 }
 
 // Owner is the assignment as the shared core type.

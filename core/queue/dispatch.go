@@ -163,7 +163,7 @@ func (p *Partition) peekReadyLocked() (off uint64, fresh, ok bool) {
 		}
 		p.requeued.Pop() // stale: expired or dead-lettered while ready
 	}
-	for p.cursor < p.end {
+	for p.cursor < min(p.end, p.deliverable) {
 		off := p.cursor
 		_, delayed := p.delayed[off]
 		_, pending := p.pending[off]

@@ -65,6 +65,9 @@ type Partition struct {
 	hotOff  uint64 // the record just published, kept for an immediate delivery
 	hotData []byte
 
+	gate        ConfirmGate // nil: confirms need this broker's fsync only
+	deliverable uint64      // first deliveries stop below it (SetDeliverable)
+
 	timer    clock.Timer
 	timerAt  int64
 	timerGen uint64
@@ -124,6 +127,13 @@ func (m *Manager) openPartition(q *queue, n uint32) (*Partition, error) {
 		}
 		lg.Close()
 		return nil, core.Errorf(core.ErrInternal, "recover %s: %v", p.name, err)
+	}
+	p.deliverable = Unlimited
+	if m.opts.Gates != nil {
+		p.deliverable = 0 // until the gate's owner says otherwise
+		if p.gate = m.opts.Gates(p); p.gate == nil {
+			p.deliverable = Unlimited
+		}
 	}
 	p.mu.Lock()
 	p.rearmLocked() // recovered delays and TTL deadlines need the timer

@@ -93,7 +93,7 @@ func ttlDeadline(received int64, ttl uint64) int64 {
 func (p *Partition) append(r *record, done func(uint64, error), deferCommit bool) error {
 	data := r.encode()
 	var cb func(uint64, error)
-	if done != nil {
+	if done := p.gated(done); done != nil {
 		cb = func(off uint64, err error) {
 			if err != nil {
 				err = p.storageErr("publish", err)

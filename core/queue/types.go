@@ -118,6 +118,11 @@ type Options struct {
 	GlobalDLQ           func() (Key, bool) // S-64 broker-wide DLQ target; nil or false = none (then discard, S-65)
 	Now                 func() time.Time   // nil = time.Now
 	Logger              *slog.Logger       // nil = slog.Default()
+	// Gates, when set (a cluster broker), gives each partition the engine
+	// opens its ConfirmGate, or nil for none. A partition with a gate
+	// delivers nothing until its limit is set (Partition.SetDeliverable);
+	// Gates may set it before it returns.
+	Gates func(*Partition) ConfirmGate
 	// Clock drives leases, TTL expiry and delays (added by the engine, so
 	// tests can run them without sleeping). nil = real time, reading Now
 	// above when it is set.

@@ -109,14 +109,19 @@ func (c *frames) Send(op wire.Op, id uint64, body wire.Encoder) error {
 }
 
 // read returns the next frame, decoded; its byte slices alias a buffer
-// the next read reuses. A broker's PING is answered and skipped.
+// the next read reuses. A broker's PING is answered and skipped, and so
+// is a TOPOLOGY_UPDATE the owner pushes to every session when its view
+// changes (a follower takes its view from coordination, not from it).
 func (c *frames) read() (Frame, error) {
 	if cap(c.rbuf) < 64<<10 {
 		c.rbuf = make([]byte, 64<<10)
 	}
 	h, body, err := wire.ReadFrame(c.conn, c.rbuf, c.max)
-	for err == nil && h.Op == wire.OpPing {
-		if err = c.Send(wire.OpPong, h.RequestID, nil); err == nil {
+	for err == nil && (h.Op == wire.OpPing || h.Op == wire.OpTopologyUpdate) {
+		if h.Op == wire.OpPing {
+			err = c.Send(wire.OpPong, h.RequestID, nil)
+		}
+		if err == nil {
 			h, body, err = wire.ReadFrame(c.conn, c.rbuf, c.max)
 		}
 	}
@@ -300,6 +305,7 @@ func (f *Follower) stream(ctx context.Context, fr *frames) error {
 	}
 	// The writer: progress as records become durable, keepalives when idle.
 	rep := &reporter{msgNext: next, eventNext: f.eventNext, kick: make(chan struct{}, 1)}
+	rep.kick <- struct{}{} // report at once: the owner counts a follower only once it heard from it
 	werr := make(chan error, 1)
 	quit := make(chan struct{})
 	defer close(quit)

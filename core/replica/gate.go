@@ -3,15 +3,25 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 )
 
-// ErrConfirmTimeout: the records did not reach enough replicas within
-// the confirm timeout. They may still be stored; the producer gets an
-// error, never a false confirm.
-var ErrConfirmTimeout = errors.New("replica: not replicated in time")
+// ErrNotConfirmed is what every refusal of a replica-gated confirm wraps:
+// the record may be stored (and may still be delivered), but the
+// durability policy did not hold for it, so the producer gets an error —
+// never a false confirm (S-141).
+var ErrNotConfirmed = errors.New("not confirmed")
+
+// ErrConfirmTimeout: the record did not reach enough replicas within the
+// confirm timeout.
+var ErrConfirmTimeout = fmt.Errorf("%w: not replicated in time", ErrNotConfirmed)
+
+// ErrTooFewInSync: fewer replicas are in sync than the policy or the
+// in-sync floor needs, so a confirm fails at once (S-142).
+var ErrTooFewInSync = fmt.Errorf("%w: too few replicas in sync", ErrNotConfirmed)
 
 // Gate holds an owner's confirms of one partition until enough replicas
 // hold the records durably (docs/ARCHITECTURE.md#replication): the owner's
@@ -25,12 +35,17 @@ var ErrConfirmTimeout = errors.New("replica: not replicated in time")
 type Gate struct {
 	mu      sync.Mutex
 	need    int               // durable copies a confirm needs, the owner's included
+	floor   int               // replication.min_in_sync_replicas: fewer in-sync replicas fail at once
 	local   uint64            // the owner's durable next offset
 	members map[string]uint64 // in-sync followers → durable next offset they reported
 	waits   []gateWait
 	timeout time.Duration
 	timer   *time.Timer
 	now     func() time.Time
+
+	confirmed uint64       // the highest watermark reached: every record below it met the policy
+	told      uint64       // the watermark advanced last heard (lowered with the watermark)
+	advanced  func(uint64) // hears the watermark rise (OnAdvance)
 }
 
 type gateWait struct {
@@ -48,12 +63,36 @@ func NewGate(need int, members []string, timeout time.Duration) *Gate {
 	return g
 }
 
+// SetMinInSync sets the in-sync floor: while fewer replicas than n (the
+// owner included) are in sync, confirms fail at once.
+func (g *Gate) SetMinInSync(n int) {
+	g.mu.Lock()
+	g.floor = n
+	g.mu.Unlock()
+}
+
+// SetTimeout sets how long a confirm waits for its copies from now on.
+func (g *Gate) SetTimeout(d time.Duration) {
+	g.mu.Lock()
+	g.timeout = d
+	g.mu.Unlock()
+}
+
+// OnAdvance has f hear every rise of the watermark, outside the gate's
+// lock (also a rise back after the watermark fell). Two calls may arrive
+// out of order; f keeps the larger.
+func (g *Gate) OnAdvance(f func(watermark uint64)) {
+	g.mu.Lock()
+	g.advanced = f
+	g.mu.Unlock()
+}
+
 // SetMembers changes the in-sync set and the copies needed (an in-sync
 // set or policy change); a member that stays keeps its progress.
 func (g *Gate) SetMembers(need int, members []string) {
 	g.mu.Lock()
 	g.setMembersLocked(need, members)
-	run(g.releaseLocked())
+	g.releaseLocked()
 }
 
 func (g *Gate) setMembersLocked(need int, members []string) {
@@ -68,7 +107,7 @@ func (g *Gate) setMembersLocked(need int, members []string) {
 func (g *Gate) Local(next uint64) {
 	g.mu.Lock()
 	g.local = max(g.local, next)
-	run(g.releaseLocked())
+	g.releaseLocked()
 }
 
 // Progress records a follower's durable next offset; a node outside the
@@ -81,7 +120,7 @@ func (g *Gate) Progress(node string, next uint64) {
 		return
 	}
 	g.members[node] = max(cur, next)
-	run(g.releaseLocked())
+	g.releaseLocked()
 }
 
 // Watermark is the replicated watermark: every offset below it has the
@@ -106,15 +145,17 @@ func (g *Gate) watermarkLocked() uint64 {
 }
 
 // Wait calls done once offset has the durable copies it needs, or with
-// an error: at once when the in-sync set is too small for the policy,
-// with ErrConfirmTimeout after the timeout. done runs on the goroutine
+// an error: at once (ErrTooFewInSync) when fewer replicas are in sync than
+// the floor, with ErrConfirmTimeout after the timeout. An in-sync set too
+// small for the policy is waited out like slow followers: a follower may
+// join it in time (a new partition's followers join within moments). done runs on the goroutine
 // that released it and must not block.
 func (g *Gate) Wait(offset uint64, done func(error)) {
 	g.mu.Lock()
-	if g.need > 1+len(g.members) {
-		need, have := g.need, 1+len(g.members)
+	if have := 1 + len(g.members); have < g.floor {
+		floor := g.floor
 		g.mu.Unlock()
-		done(fmt.Errorf("replica: the durability policy needs %d durable copies and %d replicas are in sync", need, have))
+		done(fmt.Errorf("%w: %d replicas are in sync (the owner and the followers that kept up within replication.isr_timeout_ms) and replication.min_in_sync_replicas is %d", ErrTooFewInSync, have, floor))
 		return
 	}
 	if offset < g.watermarkLocked() {
@@ -129,44 +170,74 @@ func (g *Gate) Wait(offset uint64, done func(error)) {
 	g.mu.Unlock()
 }
 
-// releaseLocked takes the waiters below the watermark off the queue and
-// unlocks mu; the caller runs what it returns (outside the lock: a
-// callback may come back to the gate).
-func (g *Gate) releaseLocked() []func(error) {
-	defer g.mu.Unlock()
+// releaseLocked takes the waiters below the watermark off the queue,
+// unlocks mu, and then releases them and reports the new watermark
+// (outside the lock: a callback may come back to the gate).
+func (g *Gate) releaseLocked() {
 	mark := g.watermarkLocked()
+	g.confirmed = max(g.confirmed, mark)
+	var advanced func(uint64)
+	switch {
+	case mark > g.told:
+		g.told, advanced = mark, g.advanced
+	case mark < g.told:
+		g.told = mark // a stricter policy or a smaller set: tell the next rise
+	}
 	n := 0
 	for n < len(g.waits) && g.waits[n].off < mark {
 		n++
 	}
-	if n == 0 {
-		return nil
+	var done []func(error)
+	if n > 0 {
+		done = make([]func(error), n)
+		for i := range n {
+			done[i] = g.waits[i].done
+		}
+		g.waits = append(g.waits[:0], g.waits[n:]...)
+		g.armLocked()
 	}
-	done := make([]func(error), n)
-	for i := range n {
-		done[i] = g.waits[i].done
-	}
-	g.waits = append(g.waits[:0], g.waits[n:]...)
-	g.armLocked()
-	return done
-}
-
-func run(done []func(error)) {
+	g.mu.Unlock()
 	for _, d := range done {
 		d(nil)
 	}
+	if advanced != nil {
+		advanced(mark)
+	}
 }
 
-// armLocked sets the timer for the oldest waiter.
+// Confirmed is the highest replicated watermark the gate has reached:
+// every record below it met the policy in force when it was reached.
+// Unlike Watermark it never falls (a larger policy or a smaller in-sync
+// set lowers the watermark, not what was confirmed).
+func (g *Gate) Confirmed() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.confirmed
+}
+
+// State returns the owner's durable next offset and each in-sync
+// member's last reported one.
+func (g *Gate) State() (local uint64, members map[string]uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.local, maps.Clone(g.members)
+}
+
+// armLocked sets the timer for the oldest waiter (one timer for the
+// gate's life: a stale firing finds no deadline passed and re-arms).
 func (g *Gate) armLocked() {
-	if g.timer != nil {
-		g.timer.Stop()
-		g.timer = nil
-	}
 	if len(g.waits) == 0 {
+		if g.timer != nil {
+			g.timer.Stop()
+		}
 		return
 	}
-	g.timer = time.AfterFunc(max(g.waits[0].deadline.Sub(g.now()), 0), g.expire)
+	d := max(g.waits[0].deadline.Sub(g.now()), 0)
+	if g.timer == nil {
+		g.timer = time.AfterFunc(d, g.expire)
+		return
+	}
+	g.timer.Reset(d)
 }
 
 // expire fails the waiters whose deadline passed.
@@ -183,9 +254,10 @@ func (g *Gate) expire() {
 	}
 	g.waits = append(g.waits[:0], g.waits[n:]...)
 	g.armLocked()
-	timeout := g.timeout
+	timeout, need, have := g.timeout, g.need, 1+len(g.members)
 	g.mu.Unlock()
 	for _, d := range late {
-		d(fmt.Errorf("%w: no confirm within replication.confirm_timeout_ms (%d)", ErrConfirmTimeout, timeout.Milliseconds()))
+		d(fmt.Errorf("%w: no confirm within replication.confirm_timeout_ms (%d): replication.durability needs %d durable copies, %d replicas are in sync; the message may still be stored",
+			ErrConfirmTimeout, timeout.Milliseconds(), need, have))
 	}
 }

@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,17 +71,31 @@ func TestGateMajority(t *testing.T) {
 	}
 }
 
-// A policy the in-sync set cannot meet fails at once and says why; a
-// shrunk set keeps the remaining members' progress; a confirm that does
-// not get its copies in time fails with ErrConfirmTimeout.
+// Below the in-sync floor a confirm fails at once and names the setting;
+// an in-sync set too small for the policy is waited out (a member may
+// join); a shrunk set keeps the remaining members' progress; a confirm
+// that does not get its copies in time fails with ErrConfirmTimeout.
 func TestGateRefusesAndTimesOut(t *testing.T) {
-	g := NewGate(3, []string{"b"}, 50*time.Millisecond)
+	g := NewGate(2, nil, time.Hour)
+	g.SetMinInSync(2)
 	var c confirms
 	c.wait(g, 0)
-	if len(c.errs) != 1 {
-		t.Fatalf("a policy needing 3 copies of 2 replicas: %v", c.errs)
+	if len(c.errs) != 1 || !errors.Is(c.errs[0], ErrTooFewInSync) || !strings.Contains(c.errs[0].Error(), "replication.min_in_sync_replicas") {
+		t.Fatalf("below the floor: %v", c.errs)
+	}
+	g.SetMinInSync(1)
+	c.wait(g, 0) // the policy needs 2 copies and only the owner is in sync: it waits
+	g.Local(1)
+	if len(c.released()) != 0 || len(c.errs) != 1 {
+		t.Fatalf("released %v (errors %v) with no follower in sync", c.released(), c.errs)
 	}
 	g.SetMembers(2, []string{"b"})
+	g.Progress("b", 1)
+	if got := c.released(); len(got) != 1 {
+		t.Fatalf("released %v after b joined and reported", got)
+	}
+
+	g = NewGate(2, []string{"b"}, 50*time.Millisecond)
 	g.Local(5)
 	g.Progress("b", 5)
 	g.SetMembers(2, []string{"b", "c"})
@@ -93,7 +108,36 @@ func TestGateRefusesAndTimesOut(t *testing.T) {
 		defer c.mu.Unlock()
 		return len(c.errs) == 2
 	})
-	if !errors.Is(c.errs[1], ErrConfirmTimeout) {
+	if !errors.Is(c.errs[1], ErrConfirmTimeout) || !errors.Is(c.errs[1], ErrNotConfirmed) || !strings.Contains(c.errs[1].Error(), "replication.confirm_timeout_ms") {
 		t.Fatalf("late confirm: %v", c.errs[1])
+	}
+}
+
+// Confirmed follows the highest watermark and never falls; OnAdvance
+// hears each rise of the watermark, also a rise back after it fell.
+func TestGateConfirmedAndAdvance(t *testing.T) {
+	g := NewGate(2, []string{"b", "c"}, time.Hour)
+	var heard []uint64
+	g.OnAdvance(func(m uint64) { heard = append(heard, m) })
+	g.Local(10)
+	g.Progress("b", 4)
+	g.Progress("c", 6)
+	if g.Confirmed() != 6 {
+		t.Fatalf("Confirmed %d, want 6", g.Confirmed())
+	}
+	g.SetMembers(3, []string{"b", "c"}) // stricter: the watermark falls to 4, Confirmed stays
+	if g.Watermark() != 4 || g.Confirmed() != 6 {
+		t.Fatalf("watermark %d confirmed %d, want 4 and 6", g.Watermark(), g.Confirmed())
+	}
+	if !slices.Equal(heard, []uint64{4, 6}) {
+		t.Fatalf("OnAdvance heard %v, want [4 6]", heard)
+	}
+	g.Progress("b", 5) // the watermark rises again, below what was confirmed: still heard
+	if !slices.Equal(heard, []uint64{4, 6, 5}) || g.Confirmed() != 6 {
+		t.Fatalf("OnAdvance heard %v (Confirmed %d), want [4 6 5] and 6", heard, g.Confirmed())
+	}
+	local, members := g.State()
+	if local != 10 || members["b"] != 5 || members["c"] != 6 {
+		t.Fatalf("State() = %d %v", local, members)
 	}
 }

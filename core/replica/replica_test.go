@@ -309,3 +309,28 @@ func TestFollowerCutsWhatTheOwnerLostInACrash(t *testing.T) {
 		t.Fatalf("epoch history: owner %v, follower %v", a, b)
 	}
 }
+
+// A follower's reader answers the owner's PINGs and skips the
+// TOPOLOGY_UPDATEs every session of the owner gets: neither ends a
+// replication stream.
+func TestFramesSkipPushes(t *testing.T) {
+	var in bytes.Buffer
+	in.Write(wire.AppendFrame(nil, wire.OpPing, 7, nil))
+	in.Write(wire.AppendFrame(nil, wire.OpTopologyUpdate, 0, &wire.TopologyUpdate{}))
+	in.Write(wire.AppendFrame(nil, wire.OpReplicationStreamProgress, 3, &wire.ReplicationStreamProgress{DurableMessageNext: 9}))
+	var out bytes.Buffer
+	fr := &frames{conn: struct {
+		io.Reader
+		io.Writer
+	}{&in, &out}, max: 1 << 20}
+	fm, err := fr.read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := fm.Body.(*wire.ReplicationStreamProgress); !ok || fm.RequestID != 3 || p.DurableMessageNext != 9 {
+		t.Fatalf("read %v %d %+v, want the progress frame", fm.Op, fm.RequestID, fm.Body)
+	}
+	if want := wire.AppendFrame(nil, wire.OpPong, 7, nil); !bytes.Equal(out.Bytes(), want) {
+		t.Fatalf("wrote % x, want the PONG % x", out.Bytes(), want)
+	}
+}

@@ -2,11 +2,13 @@ package session
 
 import (
 	"encoding/binary"
+	"errors"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/replica"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -99,9 +101,13 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 	}
 	err = publish(&req.msg, func(offset uint64, err error) {
 		if err != nil {
+			msg := "publish not stored: "
+			if errors.Is(err, replica.ErrNotConfirmed) {
+				msg = "publish not confirmed: " // it may be stored (S-141)
+			}
 			c.log.Warn("confirmed publish failed", "topic", req.topic, "partition", req.partition, "err", err)
 			c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true,
-				body: &wire.ErrorBody{Code: core.Code(err), Message: "publish not stored: " + err.Error()}})
+				body: &wire.ErrorBody{Code: core.Code(err), Message: msg + err.Error()}})
 			return
 		}
 		c.srv.opts.Metrics.ConfirmLatency.Observe(time.Since(received).Seconds())

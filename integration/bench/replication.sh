@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # What replication costs: confirmed publish to a one-partition queue of a
 # three-broker local cluster (fibril dev, embedded raft, 127.0.0.1 only),
-# with replication.target_followers 2 and then 0, alternating in one run,
-# and each broker's CPU per confirmed message. See README.md beside this
-# file.
+# with replication.target_followers 2 under three durability policies
+# (local_durable, the default majority_durable, replica_durable:3) and with
+# 0 followers, alternating in one run, and each broker's CPU per confirmed
+# message. See README.md beside this file.
 #
 #   integration/bench/replication.sh [--reps 3] [--duration 8s] [--warmup 2s]
 #
@@ -62,11 +63,17 @@ ctl 0 settings set replication.target_followers=0 >/dev/null
 ctl 1 settings set replication.target_followers=2 >/dev/null
 cpu() { for k in $(pgrep -P "${PIDS[$1]}"); do awk -v p="$k" '{print p, $14+$15}' "/proc/$k/stat"; done; }
 
-printf '%-4s %-10s %10s %10s  %s\n' rep followers msgs/s p99_ms "broker cpu µs/msg (owner first)"
+printf '%-4s %-9s %-18s %10s %10s  %s\n' rep followers durability msgs/s p99_ms "broker cpu µs/msg (owner first)"
+# Each run: "cluster durability". The durability policy changes on the
+# running cluster between runs (it needs no catch-up: followers copy
+# under every policy; only the confirms wait differently).
+RUNS=("1 local_durable" "1 majority_durable" "1 replica_durable:3" "0 local_durable")
 for rep in $(seq 1 "$REPS"); do
-	for n in 1 0; do
+	for run in "${RUNS[@]}"; do
+		read -r n durability <<<"$run"
 		f=$((2 * n))
-		topic="repl$rep"
+		ctl "$n" settings set "replication.durability=$durability" >/dev/null
+		topic="repl$rep${durability%%[:_]*}"
 		ctl "$n" declare --topic "$topic" --partitions 1 >/dev/null
 		sleep 1 # placement and the followers' first checkpoint
 		owner=$(ctl "$n" topology --owners | awk -v t="$topic" '$2 == t {print $5}')
@@ -74,9 +81,9 @@ for rep in $(seq 1 "$REPS"); do
 		"$WORK/bin/fibrilctl" --addr "127.0.0.1:$((PORT + 10 * n))" bench --topic "$topic" --size 1024 --window 256 --confirmed \
 			--producers 1 --consumers 0 --duration "$DURATION" --warmup "$WARMUP" --json --progress=false >"$WORK/r.json"
 		cpu "$n" >"$WORK/cpu1"
-		python3 - "$rep" "$f" "$owner" "$WORK" <<'PY'
+		python3 - "$rep" "$f" "$owner" "$WORK" "$durability" <<'PY'
 import json, sys
-rep, f, owner, work = sys.argv[1:]
+rep, f, owner, work, durability = sys.argv[1:]
 r = json.load(open(work + "/r.json"))
 n = max(r["confirmed"], 1)
 a = dict(l.split() for l in open(work + "/cpu0"))
@@ -85,7 +92,7 @@ b = dict(l.split() for l in open(work + "/cpu1"))
 per = [(int(b[k]) - int(a[k])) * 10000 / n for k in a]
 i = int(owner.split("-")[-1]) - 1 if owner.startswith("node-") else 0
 per = [per[i]] + per[:i] + per[i + 1:]
-print(f"{rep:<4} {f:<10} {r['publish_msgs_per_sec']:>10.0f} {r['confirm_p99_us'] / 1000:>10.1f}  " + " ".join(f"{x:.1f}" for x in per))
+print(f"{rep:<4} {f:<9} {durability:<18} {r['publish_msgs_per_sec']:>10.0f} {r['confirm_p99_us'] / 1000:>10.1f}  " + " ".join(f"{x:.1f}" for x in per))
 PY
 	done
 done
