@@ -46,6 +46,10 @@ const (
 	// controller plans followers only while every live node carries it:
 	// a rolling upgrade gets followers once its last old node is gone.
 	LabelFollowers = "fibril/followers"
+	// LabelTails carries a follower's durable tails of the partitions
+	// it follows whose owner is not live: what the placement controller
+	// reads to promote one (core/cluster, failover.go).
+	LabelTails = "fibril/tails"
 )
 
 // Labels are a node's key/value annotations.

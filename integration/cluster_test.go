@@ -5,10 +5,10 @@ package integration
 
 import (
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,39 +63,66 @@ func TestClusterPublishConsumeEverywhere(t *testing.T) {
 	}
 }
 
-// kill -9 of a partition owner (S-138: only a node holding the log may own it):
-// its written partitions answer 503 through the other brokers while their
-// other partitions are unaffected; once it is back, every confirmed
-// message is delivered. The time from the kill to the first 503 is the
-// dead-owner detection time (logged; the issue asks for it).
-func TestClusterOwnerKilledThenBack(t *testing.T) {
-	rc := startRaftCluster(t, 3)
-	c := newClient(t, rc.nodes[0].Addr)
-	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "orders", Partitions: 3}); err != nil {
-		t.Fatal(err)
-	}
-	owners := rc.placed(rc.nodes[0], "orders", 3)
-	if _, err := c.Topology(ctxT(t, opTimeout), ""); err != nil {
-		t.Fatal(err)
-	}
-	// Every partition gets 5 confirmed messages.
-	confirmed := map[string]bool{}
-	for p := range uint32(3) {
-		for i := range 5 {
-			payload := fmt.Sprintf("p%d-%d", p, i)
-			publish(t, c, "orders", client.Message{Partition: u32(p), Payload: []byte(payload)})
-			confirmed[payload] = true
+// kill -9 of a partition owner with the default replication
+// (majority_durable, two followers): an in-sync follower takes its
+// written partition with a new epoch, the partition takes confirmed
+// publishes again through the surviving brokers, the killed broker comes
+// back as a follower in sync again, and every message confirmed before,
+// during and after is delivered. The time from the kill to the first
+// confirmed publish is logged.
+func TestClusterOwnerKilledFailsOver(t *testing.T) {
+	rc, c, owners, confirmed := ownerKillSetup(t)
+	victimPart, victim := pickVictim(rc, owners)
+	killed := time.Now()
+	victim.kill()
+	probe := newClient(t, rc.nodes[0].Addr)
+	var took time.Duration
+	after := 0
+	testkit.Eventually(t, 4*testTTL+waitTimeout, "a confirmed publish to the dead owner's partition", func() bool {
+		ctx := ctxT(t, time.Second)
+		payload := fmt.Sprintf("p%d-after-%d", victimPart, after)
+		if _, err := probe.Publisher("orders", client.PublisherOptions{}).PublishConfirmed(ctx,
+			client.Message{Partition: u32(victimPart), Payload: []byte(payload)}); err != nil {
+			return false
 		}
+		took = time.Since(killed)
+		confirmed[payload] = true
+		after++
+		return true
+	})
+	t.Logf("failover (kill -9 → first confirmed publish through another broker): %v with TTL %v", took, testTTL)
+	if o := rc.ownerOf(rc.nodes[0], "orders", victimPart); o == victim.id {
+		t.Fatalf("partition %d still belongs to the dead owner %s after a confirmed publish", victimPart, o)
 	}
-	// The victim is not node-1 (the client's bootstrap broker).
-	var victimPart uint32
-	var victim *clusterNode
-	for p, o := range owners {
-		if o != rc.nodes[0].id {
-			victimPart, victim = p, rc.node(o)
-			break
+	for i := range 20 {
+		payload := fmt.Sprintf("p%d-after-%d", victimPart, after+i)
+		publish(t, probe, "orders", client.Message{Partition: u32(victimPart), Payload: []byte(payload)})
+		confirmed[payload] = true
+	}
+	rc.restart(victim)
+	testkit.Eventually(t, waitTimeout, victim.id+" ready again", func() bool {
+		code, _ := httpGet(t, victim.Admin, "/readyz", nil)
+		return code == 200
+	})
+	testkit.Eventually(t, 2*waitTimeout, victim.id+" in sync again as a follower", func() bool {
+		for _, p := range rc.topology(rc.nodes[0]).Partitions {
+			if p.Topic == "orders" && p.Partition == victimPart {
+				return p.Owner != victim.id && slices.Contains(p.InSync, victim.id)
+			}
 		}
-	}
+		return false
+	})
+	drainConfirmed(t, rc, c, confirmed)
+}
+
+// Under local_durable (S-138, D-5) a dead owner's written partitions stay
+// with it: they answer 503 through the other brokers while its other
+// partitions are unaffected, and once it is back every confirmed message
+// is delivered. The time from the kill to the first 503 is the dead-owner
+// detection time (logged).
+func TestClusterLocalDurableOwnerKilledThenBack(t *testing.T) {
+	rc, c, owners, confirmed := ownerKillSetup(t, "local_durable")
+	victimPart, victim := pickVictim(rc, owners)
 	killed := time.Now()
 	victim.kill()
 	// Through the surviving brokers: the victim's partition answers 503
@@ -141,6 +168,52 @@ func TestClusterOwnerKilledThenBack(t *testing.T) {
 		code, _ := httpGet(t, victim.Admin, "/readyz", nil)
 		return code == 200
 	})
+	drainConfirmed(t, rc, c, confirmed)
+}
+
+// ownerKillSetup starts three brokers (with replication.durability set
+// to durability, when given), declares orders with 3 partitions and
+// publishes 5 confirmed messages to each.
+func ownerKillSetup(t *testing.T, durability ...string) (*raftCluster, *client.Client, map[uint32]string, map[string]bool) {
+	rc := startRaftCluster(t, 3)
+	if len(durability) > 0 {
+		rc.setRuntime(rc.nodes[0], "replication", "durability", durability[0])
+	}
+	c := newClient(t, rc.nodes[0].Addr)
+	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "orders", Partitions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	owners := rc.placed(rc.nodes[0], "orders", 3)
+	if _, err := c.Topology(ctxT(t, opTimeout), ""); err != nil {
+		t.Fatal(err)
+	}
+	confirmed := map[string]bool{}
+	for p := range uint32(3) {
+		for i := range 5 {
+			payload := fmt.Sprintf("p%d-%d", p, i)
+			publish(t, c, "orders", client.Message{Partition: u32(p), Payload: []byte(payload)})
+			confirmed[payload] = true
+		}
+	}
+	return rc, c, owners, confirmed
+}
+
+// pickVictim chooses a partition owned by another node than node-1 (the
+// clients' bootstrap broker) and its owner.
+func pickVictim(rc *raftCluster, owners map[uint32]string) (uint32, *clusterNode) {
+	for p, o := range owners {
+		if o != rc.nodes[0].id {
+			return p, rc.node(o)
+		}
+	}
+	rc.t.Fatal("node-1 owns every partition")
+	return 0, nil
+}
+
+// drainConfirmed subscribes through node-1 and takes every confirmed
+// message (probes and redeliveries aside), acknowledging each.
+func drainConfirmed(t *testing.T, rc *raftCluster, c *client.Client, confirmed map[string]bool) {
+	t.Helper()
 	cons := newClient(t, rc.nodes[0].Addr)
 	if _, err := cons.Topology(ctxT(t, opTimeout), ""); err != nil {
 		t.Fatal(err)
@@ -148,12 +221,10 @@ func TestClusterOwnerKilledThenBack(t *testing.T) {
 	sub := subscribe(t, cons, "orders", client.SubscribeOptions{Prefetch: 16})
 	for len(confirmed) > 0 {
 		d := next(t, sub, waitTimeout)
-		if string(d.Payload) != "probe" {
-			if !confirmed[string(d.Payload)] {
-				t.Fatalf("unexpected delivery %q", d.Payload)
-			}
-			delete(confirmed, string(d.Payload))
+		if string(d.Payload) != "probe" && !strings.Contains(string(d.Payload), "-after-") && !confirmed[string(d.Payload)] {
+			t.Fatalf("unexpected delivery %q", d.Payload)
 		}
+		delete(confirmed, string(d.Payload))
 		ack(t, d)
 	}
 }
@@ -267,29 +338,10 @@ func TestClusterUsersAndSettingsShared(t *testing.T) {
 		c.Close()
 		return true
 	})
-	code, body = httpGet(t, rc.nodes[1].Admin, "/admin/api/runtime-settings", nil)
-	if code != 200 {
-		t.Fatalf("settings: %d %s", code, body)
-	}
-	var view struct {
-		Version  uint64         `json:"version"`
-		Settings map[string]any `json:"settings"`
-	}
-	if err := json.Unmarshal([]byte(body), &view); err != nil {
-		t.Fatal(err)
-	}
-	view.Settings["partitioning"].(map[string]any)["default_partition_count"] = 5
-	put, _ := json.Marshal(map[string]any{"expected_version": view.Version, "settings": view.Settings})
-	if code, body := httpDo(t, "PUT", rc.nodes[1].Admin, "/admin/api/runtime-settings", string(put)); code != 200 {
-		t.Fatalf("put settings: %d %s", code, body)
-	}
-	// The new default applies at another broker: a queue declared there
-	// without a count gets 5 partitions.
+	// A new default set at one broker applies at another: a queue
+	// declared there without a count gets 5 partitions.
+	rc.setRuntime(rc.nodes[1], "partitioning", "default_partition_count", 5)
 	c := newClient(t, rc.nodes[2].Addr)
-	testkit.Eventually(t, waitTimeout, "node-3 applies the new default", func() bool {
-		_, body := httpGet(t, rc.nodes[2].Admin, "/admin/api/runtime-settings", nil)
-		return strings.Contains(body, `"default_partition_count":5`)
-	})
 	n, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "defaulted"})
 	if err != nil || n != 5 {
 		t.Fatalf("declare without a count: %d partitions, %v; want 5", n, err)

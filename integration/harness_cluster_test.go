@@ -158,7 +158,41 @@ type topologyView struct {
 		Written   bool     `json:"written"`
 		OwnerLive bool     `json:"owner_live"`
 		Endpoints []string `json:"client_endpoints"`
+		InSync    []string `json:"in_sync"`
 	} `json:"partitions"`
+}
+
+// setRuntime changes one runtime setting (group.key) through nd's admin
+// API and waits until every node of the cluster applied it.
+func (rc *raftCluster) setRuntime(nd *clusterNode, group, key string, value any) {
+	t := rc.t
+	t.Helper()
+	code, body := httpGet(t, nd.Admin, "/admin/api/runtime-settings", nil)
+	if code != 200 {
+		t.Fatalf("settings: %d %s", code, body)
+	}
+	var view struct {
+		Version  uint64         `json:"version"`
+		Settings map[string]any `json:"settings"`
+	}
+	if err := json.Unmarshal([]byte(body), &view); err != nil {
+		t.Fatal(err)
+	}
+	view.Settings[group].(map[string]any)[key] = value
+	put, _ := json.Marshal(map[string]any{"expected_version": view.Version, "settings": view.Settings})
+	if code, body := httpDo(t, "PUT", nd.Admin, "/admin/api/runtime-settings", string(put)); code != 200 {
+		t.Fatalf("put settings: %d %s", code, body)
+	}
+	want, _ := json.Marshal(value)
+	testkit.Eventually(t, waitTimeout, "every node applies "+group+"."+key, func() bool {
+		for _, n := range rc.nodes {
+			_, body := httpGet(t, n.Admin, "/admin/api/runtime-settings", nil)
+			if !strings.Contains(body, fmt.Sprintf("%q:%s", key, want)) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func (rc *raftCluster) topology(nd *clusterNode) topologyView {

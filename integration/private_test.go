@@ -18,9 +18,9 @@ import (
 
 // Confirmed publish and consume through privately owned
 // partitions, with a client that only ever reaches the public broker; then
-// a private owner is killed (its partitions fail retryably while the
-// others keep working) and restarted (nothing confirmed is lost). Run over
-// tcp and quic.
+// a private owner is killed (its partitions fail over to followers, with
+// retryable errors meanwhile) and restarted (nothing confirmed is lost).
+// Run over tcp and quic.
 func TestPrivateNodesThroughTheGateway(t *testing.T) {
 	for _, tr := range []string{"tcp", "quic"} {
 		t.Run(tr, func(t *testing.T) {
@@ -60,41 +60,28 @@ func TestPrivateNodesThroughTheGateway(t *testing.T) {
 			c.Close()
 			c = pc.client(t)
 
-			// Kill a private owner: its partitions fail retryably (503/504
-			// or a closed subscription), the others keep working.
+			// Kill a private owner: its partitions fail over to in-sync
+			// followers (the default replication), and every partition
+			// takes confirmed publishes through the gateway again; until
+			// then errors are retryable (503/504).
 			victim := pc.node("node-2")
 			victim.kill()
-			var dead, alive []uint32
-			for p, o := range owners {
-				if o == "node-2" {
-					dead = append(dead, p)
-				} else {
-					alive = append(alive, p)
-				}
-			}
-			for _, p := range alive {
-				publish(t, c, "orders", client.Message{Partition: &p, Payload: []byte(fmt.Sprint("alive-", p))})
-			}
-			for _, p := range dead {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_, err := c.Publisher("orders", client.PublisherOptions{}).PublishConfirmed(ctx, client.Message{Partition: &p, Payload: []byte("while-dead")})
-				cancel()
-				if err == nil {
-					t.Fatalf("a publish to partition %d succeeded while its only owner is down", p)
-				}
-				if !client.Retryable(err) {
-					t.Fatalf("partition %d of a dead owner: %v, want a retryable error", p, err)
-				}
-			}
-			// Restart it: its partitions come back through the gateway,
-			// with everything confirmed before still there.
-			pc.restart(victim)
 			want := map[string]bool{}
-			for _, p := range alive {
-				want[fmt.Sprint("alive-", p)] = true
+			for p := range uint32(parts) {
+				payload := fmt.Sprint("after-kill-", p)
+				publishRetrying(t, c, p, payload, 4*testTTL+waitTimeout)
+				want[payload] = true
 			}
-			for _, p := range dead {
-				payload := fmt.Sprint("after-", p)
+			for p, o := range owners {
+				if now := pc.ownerOf(pc.nodes[0], "orders", p); o == "node-2" && now == "node-2" {
+					t.Fatalf("partition %d took a confirmed publish while still assigned to the dead node-2", p)
+				}
+			}
+			// Restart it: it rejoins as a follower, and everything
+			// confirmed is still there.
+			pc.restart(victim)
+			for p := range uint32(parts) {
+				payload := fmt.Sprint("after-restart-", p)
 				publish(t, c, "orders", client.Message{Partition: &p, Payload: []byte(payload)})
 				want[payload] = true
 			}
@@ -228,5 +215,28 @@ func TestSlowConsumerThroughTheGateway(t *testing.T) {
 				ack(t, next(t, ssub, waitTimeout))
 			}
 		})
+	}
+}
+
+// publishRetrying publishes payload to partition p of orders with a
+// confirm until it is confirmed, within limit; every failure on the way
+// must be retryable.
+func publishRetrying(t *testing.T, c *client.Client, p uint32, payload string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := c.Publisher("orders", client.PublisherOptions{}).PublishConfirmed(ctx, client.Message{Partition: &p, Payload: []byte(payload)})
+		cancel()
+		if err == nil {
+			return
+		}
+		if !client.Retryable(err) {
+			t.Fatalf("publish to partition %d: %v, want a retryable error", p, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition %d took no confirmed publish within %v: %v", p, limit, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -4,6 +4,7 @@ package broker
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
@@ -34,6 +35,8 @@ func (b *Broker) topologyView() any {
 	type followerView struct {
 		Node core.NodeID `json:"node"`
 		Live bool        `json:"live"`
+		// InSync: the owner recorded it in the partition's in-sync set.
+		InSync bool `json:"in_sync"`
 		// On the owner's admin API, once the follower reported durable
 		// progress: every record below DurableNext is on its disk,
 		// LagRecords behind the owner's log, reported ProgressAgeMS ago.
@@ -53,7 +56,12 @@ func (b *Broker) topologyView() any {
 		// Followers hold (once replication runs) the partition's other
 		// copies, in the controller's order; empty when it has none.
 		Followers []followerView `json:"followers"`
-		Endpoints []string       `json:"client_endpoints"`
+		// InSync is the recorded in-sync set (which may name a node that
+		// is no longer a follower, until the owner drops it) and Acks the
+		// copies of every confirmed record among its members.
+		InSync    []core.NodeID `json:"in_sync"`
+		Acks      int           `json:"acks"`
+		Endpoints []string      `json:"client_endpoints"`
 	}
 	out := struct {
 		Self       core.NodeID `json:"self"`
@@ -95,9 +103,9 @@ func (b *Broker) topologyView() any {
 	add := func(kind string, p cluster.Partition) {
 		v := partView{Topic: p.Ref.Topic, Group: p.Ref.Group, Kind: kind, Partition: p.Ref.Partition,
 			Owner: p.Node, Epoch: p.Epoch, Written: p.Written, OwnerLive: p.Placed() && snap.Live(p.Node),
-			Followers: []followerView{}, Endpoints: []string{}}
+			Followers: []followerView{}, InSync: append([]core.NodeID{}, p.InSync...), Acks: p.Acks, Endpoints: []string{}}
 		for _, f := range p.Followers {
-			fv := followerView{Node: f, Live: snap.Live(f)}
+			fv := followerView{Node: f, Live: snap.Live(f), InSync: slices.Contains(p.InSync, f)}
 			if p.Node == c.self.ID {
 				if fp, lag, ok := c.lag(p.Ref, f); ok {
 					age := time.Since(fp.at).Milliseconds()

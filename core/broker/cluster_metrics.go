@@ -82,6 +82,7 @@ func (c *coordinated) registerMetrics(reg prometheus.Registerer) {
 		{"fibril_cluster_heartbeat_errors_total", "Lease renewals that failed.", &st.HeartbeatErrors},
 		{"fibril_cluster_lease_losses_total", "Times this node's lease ended.", &st.LeaseLosses},
 		{"fibril_cluster_placements_total", "Assignments written by this node's controller.", &st.Placements},
+		{"fibril_cluster_promotions_total", "Failovers this node's controller wrote: an in-sync follower made owner of a written partition whose owner died.", &st.Promotions},
 		{"fibril_replication_in_sync_changes_total", "In-sync sets this node recorded as the owner of their partitions.", &c.isrChanges},
 	}
 	for _, ct := range counters {

@@ -81,6 +81,9 @@ func (gs *gates) attach(p *queue.Partition) queue.ConfirmGate {
 	}
 	gs.m[ref] = og
 	og.configureLocked(gs.c.cl.Snapshot(), rp, time.Now())
+	if !og.gated.Load() { // the engine starts a gated partition at 0
+		p.SetDeliverable(queue.Unlimited)
+	}
 	gs.mu.Unlock()
 	return og
 }

@@ -161,3 +161,28 @@ func TestClusterConfirmTimesOutWithoutItsCopies(t *testing.T) {
 		t.Fatalf("in-sync set %v lost %s while confirms need it", p.InSync, gone.nodeID)
 	}
 }
+
+// Under local_durable nothing waits for followers: a publish is confirmed
+// on the owner's fsync and delivered at once (S-143), also on a partition
+// the engine opened under that policy.
+func TestClusterLocalDurableDeliversAtOnce(t *testing.T) {
+	bs := startMemCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	setReplication(t, bs, bs[0], map[string]any{"durability": "local_durable"})
+	c := declareOrders(ctx, t, bs[0])
+	placedWithFollowers(t, bs, core.PartitionRef{Topic: "orders"})
+	pub := c.Publisher("orders", client.PublisherOptions{})
+	if _, err := pub.PublishConfirmed(ctx, client.Message{Payload: []byte("one")}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.Subscribe(ctx, "orders", client.SubscribeOptions{Prefetch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer dcancel()
+	if d, err := sub.Next(dctx); err != nil || string(d.Payload) != "one" {
+		t.Fatalf("delivery under local_durable: %v %v", d, err)
+	}
+}

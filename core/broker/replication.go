@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,6 +159,10 @@ type followers struct {
 	c       *coordinated
 	mu      sync.Mutex
 	running map[core.PartitionRef]*following
+	// tailsMu serialises the writes of this node's LabelTails: tailsWant
+	// is the value to publish, tailsSent the value last written.
+	tailsMu              sync.Mutex
+	tailsWant, tailsSent string
 }
 
 // following is one running replica.
@@ -165,6 +170,7 @@ type following struct {
 	owner  core.NodeID
 	cancel context.CancelFunc
 	done   chan struct{}
+	fw     *replica.Follower
 	log    atomic.Pointer[storage.Partition] // the open replica, for tests
 }
 
@@ -202,10 +208,51 @@ func (f *followers) reconcile(snap *cluster.Snapshot) {
 			continue
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		fl := &following{owner: owner, cancel: cancel, done: make(chan struct{})}
+		_, wkey := keysOf(ref)
+		fl := &following{owner: owner, cancel: cancel, done: make(chan struct{}),
+			fw: &replica.Follower{Key: wkey, NodeID: string(self)}}
 		f.running[ref] = fl
 		go f.follow(ctx, ref, fl)
 	}
+	f.publishTailsLocked(snap)
+}
+
+// publishTailsLocked publishes this node's durable tails of the
+// partitions it follows in sync whose owner is not live (core.LabelTails):
+// what the controller reads to choose whom to promote
+// (core/cluster/failover.go). The write runs in the background; "" clears
+// the label once no owner is missing.
+func (f *followers) publishTailsLocked(snap *cluster.Snapshot) {
+	self := f.c.self.ID
+	tails := make(map[core.PartitionRef]cluster.Tail)
+	for ref, fl := range f.running {
+		p, ok := snap.Partition(ref)
+		if !ok || p.Node != fl.owner || snap.Live(fl.owner) || !slices.Contains(p.InSync, self) {
+			continue
+		}
+		tails[ref] = cluster.Tail{Epoch: p.Epoch, Next: fl.fw.DurableNext()}
+	}
+	f.tailsMu.Lock()
+	f.tailsWant = cluster.FormatTails(tails)
+	f.tailsMu.Unlock()
+	go func() { // each writes the newest value, so the last one wins
+		f.tailsMu.Lock()
+		defer f.tailsMu.Unlock()
+		v := f.tailsWant
+		if v == f.tailsSent {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+		defer cancel()
+		if err := f.c.cl.SetLabel(ctx, core.LabelTails, v); err != nil {
+			f.c.b.log.Warn("publishing replica tails for a failover failed", "err", err)
+			return
+		}
+		if v != "" {
+			f.c.b.log.Info("the owner of partitions this broker follows is not live; published their tails", "tails", v)
+		}
+		f.tailsSent = v
+	}()
 }
 
 // stopAll stops every replica (the broker is leaving).
@@ -245,9 +292,10 @@ func (f *followers) follow(ctx context.Context, ref core.PartitionRef, fl *follo
 	defer close(fl.done)
 	b := f.c.b
 	log := b.log.With("component", "replication", "partition", ref.String(), "owner", string(fl.owner))
-	key, wkey := keysOf(ref)
+	key, _ := keysOf(ref)
 	login := peer.Login{Self: f.c.self.ID, Secret: string(b.secret)}
-	fw := &replica.Follower{Key: wkey, NodeID: string(f.c.self.ID), Logger: log}
+	fw := fl.fw
+	fw.Logger = log
 	var rep *storage.Partition
 	defer func() {
 		if rep != nil {

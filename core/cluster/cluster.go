@@ -78,6 +78,9 @@ type Stats struct {
 	HeartbeatErrors  atomic.Uint64
 	LeaseLosses      atomic.Uint64
 	Placements       atomic.Uint64
+	// Promotions counts failovers this node's controller wrote: a
+	// follower made owner of a written partition whose owner died.
+	Promotions atomic.Uint64
 	// UnderReplicated is, on the controller, the placed partitions with
 	// fewer live followers than the target allows (Snapshot.UnderReplicated)
 	// at its last pass; 0 elsewhere.

@@ -124,6 +124,8 @@ func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.
 	fp := &followerPlan{snap: snap, deadSince: deadSince, now: now, margin: c.Margin(),
 		candidates: candidates, target: target, total: ftotal, presentMembers: -1}
 	var later []pendingWrite
+	tails := snap.reportedTails()
+	usable := func(id core.NodeID) bool { return slices.Contains(candidates, id) }
 	channel := func(name string, parts []Partition) {
 		per := make(map[core.NodeID]int)
 		fp.per = make(map[core.NodeID]int)
@@ -139,6 +141,27 @@ func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.
 		h.Write([]byte(name))
 		start := int(h.Sum32())
 		for i, p := range parts {
+			if p.Placed() && p.Written && !snap.Live(p.Node) && now.Sub(deadSince[p.Node]) >= c.Margin() {
+				next, ok := promotion(p, tails[p.Ref], usable)
+				if !ok {
+					continue // it waits for its owner, or for its members' tails
+				}
+				if planFollowers {
+					next.Followers = fp.choose(next.Followers, next.Node, start+i)
+				}
+				if c.assign(ctx, p, next) != nil {
+					continue
+				}
+				c.stats.Promotions.Add(1)
+				c.log.Warn("partition failed over: its owner is dead; an in-sync follower takes it",
+					"partition", p.Ref.String(), "from", string(p.Node), "to", string(next.Node), "epoch", next.Epoch,
+					"tail", tails[p.Ref][next.Node].Next, "in_sync", next.InSync)
+				per[p.Node]--
+				total[p.Node]--
+				per[next.Node]++
+				total[next.Node]++
+				continue
+			}
 			moving := !p.Placed() || !(snap.Live(p.Node) || p.Written || now.Sub(deadSince[p.Node]) < c.Margin())
 			next := p.Assignment
 			if moving {

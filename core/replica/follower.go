@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/storage"
@@ -47,6 +48,22 @@ type Follower struct {
 	eventNext  uint64
 	haveEvents bool
 	reqID      uint64
+
+	durable atomic.Uint64 // every record below it is on this follower's disk
+}
+
+// DurableNext is the replica's durable tail as far as this follower knows:
+// every record below it is on its disk (0 before it first streamed).
+func (f *Follower) DurableNext() uint64 { return f.durable.Load() }
+
+// noteDurable raises DurableNext.
+func (f *Follower) noteDurable(next uint64) {
+	for {
+		cur := f.durable.Load()
+		if next <= cur || f.durable.CompareAndSwap(cur, next) {
+			return
+		}
+	}
 }
 
 func (f *Follower) credit() uint64 {
@@ -304,6 +321,7 @@ func (f *Follower) stream(ctx context.Context, fr *frames) error {
 		return err
 	}
 	// The writer: progress as records become durable, keepalives when idle.
+	f.durable.Store(next) // what it holds when it starts is on its disk (and no more, after a cut)
 	rep := &reporter{msgNext: next, eventNext: f.eventNext, kick: make(chan struct{}, 1)}
 	rep.kick <- struct{}{} // report at once: the owner counts a follower only once it heard from it
 	werr := make(chan error, 1)
@@ -387,6 +405,7 @@ func (f *Follower) apply(b *wire.ReadOK, rep *reporter) error {
 		next := m.Batch.NextOffset
 		err := f.Log.AppendReplica(recs[0].Offset, recs, func(_ uint64, err error) {
 			if err == nil {
+				f.noteDurable(next)
 				rep.add(next, 0, recCost)
 			}
 		})

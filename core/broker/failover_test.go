@@ -1,0 +1,91 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
+)
+
+// When the owner of a written partition leaves, an in-sync follower takes
+// the partition with a new epoch: publishes are confirmed again through
+// the other brokers, and every message confirmed before is delivered,
+// with the rest of what was published.
+func TestClusterFailoverToAnInSyncFollower(t *testing.T) {
+	bs := startMemCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ref := core.PartitionRef{Topic: "orders"}
+	declareOrders(ctx, t, bs[0])
+	owner, followers := placedWithFollowers(t, bs, ref)
+	c := dialClient(ctx, t, followers[0])
+	pub := c.Publisher("orders", client.PublisherOptions{})
+	confirmed := map[string]bool{}
+	for i := range 50 {
+		msg := fmt.Sprint("before-", i)
+		if _, err := pub.PublishConfirmed(ctx, client.Message{Payload: []byte(msg)}); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		confirmed[msg] = true
+	}
+	before, _ := owner.cluster.cl.Snapshot().Partition(ref)
+	if err := owner.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	// Publish until the partition takes confirms again.
+	var after int
+	testkit.Eventually(t, 20*time.Second, "a confirmed publish after the owner left", func() bool {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer pcancel()
+		msg := fmt.Sprint("after-", after)
+		if _, err := pub.PublishConfirmed(pctx, client.Message{Payload: []byte(msg)}); err != nil {
+			return false
+		}
+		confirmed[msg] = true
+		after++
+		return true
+	})
+	p, _ := followers[0].cluster.cl.Snapshot().Partition(ref)
+	if p.Node == owner.nodeID || p.Epoch <= before.Epoch || !p.Written {
+		t.Fatalf("after the failover: owner %s epoch %d written %v (before: %s, epoch %d)", p.Node, p.Epoch, p.Written, before.Node, before.Epoch)
+	}
+	if v := sumCounter(t, followers, "fibril_cluster_promotions_total"); v != 1 {
+		t.Errorf("fibril_cluster_promotions_total over the survivors = %v, want 1", v)
+	}
+	sub, err := c.Subscribe(ctx, "orders", client.SubscribeOptions{Prefetch: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(confirmed) > 0 {
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		d, err := sub.Next(dctx)
+		dcancel()
+		if err != nil {
+			t.Fatalf("%d confirmed messages not delivered (e.g. %v): %v", len(confirmed), firstKey(confirmed), err)
+		}
+		delete(confirmed, string(d.Payload))
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// sumCounter adds up a metric over brokers.
+func sumCounter(t *testing.T, bs []*Broker, name string) float64 {
+	var v float64
+	for _, b := range bs {
+		v += counterValue(t, b, name)
+	}
+	return v
+}
+
+func firstKey(m map[string]bool) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}

@@ -1,0 +1,129 @@
+package cluster
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/fibrilgo/fibril/core"
+)
+
+// Failover (docs/ARCHITECTURE.md#replication): when the owner of a written
+// partition stays dead past the margin, the controller promotes the member
+// of its recorded in-sync set with the highest durable tail, with a new
+// epoch. The tails come from the followers themselves: each follower of a
+// partition whose owner is not live publishes its durable tail there
+// (core.LabelTails, FormatTails), so the controller reads them "at that
+// moment" rather than from a heartbeat that lags.
+//
+// It is safe by the in-sync invariant the owner keeps: every confirmed
+// record is durable on at least Acks members of the recorded set. With at
+// most Acks−1 members missing, one of those that reported holds every
+// confirmed record, and since followers' logs are prefixes of the
+// owner's, the highest tail holds them all. With Acks 0 (local_durable,
+// or nothing confirmed through followers yet) nothing is promoted: the
+// partition waits for its owner (S-138).
+
+// Tail is a follower's durable tail of one partition under one epoch.
+type Tail struct {
+	Epoch uint64
+	Next  uint64
+}
+
+// FormatTails renders tails as the LabelTails value: one line per
+// partition, "<epoch> <next> <assign key>", in key order; "" for none.
+func FormatTails(tails map[core.PartitionRef]Tail) string {
+	lines := make([]string, 0, len(tails))
+	for ref, t := range tails {
+		lines = append(lines, strconv.FormatUint(t.Epoch, 10)+" "+strconv.FormatUint(t.Next, 10)+" "+assignKey(ref))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// ParseTails reads a LabelTails value; lines it cannot read are skipped.
+func ParseTails(v string) map[core.PartitionRef]Tail {
+	out := make(map[core.PartitionRef]Tail)
+	for line := range strings.SplitSeq(v, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		epoch, err1 := strconv.ParseUint(f[0], 10, 64)
+		next, err2 := strconv.ParseUint(f[1], 10, 64)
+		topic, group, n, ok := parseAssignRef(f[2])
+		if err1 != nil || err2 != nil || !ok {
+			continue
+		}
+		out[core.PartitionRef{Topic: topic, Group: group, Partition: n}] = Tail{Epoch: epoch, Next: next}
+	}
+	return out
+}
+
+// reportedTails gathers the tails live members publish, by partition and
+// node (nil when none does: the common case costs nothing).
+func (s *Snapshot) reportedTails() map[core.PartitionRef]map[core.NodeID]Tail {
+	var out map[core.PartitionRef]map[core.NodeID]Tail
+	for _, id := range s.MemberIDs {
+		m := s.Members[id]
+		v := m.Info.Labels[core.LabelTails]
+		if !m.Live || v == "" {
+			continue
+		}
+		if out == nil {
+			out = make(map[core.PartitionRef]map[core.NodeID]Tail)
+		}
+		for ref, t := range ParseTails(v) {
+			if out[ref] == nil {
+				out[ref] = make(map[core.NodeID]Tail)
+			}
+			out[ref][id] = t
+		}
+	}
+	return out
+}
+
+// promotion plans the failover of p, a written partition whose owner is
+// dead: the new assignment, or false when no member can safely take it
+// (yet: the tails may still be coming). tails are p's reported tails; a
+// tail of another epoch does not count. usable says whether a node may
+// own partitions (live and not draining).
+func promotion(p Partition, tails map[core.NodeID]Tail, usable func(core.NodeID) bool) (Assignment, bool) {
+	if p.Acks < 1 {
+		return Assignment{}, false
+	}
+	reported := make(map[core.NodeID]uint64)
+	for _, id := range p.InSync {
+		if t, ok := tails[id]; ok && t.Epoch == p.Epoch && id != p.Node {
+			reported[id] = t.Next
+		}
+	}
+	if len(p.InSync)-len(reported) > p.Acks-1 {
+		return Assignment{}, false
+	}
+	var best core.NodeID
+	for _, id := range p.InSync { // in id order: ties go to the first
+		next, ok := reported[id]
+		if ok && usable(id) && (best == "" || next > reported[best]) {
+			best = id
+		}
+	}
+	if best == "" {
+		return Assignment{}, false
+	}
+	// Members as far as the new owner hold everything it holds, so every
+	// confirmed record; they stay in sync under the new epoch.
+	next := Assignment{Node: best, Epoch: p.Epoch + 1, Written: true}
+	for _, id := range p.InSync {
+		if id != best && reported[id] >= reported[best] {
+			next.InSync = append(next.InSync, id)
+		}
+	}
+	next.Acks = min(p.Acks, len(next.InSync))
+	for _, f := range p.Followers {
+		if f != best {
+			next.Followers = append(next.Followers, f)
+		}
+	}
+	return next, true
+}

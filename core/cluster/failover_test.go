@@ -1,0 +1,76 @@
+package cluster
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/fibrilgo/fibril/core"
+)
+
+func TestTailsRoundTrip(t *testing.T) {
+	in := map[core.PartitionRef]Tail{
+		{Topic: "orders", Partition: 2}:                  {Epoch: 7, Next: 120},
+		{Topic: "billing", Group: "eu", Partition: 0}:    {Epoch: 1, Next: 0},
+		{Topic: "a-b_c.d", Group: "g1", Partition: 4095}: {Epoch: 1 << 40, Next: 1 << 50},
+	}
+	v := FormatTails(in)
+	if got := ParseTails(v); !reflect.DeepEqual(got, in) {
+		t.Fatalf("%q parses to %v, want %v", v, got, in)
+	}
+	if FormatTails(nil) != "" || len(ParseTails("")) != 0 {
+		t.Fatal("no tails must be the empty label")
+	}
+	if got := ParseTails("x 1 assign/a/@default/0\n3 4 assign/a/@default/1\n5 6 queues/a"); len(got) != 1 {
+		t.Fatalf("damaged lines were not skipped: %v", got)
+	}
+}
+
+// Failover promotes the in-sync member with the highest tail only when at
+// most Acks−1 members are missing; members as far as it stay in sync.
+func TestPromotion(t *testing.T) {
+	live := func(core.NodeID) bool { return true }
+	p := Partition{Ref: core.PartitionRef{Topic: "q"}, Assignment: Assignment{Node: "a", Epoch: 4, Written: true,
+		Followers: []core.NodeID{"b", "c"}, InSync: []core.NodeID{"b", "c"}, Acks: 1}}
+	tails := func(kv ...any) map[core.NodeID]Tail {
+		m := map[core.NodeID]Tail{}
+		for i := 0; i < len(kv); i += 2 {
+			m[core.NodeID(kv[i].(string))] = Tail{Epoch: 4, Next: uint64(kv[i+1].(int))}
+		}
+		return m
+	}
+	next, ok := promotion(p, tails("b", 10, "c", 12), live)
+	want := Assignment{Node: "c", Epoch: 5, Written: true, Followers: []core.NodeID{"b"}}
+	if !ok || !reflect.DeepEqual(next, want) {
+		t.Fatalf("b 10, c 12: %+v %v, want %+v", next, ok, want)
+	}
+	next, ok = promotion(p, tails("b", 12, "c", 12), live)
+	want = Assignment{Node: "b", Epoch: 5, Written: true, Followers: []core.NodeID{"c"}, InSync: []core.NodeID{"c"}, Acks: 1}
+	if !ok || !reflect.DeepEqual(next, want) {
+		t.Fatalf("equal tails: %+v %v, want %+v", next, ok, want)
+	}
+	if _, ok := promotion(p, tails("b", 12), live); ok {
+		t.Fatal("promoted with one of two members silent and one copy needed among them")
+	}
+	stale := map[core.NodeID]Tail{"b": {Epoch: 3, Next: 50}, "c": {Epoch: 4, Next: 1}}
+	if _, ok := promotion(p, stale, live); ok {
+		t.Fatal("a tail of another epoch counted")
+	}
+	p1 := p
+	p1.InSync = []core.NodeID{"b"}
+	if next, ok := promotion(p1, tails("b", 3, "c", 9), live); !ok || next.Node != "b" {
+		t.Fatalf("only b is in sync: %+v %v", next, ok)
+	}
+	p0 := p
+	p0.Acks = 0
+	if _, ok := promotion(p0, tails("b", 12, "c", 12), live); ok {
+		t.Fatal("promoted a partition whose confirms never needed a follower (local_durable)")
+	}
+	if _, ok := promotion(p, tails("b", 12, "c", 12), func(id core.NodeID) bool { return false }); ok {
+		t.Fatal("promoted a node that may not own partitions")
+	}
+	p2 := p
+	p2.InSync, p2.Acks = []core.NodeID{"b", "c", "d"}, 2
+	if next, ok := promotion(p2, tails("b", 7, "c", 8), live); !ok || next.Node != "c" || next.Acks != 0 {
+		t.Fatalf("two copies needed, one member silent: %+v %v", next, ok)
+	}
+}
