@@ -142,7 +142,7 @@ func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.
 		start := int(h.Sum32())
 		for i, p := range parts {
 			if p.Placed() && p.Written && !snap.Live(p.Node) && now.Sub(deadSince[p.Node]) >= c.Margin() {
-				next, ok := promotion(p, tails[p.Ref], usable)
+				next, ok := promotion(p, tails[p.Ref], usable, func(id core.NodeID) int { return total[id] })
 				if !ok {
 					continue // it waits for its owner, or for its members' tails
 				}

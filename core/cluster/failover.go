@@ -87,8 +87,11 @@ func (s *Snapshot) reportedTails() map[core.PartitionRef]map[core.NodeID]Tail {
 // dead: the new assignment, or false when no member can safely take it
 // (yet: the tails may still be coming). tails are p's reported tails; a
 // tail of another epoch does not count. usable says whether a node may
-// own partitions (live and not draining).
-func promotion(p Partition, tails map[core.NodeID]Tail, usable func(core.NodeID) bool) (Assignment, bool) {
+// own partitions (live and not draining); among members with the highest
+// tail the one with the least load (partitions it owns) wins, then the
+// first in id order, so that a dead node's partitions spread over its
+// followers.
+func promotion(p Partition, tails map[core.NodeID]Tail, usable func(core.NodeID) bool, load func(core.NodeID) int) (Assignment, bool) {
 	if p.Acks < 1 {
 		return Assignment{}, false
 	}
@@ -104,7 +107,10 @@ func promotion(p Partition, tails map[core.NodeID]Tail, usable func(core.NodeID)
 	var best core.NodeID
 	for _, id := range p.InSync { // in id order: ties go to the first
 		next, ok := reported[id]
-		if ok && usable(id) && (best == "" || next > reported[best]) {
+		if !ok || !usable(id) {
+			continue
+		}
+		if best == "" || next > reported[best] || next == reported[best] && load(id) < load(best) {
 			best = id
 		}
 	}

@@ -29,6 +29,7 @@ func TestTailsRoundTrip(t *testing.T) {
 // most Acks−1 members are missing; members as far as it stay in sync.
 func TestPromotion(t *testing.T) {
 	live := func(core.NodeID) bool { return true }
+	flat := func(core.NodeID) int { return 0 }
 	p := Partition{Ref: core.PartitionRef{Topic: "q"}, Assignment: Assignment{Node: "a", Epoch: 4, Written: true,
 		Followers: []core.NodeID{"b", "c"}, InSync: []core.NodeID{"b", "c"}, Acks: 1}}
 	tails := func(kv ...any) map[core.NodeID]Tail {
@@ -38,39 +39,42 @@ func TestPromotion(t *testing.T) {
 		}
 		return m
 	}
-	next, ok := promotion(p, tails("b", 10, "c", 12), live)
+	next, ok := promotion(p, tails("b", 10, "c", 12), live, flat)
 	want := Assignment{Node: "c", Epoch: 5, Written: true, Followers: []core.NodeID{"b"}}
 	if !ok || !reflect.DeepEqual(next, want) {
 		t.Fatalf("b 10, c 12: %+v %v, want %+v", next, ok, want)
 	}
-	next, ok = promotion(p, tails("b", 12, "c", 12), live)
+	next, ok = promotion(p, tails("b", 12, "c", 12), live, flat)
 	want = Assignment{Node: "b", Epoch: 5, Written: true, Followers: []core.NodeID{"c"}, InSync: []core.NodeID{"c"}, Acks: 1}
 	if !ok || !reflect.DeepEqual(next, want) {
 		t.Fatalf("equal tails: %+v %v, want %+v", next, ok, want)
 	}
-	if _, ok := promotion(p, tails("b", 12), live); ok {
+	if _, ok := promotion(p, tails("b", 12), live, flat); ok {
 		t.Fatal("promoted with one of two members silent and one copy needed among them")
 	}
 	stale := map[core.NodeID]Tail{"b": {Epoch: 3, Next: 50}, "c": {Epoch: 4, Next: 1}}
-	if _, ok := promotion(p, stale, live); ok {
+	if _, ok := promotion(p, stale, live, flat); ok {
 		t.Fatal("a tail of another epoch counted")
 	}
 	p1 := p
 	p1.InSync = []core.NodeID{"b"}
-	if next, ok := promotion(p1, tails("b", 3, "c", 9), live); !ok || next.Node != "b" {
+	if next, ok := promotion(p1, tails("b", 3, "c", 9), live, flat); !ok || next.Node != "b" {
 		t.Fatalf("only b is in sync: %+v %v", next, ok)
 	}
 	p0 := p
 	p0.Acks = 0
-	if _, ok := promotion(p0, tails("b", 12, "c", 12), live); ok {
+	if _, ok := promotion(p0, tails("b", 12, "c", 12), live, flat); ok {
 		t.Fatal("promoted a partition whose confirms never needed a follower (local_durable)")
 	}
-	if _, ok := promotion(p, tails("b", 12, "c", 12), func(id core.NodeID) bool { return false }); ok {
+	if _, ok := promotion(p, tails("b", 12, "c", 12), func(id core.NodeID) bool { return false }, flat); ok {
 		t.Fatal("promoted a node that may not own partitions")
+	}
+	if next, ok := promotion(p, tails("b", 12, "c", 12), live, func(id core.NodeID) int { return map[core.NodeID]int{"b": 3, "c": 1}[id] }); !ok || next.Node != "c" {
+		t.Fatalf("equal tails, c less loaded: %+v %v", next, ok)
 	}
 	p2 := p
 	p2.InSync, p2.Acks = []core.NodeID{"b", "c", "d"}, 2
-	if next, ok := promotion(p2, tails("b", 7, "c", 8), live); !ok || next.Node != "c" || next.Acks != 0 {
+	if next, ok := promotion(p2, tails("b", 7, "c", 8), live, flat); !ok || next.Node != "c" || next.Acks != 0 {
 		t.Fatalf("two copies needed, one member silent: %+v %v", next, ok)
 	}
 }
