@@ -1,0 +1,237 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
+)
+
+// campaignKills is how many kill -9s TestKillCampaign makes: a short
+// campaign by default (CI), FIBRIL_KILL_CAMPAIGN=N for a long one.
+func campaignKills(t *testing.T) int {
+	v := os.Getenv("FIBRIL_KILL_CAMPAIGN")
+	if v == "" {
+		return 5
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("FIBRIL_KILL_CAMPAIGN=%q: want a number of kills", v)
+	}
+	return n
+}
+
+// A kill campaign on real processes: one public broker (the client's way
+// in) and two private ones, a client publishing with confirms to every
+// partition in turn and consuming all the while. One broker at a time,
+// chosen at random — an owner, a follower or the gateway — is killed
+// (kill -9), restarted, and waited for until every partition has a live
+// owner and a full in-sync set again, before the next kill. Confirmed,
+// delivered, lost (must be 0) and duplicate counts are printed, with the
+// time from each kill of an owner to the first confirmed publish on each
+// partition it owned, by a prober that retries every 20 ms with 300 ms
+// timeouts (kills of the raft leader apart). FIBRIL_KILL_CAMPAIGN
+// sets the number of kills, FIBRIL_KILL_SEED the random seed (printed),
+// FIBRIL_TEST_DEFAULT_TIMING=1 the default heartbeat and liveness TTL.
+func TestKillCampaign(t *testing.T) {
+	kills := campaignKills(t)
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("FIBRIL_KILL_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Logf("kill campaign: %d kills, seed %d (FIBRIL_KILL_SEED to repeat the choice of victims)", kills, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	pc := startPrivateCluster(t, "tcp")
+	c := pc.client(t)
+	const parts = 3
+	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "orders", Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	pc.placed(pc.nodes[0], "orders", parts)
+	led := newLedger()
+	stop := make(chan struct{})
+	produced := make(chan struct{})
+	go func() { // bounded in count and time
+		defer close(produced)
+		pub := c.Publisher("orders", client.PublisherOptions{})
+		deadline := time.Now().Add(time.Duration(kills) * 2 * time.Minute)
+		for i := 0; i < 5_000_000 && time.Now().Before(deadline); i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p := uint32(i % parts)
+			payload := fmt.Sprint("m", i)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := pub.PublishConfirmed(ctx, client.Message{Partition: &p, Payload: []byte(payload)})
+			cancel()
+			led.mu.Lock()
+			if err == nil {
+				led.confirmed[payload] = true
+			} else {
+				led.failed++
+			}
+			led.mu.Unlock()
+			if err != nil {
+				if !client.Retryable(err) {
+					t.Errorf("publish %s: %v, want a retryable error", payload, err)
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}()
+	sub := subscribe(t, c, "orders", client.SubscribeOptions{Prefetch: 64})
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		for {
+			d, err := sub.Next(context.Background())
+			if err != nil {
+				return
+			}
+			led.mu.Lock()
+			led.delivered[string(d.Payload)]++
+			led.mu.Unlock()
+			_ = d.Ack(context.Background())
+		}
+	}()
+	confirmedSoFar := func() int {
+		led.mu.Lock()
+		defer led.mu.Unlock()
+		return len(led.confirmed)
+	}
+	progress := func(n int, what string) {
+		t.Helper()
+		base := confirmedSoFar()
+		testkit.Eventually(t, 4*testTTL+2*waitTimeout, what, func() bool { return confirmedSoFar() >= base+n })
+	}
+	// probe publishes to partition p with short timeouts until one is
+	// confirmed (bounded), and returns how long after at that was: the
+	// failover time a producer that retries at once sees.
+	probe := func(p uint32, at time.Time, tag string) (time.Duration, bool) {
+		pub := c.Publisher("orders", client.PublisherOptions{})
+		for i := 0; time.Since(at) < 4*testTTL+2*waitTimeout; i++ {
+			payload := fmt.Sprintf("probe-%s-%d", tag, i)
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			_, err := pub.PublishConfirmed(ctx, client.Message{Partition: &p, Payload: []byte(payload)})
+			cancel()
+			if err == nil {
+				led.mu.Lock()
+				led.confirmed[payload] = true
+				led.mu.Unlock()
+				return time.Since(at), true
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return 0, false
+	}
+	progress(100, "100 confirmed publishes before the first kill")
+	roles := map[string]int{}
+	var leaderTimes, otherTimes []time.Duration
+	for k := 1; k <= kills; k++ {
+		topo := pc.topology(pc.nodes[0])
+		victim := pc.nodes[rng.IntN(len(pc.nodes))]
+		var owned []uint32
+		for _, p := range topo.Partitions {
+			if p.Topic == "orders" && p.Owner == victim.id {
+				owned = append(owned, p.Partition)
+			}
+		}
+		leader := false
+		for _, n := range topo.Nodes {
+			leader = leader || n.ID == victim.id && n.Controller
+		}
+		role := "follower"
+		switch {
+		case victim == pc.nodes[0]:
+			role = "gateway"
+		case len(owned) > 0:
+			role = "owner"
+		}
+		if leader {
+			role += "+leader"
+		}
+		roles[role]++
+		killed := time.Now()
+		victim.kill()
+		if victim != pc.nodes[0] {
+			for _, p := range owned {
+				d, ok := probe(p, killed, fmt.Sprintf("%d-%d", k, p))
+				if !ok {
+					t.Fatalf("kill %d (%s %s): partition %d took no confirmed publish", k, role, victim.id, p)
+				}
+				if leader {
+					leaderTimes = append(leaderTimes, d)
+				} else {
+					otherTimes = append(otherTimes, d)
+				}
+			}
+		}
+		if victim == pc.nodes[0] {
+			time.Sleep(testTTL) // the client's only way in: nothing is confirmed until it is back
+		} else {
+			progress(20, fmt.Sprintf("20 confirmed publishes after kill %d (%s %s)", k, role, victim.id))
+		}
+		pc.restart(victim)
+		fullyReplicated(t, pc.raftCluster, parts)
+		progress(20, fmt.Sprintf("20 confirmed publishes after %s came back", victim.id))
+	}
+	close(stop)
+	<-produced
+	testkit.EventuallyReport(t, 2*waitTimeout, func() bool {
+		_, missing, _, _ := led.counts()
+		return missing == 0
+	}, func() string {
+		n, missing, _, _ := led.counts()
+		return fmt.Sprintf("%d of %d confirmed messages not delivered", missing, n)
+	})
+	sub.Close()
+	<-consumed
+	n, missing, dups, extra := led.counts()
+	var b strings.Builder
+	fmt.Fprintf(&b, "kill campaign (seed %d, heartbeat %d ms, TTL %v)\n", seed, testHeartbeatMS, testTTL)
+	fmt.Fprintf(&b, "  kills          %d %v\n", kills, roles)
+	fmt.Fprintf(&b, "  confirmed      %d\n  failed         %d (errors; the message may be stored)\n", n, led.failed)
+	fmt.Fprintf(&b, "  delivered      %d distinct\n  lost           %d\n  duplicates     %d\n  unconfirmed delivered %d\n",
+		len(led.delivered), missing, dups, extra)
+	fmt.Fprintf(&b, "  kill → first confirm on the victim's partitions: raft leader %s; others %s", durations(leaderTimes), durations(otherTimes))
+	t.Log(b.String())
+	if missing > 0 {
+		t.Errorf("%d confirmed messages lost", missing)
+	}
+}
+
+// fullyReplicated waits until every partition of orders has a live owner
+// and an in-sync set of every other broker.
+func fullyReplicated(t *testing.T, rc *raftCluster, parts int) {
+	t.Helper()
+	testkit.Eventually(t, 2*waitTimeout, "every partition with a live owner and a full in-sync set", func() bool {
+		n := 0
+		for _, p := range rc.topology(rc.nodes[0]).Partitions {
+			if p.Topic == "orders" && p.OwnerLive && len(p.InSync) == len(rc.nodes)-1 {
+				n++
+			}
+		}
+		return n == parts
+	})
+}
+
+// durations summarises a set of durations: count, median and maximum.
+func durations(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return fmt.Sprintf("n=%d median %v max %v", len(s), s[len(s)/2].Round(10*time.Millisecond), s[len(s)-1].Round(10*time.Millisecond))
+}
