@@ -134,8 +134,9 @@ func (b *Broker) topologyView() any {
 
 // drain is S-127 and, in coordinated mode, S-128: every connected session
 // gets GOING_AWAY, the node is marked draining (no new placements) and
-// /readyz turns false. Partitions with data stay: without replication they
-// can only move to a caught-up follower, which does not exist yet.
+// /readyz turns false; the owner's gates then hand each partition to a
+// caught-up in-sync follower (ownedGate.handoffLocked). The answer counts
+// the partitions still owned at this moment.
 func (b *Broker) drain(ctx context.Context, grace time.Duration, message string) (any, error) {
 	b.draining.Store(true)
 	b.admin.SetNotReady("draining")

@@ -89,3 +89,65 @@ func firstKey(m map[string]bool) string {
 	}
 	return ""
 }
+
+// A drained owner hands its partition to an in-sync follower (S-128)
+// while publishing goes on: the new owner takes confirmed publishes, and
+// every message confirmed before, during and after is delivered.
+func TestClusterDrainHandsPartitionsOver(t *testing.T) {
+	bs := startMemCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ref := core.PartitionRef{Topic: "orders"}
+	declareOrders(ctx, t, bs[0])
+	owner, followers := placedWithFollowers(t, bs, ref)
+	c := dialClient(ctx, t, followers[0])
+	pub := c.Publisher("orders", client.PublisherOptions{})
+	confirmed := map[string]bool{}
+	publish := func(msg string) error {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer pcancel()
+		_, err := pub.PublishConfirmed(pctx, client.Message{Payload: []byte(msg)})
+		if err == nil {
+			confirmed[msg] = true
+		}
+		return err
+	}
+	for i := range 50 {
+		if err := publish(fmt.Sprint("before-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, body := adminDo(t, owner, "POST", "/admin/api/drain", `{"grace_ms":0}`); code != 200 {
+		t.Fatalf("drain: %d %s", code, body)
+	}
+	i := 0
+	testkit.Eventually(t, 20*time.Second, "the partition handed to a follower", func() bool {
+		_ = publish(fmt.Sprint("during-", i)) // may fail retryably while it moves
+		i++
+		p, _ := followers[0].cluster.cl.Snapshot().Partition(ref)
+		return p.Node != owner.nodeID
+	})
+	p, _ := followers[0].cluster.cl.Snapshot().Partition(ref)
+	if !p.Written || p.HasFollower(p.Node) {
+		t.Fatalf("after the handoff: %+v", p.Assignment)
+	}
+	testkit.Eventually(t, 20*time.Second, "a confirmed publish on the new owner", func() bool {
+		return publish(fmt.Sprint("after-", i)) == nil
+	})
+	sub, err := c.Subscribe(ctx, "orders", client.SubscribeOptions{Prefetch: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(confirmed) > 0 {
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		d, err := sub.Next(dctx)
+		dcancel()
+		if err != nil {
+			t.Fatalf("%d confirmed messages not delivered (e.g. %v): %v", len(confirmed), firstKey(confirmed), err)
+		}
+		delete(confirmed, string(d.Payload))
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

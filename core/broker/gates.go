@@ -47,8 +47,14 @@ type ownedGate struct {
 	acks     int           // the recorded Acks of epoch
 	version  uint64        // the assignment version inSync and acks come from
 	marks    []localMark   // the owner's durable next, sampled (Behind)
-	writing  bool          // a SetInSync is in flight
+	writing  bool          // a SetInSync or HandOff is in flight
 	lastFail string        // the last SetInSync failure logged
+
+	// A drain's handoff (handoffLocked): the fence's offset plus one (0:
+	// none), since when, and when to try again after giving up.
+	fencedAt    uint64
+	fencedSince time.Time
+	retryAt     time.Time
 }
 
 // recordTimeout bounds one write of the in-sync set.
@@ -146,7 +152,12 @@ func (gs *gates) progress(ref core.PartitionRef, node core.NodeID, next uint64) 
 func (og *ownedGate) configureLocked(snap *cluster.Snapshot, rp settings.Replication, now time.Time) {
 	p, ok := snap.Partition(og.ref)
 	if !ok || !p.Placed() || p.Node != og.gs.c.self.ID {
-		og.setGated(false) // not ours: routing serves nothing here
+		// Not ours: routing serves nothing here. A partition this node
+		// handed over keeps its fence: what is past it is not on the new
+		// owner and must not be delivered.
+		if og.fencedAt == 0 {
+			og.setGated(false)
+		}
 		return
 	}
 	if p.Epoch != og.epoch {
@@ -175,6 +186,75 @@ func (og *ownedGate) configureLocked(snap *cluster.Snapshot, rp settings.Replica
 	}
 	og.setGated(gateAcks > 0)
 	og.planLocked(p, snap, book, policyAcks, rp, now)
+	if og.gs.c.b.draining.Load() {
+		og.handoffLocked(p, snap, book, policyAcks, now)
+	}
+}
+
+// handoffLocked hands a partition of a draining owner to an in-sync
+// follower (S-128): it fences the gate at the log's end, so that nothing
+// past it is confirmed or delivered here, waits until a live,
+// non-draining member reports everything below the fence durable, and
+// writes the assignment over to it (cluster.HandOff). A partition whose
+// confirms never needed a follower (acks 0) stays; so does one where no
+// member catches up within connection.drain_handoff_timeout_ms — the
+// fence is then lifted and the handoff tried again after as long.
+func (og *ownedGate) handoffLocked(p cluster.Partition, snap *cluster.Snapshot, book map[core.NodeID]followerProgress, policyAcks int, now time.Time) {
+	if og.writing || now.Before(og.retryAt) || og.acks < 1 {
+		return
+	}
+	usable := func(id core.NodeID) bool {
+		m := snap.Members[id]
+		return m != nil && m.Live && !m.Info.Draining()
+	}
+	if og.fencedAt == 0 {
+		if !slices.ContainsFunc(og.inSync, usable) {
+			return
+		}
+		local, _ := og.gate.State()
+		og.gate.SetFence(local)
+		og.fencedAt, og.fencedSince = local+1, now
+	}
+	at := og.fencedAt - 1
+	var to core.NodeID
+	for _, id := range og.inSync {
+		if fp, ok := book[id]; ok && fp.durableNext >= at && usable(id) && (to == "" || fp.durableNext > book[to].durableNext) {
+			to = id
+		}
+	}
+	log := og.gs.c.b.log.With("component", "replication", "partition", og.ref.String(), "epoch", p.Epoch)
+	if to == "" {
+		timeout := settings.Ms(og.gs.c.b.settings.Current().Connection.DrainHandoffTimeoutMS)
+		if now.Sub(og.fencedSince) > timeout {
+			log.Warn("drain: no in-sync follower caught up with the fence in time; serving again and trying later",
+				"fence", at, "timeout", timeout)
+			og.gate.ClearFence()
+			og.fencedAt, og.retryAt = 0, now.Add(timeout)
+		}
+		return
+	}
+	var inSync []core.NodeID
+	for _, id := range og.inSync {
+		if fp, ok := book[id]; ok && id != to && fp.durableNext >= at {
+			inSync = append(inSync, id)
+		}
+	}
+	acks := min(policyAcks, len(inSync))
+	og.writing = true
+	epoch := og.epoch
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+		err := og.gs.c.cl.HandOff(ctx, og.ref, epoch, to, inSync, acks)
+		cancel()
+		og.gs.mu.Lock()
+		defer og.gs.mu.Unlock()
+		og.writing = false
+		if err != nil {
+			log.Warn("drain: handing the partition over failed; retrying", "to", string(to), "err", err)
+			return
+		}
+		log.Info("drain: partition handed over", "to", string(to), "fence", at, "in_sync", inSync)
+	}()
 }
 
 // setGated switches deliveries between gated (at the replicated

@@ -116,6 +116,29 @@ func (c *Cluster) SetInSync(ctx context.Context, ref core.PartitionRef, epoch ui
 	return version, err
 }
 
+// HandOff gives ref, which this node owns under epoch, to its follower
+// to with a new epoch (a drain, S-128): to leaves the followers, inSync
+// and acks become the new in-sync set (the members that hold everything
+// to holds) and its copies, and the partition stays marked written. The
+// owner calls it once its fence keeps it from confirming anything to does
+// not hold. It fails with core.ErrUnavailable when the assignment moved
+// meanwhile.
+func (c *Cluster) HandOff(ctx context.Context, ref core.PartitionRef, epoch uint64, to core.NodeID, inSync []core.NodeID, acks int) error {
+	_, _, err := c.updateOwned(ctx, ref, "hand the partition over", func(a *Assignment) (bool, error) {
+		if a.Epoch != epoch {
+			return false, core.Errorf(core.ErrUnavailable, "partition %s moved from epoch %d to %d", ref, epoch, a.Epoch)
+		}
+		a.Node, a.Epoch, a.Written = to, a.Epoch+1, true
+		a.Followers = slices.DeleteFunc(a.Followers, func(f core.NodeID) bool { return f == to })
+		a.InSync, a.Acks = slices.Clone(inSync), acks
+		return true, nil
+	})
+	if err == nil {
+		c.log.Info("partition handed over (drain)", "partition", ref.String(), "to", string(to), "epoch", epoch+1)
+	}
+	return err
+}
+
 // updateOwned changes the assignment of ref, which this node owns, by
 // compare-and-set, reading it again after a conflict. change edits the
 // current record and says whether it needs writing, or refuses it. It

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/fibrilgo/fibril/core"
 )
 
 // ErrNotConfirmed is what every refusal of a replica-gated confirm wraps:
@@ -34,6 +36,7 @@ var ErrTooFewInSync = fmt.Errorf("%w: too few replicas in sync", ErrNotConfirmed
 // offset order), so waiters form a queue and one timer serves them all.
 type Gate struct {
 	mu      sync.Mutex
+	fence   uint64            // > 0: no offset at or past fence-1 is confirmed or delivered (SetFence)
 	need    int               // durable copies a confirm needs, the owner's included
 	floor   int               // replication.min_in_sync_replicas: fewer in-sync replicas fail at once
 	local   uint64            // the owner's durable next offset
@@ -69,6 +72,44 @@ func (g *Gate) SetMinInSync(n int) {
 	g.mu.Lock()
 	g.floor = n
 	g.mu.Unlock()
+}
+
+// ErrHandingOff answers the confirms a fence refuses: the partition is
+// being handed to another broker, which may not hold the record. It is
+// retryable (503); the message may be stored here and is then dropped.
+var ErrHandingOff = fmt.Errorf("%w: the partition is being handed to another broker; retry: %w", ErrNotConfirmed, core.ErrUnavailable)
+
+// SetFence stops confirms and first deliveries at offset at: waits for
+// offsets at or past it fail at once with ErrHandingOff (now and later),
+// and the watermark stops below it. The owner fences a partition it is
+// about to hand over, so that the new owner, which holds the records
+// below the fence, holds every record confirmed here. ClearFence lifts
+// it.
+func (g *Gate) SetFence(at uint64) {
+	g.mu.Lock()
+	g.fence = at + 1
+	var refused []func(error)
+	kept := g.waits[:0]
+	for _, w := range g.waits {
+		if w.off >= at {
+			refused = append(refused, w.done)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	g.waits = kept
+	g.armLocked()
+	g.mu.Unlock()
+	for _, d := range refused {
+		d(ErrHandingOff)
+	}
+}
+
+// ClearFence lifts SetFence's fence.
+func (g *Gate) ClearFence() {
+	g.mu.Lock()
+	g.fence = 0
+	g.releaseLocked()
 }
 
 // SetTimeout sets how long a confirm waits for its copies from now on.
@@ -141,7 +182,11 @@ func (g *Gate) watermarkLocked() uint64 {
 		copies = append(copies, n)
 	}
 	slices.Sort(copies)
-	return copies[len(copies)-max(g.need, 1)]
+	mark := copies[len(copies)-max(g.need, 1)]
+	if g.fence > 0 {
+		mark = min(mark, g.fence-1)
+	}
+	return mark
 }
 
 // Wait calls done once offset has the durable copies it needs, or with
@@ -156,6 +201,11 @@ func (g *Gate) Wait(offset uint64, done func(error)) {
 		floor := g.floor
 		g.mu.Unlock()
 		done(fmt.Errorf("%w: %d replicas are in sync (the owner and the followers that kept up within replication.isr_timeout_ms) and replication.min_in_sync_replicas is %d", ErrTooFewInSync, have, floor))
+		return
+	}
+	if g.fence > 0 && offset >= g.fence-1 {
+		g.mu.Unlock()
+		done(ErrHandingOff)
 		return
 	}
 	if offset < g.watermarkLocked() {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/testkit"
 )
 
@@ -139,5 +140,39 @@ func TestGateConfirmedAndAdvance(t *testing.T) {
 	local, members := g.State()
 	if local != 10 || members["b"] != 5 || members["c"] != 6 {
 		t.Fatalf("State() = %d %v", local, members)
+	}
+}
+
+// A fence fails the confirms at or past it, at once and later, with a
+// retryable error, keeps the watermark below it, and lifts.
+func TestGateFence(t *testing.T) {
+	g := NewGate(2, []string{"b"}, time.Hour)
+	var c confirms
+	for off := range uint64(6) {
+		c.wait(g, off)
+	}
+	g.Local(6)
+	g.Progress("b", 2)
+	g.SetFence(4)
+	if got := c.released(); !slices.Equal(got, []uint64{0, 1}) || len(c.errs) != 2 {
+		t.Fatalf("released %v, %d errors; want 0 1 and two refusals (4 and 5)", got, len(c.errs))
+	}
+	if !errors.Is(c.errs[0], ErrHandingOff) || !errors.Is(c.errs[0], core.ErrUnavailable) {
+		t.Fatalf("refusal: %v", c.errs[0])
+	}
+	g.Progress("b", 6)
+	if w := g.Watermark(); w != 4 {
+		t.Fatalf("watermark %d behind a fence at 4", w)
+	}
+	if got := c.released(); !slices.Equal(got, []uint64{0, 1, 2, 3}) {
+		t.Fatalf("released %v, want 0..3", got)
+	}
+	c.wait(g, 7)
+	if len(c.errs) != 3 {
+		t.Fatalf("a wait past the fence was not refused: %v", c.errs)
+	}
+	g.ClearFence()
+	if w := g.Watermark(); w != 6 {
+		t.Fatalf("watermark %d after the fence lifted, want 6", w)
 	}
 }
