@@ -12,18 +12,20 @@ import (
 	"github.com/fibrilgo/fibril/core/testkit"
 )
 
-// streamLedger is what a failover scenario's client saw: payloads
-// confirmed, delivered (and how often), and publishes whose outcome it
-// does not know.
+// streamLedger is what a scenario's client saw: payloads confirmed,
+// delivered (and how often), publishes answered with an error, and the
+// longest wait between two confirms on one partition.
 type streamLedger struct {
 	mu        sync.Mutex
 	confirmed map[string]bool
 	delivered map[string]int
 	failed    int // publishes answered with an error (the message may be stored)
+	lastOK    map[uint32]time.Time
+	maxGap    time.Duration
 }
 
 func newLedger() *streamLedger {
-	return &streamLedger{confirmed: map[string]bool{}, delivered: map[string]int{}}
+	return &streamLedger{confirmed: map[string]bool{}, delivered: map[string]int{}, lastOK: map[uint32]time.Time{}}
 }
 
 func (l *streamLedger) counts() (confirmed, missing, duplicates, unconfirmedDelivered int) {
@@ -41,6 +43,119 @@ func (l *streamLedger) counts() (confirmed, missing, duplicates, unconfirmedDeli
 		}
 	}
 	return len(l.confirmed), missing, duplicates, unconfirmedDelivered
+}
+
+// traffic is a producer publishing with confirms to the partitions of
+// orders in turn and a consumer of all of orders, acknowledging
+// everything, both running until finish.
+type traffic struct {
+	*streamLedger
+	stop               chan struct{}
+	produced, consumed chan struct{}
+	sub                *client.Subscription
+}
+
+// startTraffic starts the producer (bounded in count and by limit) and the
+// consumer on c. A publish waits at most publishTimeout; a failure must be
+// retryable.
+func startTraffic(t *testing.T, c *client.Client, parts []uint32, publishTimeout, limit time.Duration) *traffic {
+	tr := &traffic{streamLedger: newLedger(), stop: make(chan struct{}), produced: make(chan struct{}), consumed: make(chan struct{})}
+	go func() {
+		defer close(tr.produced)
+		pub := c.Publisher("orders", client.PublisherOptions{})
+		deadline := time.Now().Add(limit)
+		for i := 0; i < 5_000_000 && time.Now().Before(deadline); i++ {
+			select {
+			case <-tr.stop:
+				return
+			default:
+			}
+			p := parts[i%len(parts)]
+			payload := fmt.Sprint("m", i)
+			ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+			_, err := pub.PublishConfirmed(ctx, client.Message{Partition: &p, Payload: []byte(payload)})
+			cancel()
+			now := time.Now()
+			tr.mu.Lock()
+			if err == nil {
+				tr.confirmed[payload] = true
+				if last, ok := tr.lastOK[p]; ok {
+					tr.maxGap = max(tr.maxGap, now.Sub(last))
+				}
+				tr.lastOK[p] = now
+			} else {
+				tr.failed++
+			}
+			tr.mu.Unlock()
+			if err != nil {
+				if !client.Retryable(err) {
+					t.Errorf("publish %s: %v, want a retryable error", payload, err)
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}()
+	tr.sub = subscribe(t, c, "orders", client.SubscribeOptions{Prefetch: 64})
+	go func() {
+		defer close(tr.consumed)
+		for {
+			d, err := tr.sub.Next(context.Background())
+			if err != nil {
+				return
+			}
+			tr.mu.Lock()
+			tr.delivered[string(d.Payload)]++
+			tr.mu.Unlock()
+			_ = d.Ack(context.Background()) // fire-and-forget; a lost ack redelivers
+		}
+	}()
+	return tr
+}
+
+func (tr *traffic) confirmedSoFar() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return len(tr.confirmed)
+}
+
+// progress waits until n more publishes are confirmed.
+func (tr *traffic) progress(t *testing.T, n int, what string) {
+	t.Helper()
+	base := tr.confirmedSoFar()
+	testkit.Eventually(t, 4*testTTL+2*waitTimeout, what, func() bool { return tr.confirmedSoFar() >= base+n })
+}
+
+// finish stops the producer, waits (bounded) until every confirmed
+// message is delivered, stops the consumer, and fails the test for any
+// confirmed message lost.
+func (tr *traffic) finish(t *testing.T) (confirmed, missing, duplicates, unconfirmedDelivered int) {
+	t.Helper()
+	close(tr.stop)
+	<-tr.produced
+	testkit.EventuallyReport(t, 2*waitTimeout, func() bool {
+		_, missing, _, _ := tr.counts()
+		return missing == 0
+	}, func() string {
+		n, missing, _, _ := tr.counts()
+		tr.mu.Lock()
+		var miss []string
+		for p := range tr.confirmed {
+			if tr.delivered[p] == 0 {
+				miss = append(miss, p)
+			}
+		}
+		tr.mu.Unlock()
+		slices.Sort(miss)
+		return fmt.Sprintf("%d of %d confirmed messages not delivered, e.g. %v", missing, n, miss[:min(len(miss), 20)])
+	})
+	tr.sub.Close()
+	<-tr.consumed
+	confirmed, missing, duplicates, unconfirmedDelivered = tr.counts()
+	if missing > 0 {
+		t.Errorf("%d confirmed messages lost", missing)
+	}
+	return confirmed, missing, duplicates, unconfirmedDelivered
 }
 
 // The seed note's scenario: one public and two private brokers; a client
@@ -76,65 +191,8 @@ func TestPrivateOwnerFailsOverMidStream(t *testing.T) {
 			if part == parts {
 				t.Fatal("the private brokers own nothing; the test proves nothing")
 			}
-			led := newLedger()
-			stop := make(chan struct{})
-			produced := make(chan struct{})
-			go func() { // the producer: bounded in count and time
-				defer close(produced)
-				pub := c.Publisher("orders", client.PublisherOptions{})
-				deadline := time.Now().Add(3 * time.Minute)
-				for i := 0; i < 200000 && time.Now().Before(deadline); i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					payload := fmt.Sprint("m", i)
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-					_, err := pub.PublishConfirmed(ctx, client.Message{Partition: &part, Payload: []byte(payload)})
-					cancel()
-					led.mu.Lock()
-					if err == nil {
-						led.confirmed[payload] = true
-					} else {
-						led.failed++
-					}
-					led.mu.Unlock()
-					if err != nil {
-						if !client.Retryable(err) {
-							t.Errorf("publish %s: %v, want a retryable error", payload, err)
-							return
-						}
-						time.Sleep(20 * time.Millisecond)
-					}
-				}
-			}()
-			sub := subscribe(t, c, "orders", client.SubscribeOptions{Prefetch: 32})
-			consumed := make(chan struct{})
-			go func() { // the consumer: until the subscription is closed
-				defer close(consumed)
-				for {
-					d, err := sub.Next(context.Background())
-					if err != nil {
-						return
-					}
-					led.mu.Lock()
-					led.delivered[string(d.Payload)]++
-					led.mu.Unlock()
-					_ = d.Ack(context.Background()) // fire-and-forget; a lost ack redelivers
-				}
-			}()
-			confirmedAfter := func(n int, what string) {
-				t.Helper()
-				led.mu.Lock()
-				base := len(led.confirmed)
-				led.mu.Unlock()
-				testkit.Eventually(t, 4*testTTL+2*waitTimeout, what, func() bool {
-					led.mu.Lock()
-					defer led.mu.Unlock()
-					return len(led.confirmed) >= base+n
-				})
-			}
+			tr := startTraffic(t, c, []uint32{part}, 2*time.Second, 3*time.Minute)
+			confirmedAfter := func(n int, what string) { t.Helper(); tr.progress(t, n, what) }
 			confirmedAfter(200, "200 confirmed publishes before the first kill")
 			seen := map[string]bool{owners[part]: true}
 			for kill := 1; kill <= 4 && !(seen["node-1"] && len(seen) == 3); kill++ {
@@ -163,24 +221,9 @@ func TestPrivateOwnerFailsOverMidStream(t *testing.T) {
 				})
 				confirmedAfter(50, "50 confirmed publishes with "+victim.id+" back")
 			}
-			close(stop)
-			<-produced
-			// Everything confirmed is delivered (within a bounded wait).
-			testkit.EventuallyReport(t, 2*waitTimeout, func() bool {
-				_, missing, _, _ := led.counts()
-				return missing == 0
-			}, func() string {
-				n, missing, _, _ := led.counts()
-				return fmt.Sprintf("%d of %d confirmed messages not delivered", missing, n)
-			})
-			sub.Close()
-			<-consumed
-			n, missing, dups, extra := led.counts()
+			n, missing, dups, extra := tr.finish(t)
 			t.Logf("owners %v; confirmed %d, failed publishes %d, delivered %d distinct, lost %d, duplicates %d, delivered without a confirm %d",
-				keys(seen), n, led.failed, len(led.delivered), missing, dups, extra)
-			if missing > 0 {
-				t.Errorf("%d confirmed messages lost", missing)
-			}
+				keys(seen), n, tr.failed, len(tr.delivered), missing, dups, extra)
 			if len(seen) < 2 {
 				t.Errorf("the partition never failed over: owners %v", keys(seen))
 			}

@@ -65,6 +65,9 @@ type coordinated struct {
 	// (gates.go); isrChanges counts the in-sync set changes recorded.
 	gates       gates
 	isrChanges  atomic.Uint64
+	// owned is the set of partitions this node owned in the last
+	// snapshot applied (closeMoved; run goroutine only).
+	owned map[core.PartitionRef]bool
 	confirmWait prometheus.Histogram
 }
 
@@ -161,6 +164,7 @@ func (c *coordinated) run() {
 		if snap.Index != applied {
 			c.applyCatalog(snap)
 			c.followers.reconcile(snap)
+			c.closeMoved(snap)
 			c.retainLinks(snap)
 			c.warnNoGateway(snap)
 			applied = snap.Index

@@ -321,6 +321,11 @@ func (og *ownedGate) planLocked(p cluster.Partition, snap *cluster.Snapshot, boo
 	if slices.Equal(nextIDs, og.inSync) && acks == og.acks {
 		return
 	}
+	if slices.Equal(nextIDs, og.inSync) && acks < og.acks && slices.ContainsFunc(plan.Nodes, func(c replica.Candidate) bool {
+		return !c.Reported && slices.Contains(next, c.ID)
+	}) {
+		return // a member has not reported to this owner yet (it just took over): wait for it before lowering the claim
+	}
 	og.writing = true
 	epoch, from := og.epoch, og.inSync
 	go og.record(epoch, from, nextIDs, acks)

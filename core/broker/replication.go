@@ -370,3 +370,34 @@ func (f *followers) follow(ctx context.Context, ref core.PartitionRef, fl *follo
 		pause = min(2*pause, 5*time.Second)
 	}
 }
+
+// closeMoved ends the local subscriptions of the partitions this node
+// owned in the previous snapshot and another node owns in snap (a drain's
+// handoff; a failover finds the old owner dead, its connections gone):
+// their clients get SUBSCRIPTION_CLOSED(owner_moved) and subscribe again
+// at the new owner. Run goroutine only.
+func (c *coordinated) closeMoved(snap *cluster.Snapshot) {
+	owned := make(map[core.PartitionRef]bool, len(c.owned))
+	snap.AllPartitions(func(p cluster.Partition) {
+		if p.Node == c.self.ID {
+			owned[p.Ref] = true
+		}
+	})
+	moved := make(map[core.PartitionRef]bool)
+	for ref := range c.owned {
+		if p, ok := snap.Partition(ref); ok && p.Placed() && p.Node != c.self.ID {
+			moved[ref] = true
+		}
+	}
+	c.owned = owned
+	if len(moved) == 0 || c.b.sessions == nil {
+		return
+	}
+	n := c.b.sessions.CloseMoved(func(topic, group string, partition uint32) bool {
+		return moved[core.PartitionRef{Topic: topic, Group: group, Partition: partition}]
+	})
+	if n > 0 {
+		c.b.log.Info("partitions moved to other brokers; their local subscriptions were closed (owner_moved)", "partitions", len(moved), "subscriptions", n)
+	}
+}
+

@@ -208,6 +208,45 @@ func (s *Session) unsubscribeLocked(subs []*subscription) {
 	s.srv.opts.Metrics.SubscriptionsOpen.Sub(float64(len(subs)))
 }
 
+// CloseMoved ends every local subscription on a partition that moved
+// reports as no longer this broker's (its ownership went to another
+// broker while this one lives: a drain's handoff): the client gets
+// SUBSCRIPTION_CLOSED with reason owner_moved and subscribes again where
+// the topology now says, and the subscription's unsettled deliveries are
+// released here (the new owner redelivers them). It returns how many it
+// ended.
+func (s *Server) CloseMoved(moved func(topic, group string, partition uint32) bool) int {
+	n := 0
+	for _, sess := range s.sessions.all() {
+		n += sess.closeMoved(moved)
+	}
+	return n
+}
+
+func (s *Session) closeMoved(moved func(topic, group string, partition uint32) bool) int {
+	s.transition.Lock()
+	s.mu.Lock()
+	var gone []*subscription
+	for _, sub := range s.subs {
+		if moved(sub.key.topic, sub.key.group.Value, sub.key.partition) {
+			gone = append(gone, sub)
+		}
+	}
+	s.mu.Unlock()
+	if len(gone) > 0 {
+		s.unsubscribeLocked(gone)
+	}
+	s.transition.Unlock()
+	for _, sub := range gone {
+		s.notify(wire.OpSubscriptionClosed, &wire.SubscriptionClosed{SubID: sub.id, Code: wire.ReasonOwnerMoved,
+			Message: "the partition moved to another broker; subscribe again"})
+	}
+	if len(gone) > 0 {
+		s.saveSkeleton()
+	}
+	return len(gone)
+}
+
 // saveSkeleton persists the session's identity and subscriptions (S-106).
 // It holds transition so that it cannot write a skeleton after end has
 // deleted it.
