@@ -63,11 +63,11 @@ type coordinated struct {
 	progress  progressBook
 	// gates holds the confirm gates of the partitions the engine opened
 	// (gates.go); isrChanges counts the in-sync set changes recorded.
-	gates       gates
-	isrChanges  atomic.Uint64
+	gates      gates
+	isrChanges atomic.Uint64
 	// owned is the set of partitions this node owned in the last
 	// snapshot applied (closeMoved; run goroutine only).
-	owned map[core.PartitionRef]bool
+	owned       map[core.PartitionRef]bool
 	confirmWait prometheus.Histogram
 }
 

@@ -400,4 +400,3 @@ func (c *coordinated) closeMoved(snap *cluster.Snapshot) {
 		c.b.log.Info("partitions moved to other brokers; their local subscriptions were closed (owner_moved)", "partitions", len(moved), "subscriptions", n)
 	}
 }
-
