@@ -41,8 +41,9 @@ type clusterView struct {
 		Written   bool   `json:"written"`
 		OwnerLive bool   `json:"owner_live"`
 		Followers []struct {
-			Node string `json:"node"`
-			Live bool   `json:"live"`
+			Node   string `json:"node"`
+			Live   bool   `json:"live"`
+			InSync bool   `json:"in_sync"`
 		} `json:"followers"`
 		Endpoints []string `json:"client_endpoints"`
 	} `json:"partitions"`
@@ -118,8 +119,8 @@ func runCluster(ctx context.Context, g *globals, e *env, args []string) error {
 }
 
 // printOwners prints one line per partition with its owner node, its
-// followers and the client endpoints a client would dial (`fibrilctl
-// topology --owners`).
+// followers (an asterisk marks the owner's recorded in-sync set) and the
+// client endpoints a client would dial (`fibrilctl topology --owners`).
 func printOwners(e *env, v *clusterView) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tTOPIC\tGROUP\tPARTITION\tOWNER\tFOLLOWERS\tEPOCH\tWRITTEN\tCLIENT ENDPOINTS")
@@ -141,11 +142,14 @@ func printOwners(e *env, v *clusterView) error {
 		}
 		var fs []string
 		for _, f := range p.Followers {
-			if f.Live {
-				fs = append(fs, f.Node)
-			} else {
-				fs = append(fs, f.Node+"(dead)")
+			name := f.Node
+			if f.InSync {
+				name += "*"
 			}
+			if !f.Live {
+				name += "(dead)"
+			}
+			fs = append(fs, name)
 		}
 		followers := strings.Join(fs, ",")
 		if followers == "" {
