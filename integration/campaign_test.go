@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -174,4 +175,51 @@ func durations(ds []time.Duration) string {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return fmt.Sprintf("n=%d median %v max %v", len(s), s[len(s)/2].Round(10*time.Millisecond), s[len(s)-1].Round(10*time.Millisecond))
+}
+
+// An owner frozen (SIGSTOP: a long pause, a VM stall, a partition that cuts
+// it off) loses its partition to an in-sync follower; when it wakes up it
+// is deposed: it cannot confirm anything (its lease is over and its
+// followers serve the new epoch), its clients move, and it rejoins as a
+// follower. Every confirmed message is delivered — a false confirm from
+// the deposed owner would be a message its rejoining log drops.
+func TestClusterFrozenOwnerIsDeposed(t *testing.T) {
+	rc := startRaftCluster(t, 3)
+	c := newClient(t, rc.nodes[0].Addr)
+	const parts = 3
+	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "orders", Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	owners := rc.placed(rc.nodes[0], "orders", parts)
+	fullyReplicated(t, rc, parts)
+	var part uint32
+	var victim *clusterNode
+	for p, o := range owners {
+		if o != rc.nodes[0].id {
+			part, victim = p, rc.node(o)
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatal("node-1 owns every partition")
+	}
+	tr := startTraffic(t, c, []uint32{0, 1, 2}, time.Second, 3*time.Minute)
+	tr.progress(t, 100, "100 confirmed publishes before the freeze")
+	victim.signal(syscall.SIGSTOP)
+	testkit.Eventually(t, 4*testTTL+waitTimeout, "the frozen owner's partition moves", func() bool {
+		return rc.ownerOf(rc.nodes[0], "orders", part) != victim.id
+	})
+	tr.progress(t, 50, "50 confirmed publishes with the owner frozen")
+	victim.signal(syscall.SIGCONT)
+	testkit.Eventually(t, 2*waitTimeout, victim.id+" in sync again as a follower", func() bool {
+		for _, p := range rc.topology(rc.nodes[0]).Partitions {
+			if p.Topic == "orders" && p.Partition == part {
+				return p.Owner != victim.id && slices.Contains(p.InSync, victim.id)
+			}
+		}
+		return false
+	})
+	tr.progress(t, 50, "50 confirmed publishes after the thaw")
+	n, missing, dups, extra := tr.finish(t)
+	t.Logf("frozen owner: confirmed %d, failed %d, lost %d, duplicates %d, delivered without a confirm %d", n, tr.failed, missing, dups, extra)
 }

@@ -102,6 +102,11 @@ func startTraffic(t *testing.T, c *client.Client, parts []uint32, publishTimeout
 		for {
 			d, err := tr.sub.Next(context.Background())
 			if err != nil {
+				select {
+				case <-tr.stop:
+				default:
+					t.Logf("the consumer's subscription ended before the test stopped it: %v", err)
+				}
 				return
 			}
 			tr.mu.Lock()

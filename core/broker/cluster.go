@@ -163,8 +163,8 @@ func (c *coordinated) run() {
 		snap := c.cl.Snapshot()
 		if snap.Index != applied {
 			c.applyCatalog(snap)
+			c.closeMoved(snap) // first: a replica of a moved partition needs the engine to let go of it
 			c.followers.reconcile(snap)
-			c.closeMoved(snap)
 			c.retainLinks(snap)
 			c.warnNoGateway(snap)
 			applied = snap.Index

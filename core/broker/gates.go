@@ -94,6 +94,13 @@ func (gs *gates) attach(p *queue.Partition) queue.ConfirmGate {
 	return og
 }
 
+// detach forgets ref's gate (the engine released the partition).
+func (gs *gates) detach(ref core.PartitionRef) {
+	gs.mu.Lock()
+	delete(gs.m, ref)
+	gs.mu.Unlock()
+}
+
 // Confirm implements queue.ConfirmGate.
 func (og *ownedGate) Confirm(off uint64, done func(error)) {
 	og.gate.Local(off + 1)

@@ -373,9 +373,10 @@ func (f *followers) follow(ctx context.Context, ref core.PartitionRef, fl *follo
 
 // closeMoved ends the local subscriptions of the partitions this node
 // owned in the previous snapshot and another node owns in snap (a drain's
-// handoff; a failover finds the old owner dead, its connections gone):
-// their clients get SUBSCRIPTION_CLOSED(owner_moved) and subscribe again
-// at the new owner. Run goroutine only.
+// handoff, or a failover while this node was cut off or frozen): their
+// clients get SUBSCRIPTION_CLOSED(owner_moved) and subscribe again at the
+// new owner. Then the engine releases those partitions, so that this node
+// can follow them (its replica opens the same log). Run goroutine only.
 func (c *coordinated) closeMoved(snap *cluster.Snapshot) {
 	owned := make(map[core.PartitionRef]bool, len(c.owned))
 	snap.AllPartitions(func(p cluster.Partition) {
@@ -390,13 +391,25 @@ func (c *coordinated) closeMoved(snap *cluster.Snapshot) {
 		}
 	}
 	c.owned = owned
-	if len(moved) == 0 || c.b.sessions == nil {
+	if len(moved) == 0 {
 		return
 	}
-	n := c.b.sessions.CloseMoved(func(topic, group string, partition uint32) bool {
-		return moved[core.PartitionRef{Topic: topic, Group: group, Partition: partition}]
-	})
-	if n > 0 {
-		c.b.log.Info("partitions moved to other brokers; their local subscriptions were closed (owner_moved)", "partitions", len(moved), "subscriptions", n)
+	n := 0
+	if c.b.sessions != nil {
+		n = c.b.sessions.CloseMoved(func(topic, group string, partition uint32) bool {
+			return moved[core.PartitionRef{Topic: topic, Group: group, Partition: partition}]
+		})
 	}
+	for ref := range moved {
+		if snap.Queue(ref.Topic, ref.Group) == nil {
+			continue // streams are not served by the engine's queues
+		}
+		key, _ := keysOf(ref)
+		c.gates.detach(ref)
+		if err := c.b.queues.Release(key, ref.Partition); err != nil {
+			c.b.log.Warn("releasing a partition that moved to another broker", "partition", ref.String(), "err", err)
+		}
+	}
+	c.b.log.Info("partitions moved to other brokers: local subscriptions closed (owner_moved), partitions released",
+		"partitions", len(moved), "subscriptions", n)
 }

@@ -37,8 +37,9 @@ type Partition struct {
 	broken atomic.Pointer[error] // quarantined or failed: every call answers it
 	epoch  atomic.Uint64         // the assignment epoch the log's history ends with, once known (BeginEpoch)
 
-	mu     sync.Mutex
-	closed bool // the manager is shutting down
+	mu       sync.Mutex
+	closed   bool // the manager is shutting down, or the partition was released
+	released bool // Manager.Release: another broker owns it now
 
 	subs []*Subscription
 	rr   int // round-robin position in subs (S-47)
@@ -189,6 +190,9 @@ func (p *Partition) logFault(op string, err error) {
 func (p *Partition) usableLocked() error {
 	if err := p.brokenErr(); err != nil {
 		return err
+	}
+	if p.released {
+		return core.Errorf(core.ErrUnavailable, "%s is no longer served by this broker; ask for the topology again", p.name)
 	}
 	if p.closed {
 		return errClosed()

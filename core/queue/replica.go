@@ -164,3 +164,32 @@ func (m *Manager) TruncateReplica(key Key, n uint32, next uint64) (*storage.Part
 	q.replicas[n] = lg
 	return lg, nil
 }
+
+// Release stops serving partition n of a queue this broker no longer owns
+// and closes its storage, so that the partition can be opened again — as
+// a follower's replica (OpenReplica), or by the engine once it is owned
+// here again. Operations on the released *Partition answer ErrUnavailable;
+// its subscriptions get nothing more (the caller ends them first). A
+// partition that is not open is left as it is.
+func (m *Manager) Release(key Key, n uint32) error {
+	v, ok := m.queues.Load(key.norm())
+	if !ok {
+		return nil
+	}
+	q := v.(*queue)
+	if int(n) >= len(q.parts) {
+		return nil
+	}
+	q.openMu.Lock()
+	defer q.openMu.Unlock()
+	p := q.parts[n].Swap(nil)
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	p.released = true
+	p.mu.Unlock()
+	p.stop()
+	return p.closeStorage()
+}
+

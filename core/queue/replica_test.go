@@ -170,3 +170,36 @@ func TestBeginEpochAfterARestartNeedsANewEpoch(t *testing.T) {
 		t.Fatalf("the new epoch again in this process: %v", err)
 	}
 }
+
+// Release closes a served partition so that it can be opened as a replica
+// (a deposed owner rejoining as a follower), and the old *Partition
+// answers ErrUnavailable from then on.
+func TestReleaseThenReplica(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.LazyPartitions = true })
+	p := e.part("orders", 0)
+	e.pub(p, "a")
+	key := Key{Topic: "orders"}
+	if _, err := e.m.OpenReplica(key, 0); err == nil {
+		t.Fatal("opened a replica of a partition the engine serves")
+	}
+	if err := e.m.Release(key, 0); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, p.Publish(&Message{Payload: []byte("b"), Received: e.nowMs()}, nil), core.ErrUnavailable)
+	rep, err := e.m.OpenReplica(key, 0)
+	if err != nil {
+		t.Fatalf("OpenReplica after Release: %v", err)
+	}
+	if _, next := rep.Bounds(); next != 1 {
+		t.Fatalf("the replica holds %d records, want the 1 published", next)
+	}
+	if err := e.m.CloseReplica(key, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Release(key, 0); err != nil { // not open: nothing to do
+		t.Fatal(err)
+	}
+	if q := e.part("orders", 0); q == p {
+		t.Fatal("the engine served the released partition again")
+	}
+}
