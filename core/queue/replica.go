@@ -192,4 +192,3 @@ func (m *Manager) Release(key Key, n uint32) error {
 	p.stop()
 	return p.closeStorage()
 }
-
