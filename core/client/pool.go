@@ -45,6 +45,13 @@ type endpoint struct {
 	hadSubs   bool                  // the broker session may hold subscriptions: reconcile on reconnect
 	retired   bool
 	connected bool // connected at least once (for the reconnect counter)
+	// bootstrap only: the resume identity of its own session and the
+	// address it holds for. The bootstrap endpoint rotates over the
+	// candidates; it must never resume the session of another endpoint
+	// connected to the same broker (the broker would move that session's
+	// pushes to this connection, under sub_ids it does not route).
+	bootResume     *wire.ResumeIdentity
+	bootResumeAddr string
 }
 
 func newEndpoint(cl *Client, addr string) *endpoint {
@@ -118,8 +125,13 @@ func (ep *endpoint) dial(att *dialAttempt) {
 
 	ep.mu.Lock()
 	addr := ep.addr
+	resume := cl.resumeFor(addr)
 	if ep.bootstrap {
 		addr = ep.candidates[ep.next%len(ep.candidates)]
+		resume = nil
+		if addr == ep.bootResumeAddr {
+			resume = ep.bootResume
+		}
 	}
 	var rc *wire.ReconcileClient
 	var sent map[uint64]*partSub
@@ -128,7 +140,7 @@ func (ep *endpoint) dial(att *dialAttempt) {
 	}
 	ep.mu.Unlock()
 
-	cfg := cl.connConfig(cl.resumeFor(addr), rc, ep)
+	cfg := cl.connConfig(resume, rc, ep)
 	conn, err := dialConn(ctx, addr, cfg, &cl.stats)
 
 	ep.mu.Lock()
@@ -151,7 +163,11 @@ func (ep *endpoint) dial(att *dialAttempt) {
 		return
 	}
 	hs := conn.Handshake()
-	cl.setResume(addr, hs.Hello.Identity())
+	if id := hs.Hello.Identity(); ep.bootstrap {
+		ep.bootResume, ep.bootResumeAddr = &id, addr
+	} else {
+		cl.setResume(addr, id)
+	}
 	resumed := hs.Hello.ResumeOutcome == wire.ResumeResumed && ep.sess != nil
 	if !resumed {
 		if ep.sess != nil {
