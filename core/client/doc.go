@@ -82,7 +82,10 @@
 //
 // Connections send PING every Options.Heartbeat and are declared dead
 // after three intervals of silence (docs/protocol.md#heartbeats). A lost connection is
-// re-established with the endpoint's resume identity (docs/protocol.md#resume); only a
+// re-established with the endpoint's resume identity (docs/protocol.md#resume): an owner
+// endpoint's is kept per address, the bootstrap endpoint's only for the address it came
+// from, so that two endpoints never share one broker session (the broker would send one's
+// pushes to the other's connection); only a
 // `resumed` outcome keeps earlier deliveries settleable (others return
 // ErrStaleDelivery and send nothing). After a reconnect the client sends
 // RECONCILE_CLIENT for the endpoint's subscriptions and applies the
