@@ -42,7 +42,9 @@ func campaignKills(t *testing.T) int {
 // partition it owned, by a prober that retries every 20 ms with 300 ms
 // timeouts (kills of the raft leader apart). FIBRIL_KILL_CAMPAIGN
 // sets the number of kills, FIBRIL_KILL_SEED the random seed (printed),
-// FIBRIL_TEST_DEFAULT_TIMING=1 the default heartbeat and liveness TTL.
+// FIBRIL_KILL_OWNERS=1 kills only private brokers that own a partition (a
+// failover-time measurement), FIBRIL_TEST_DEFAULT_TIMING=1 the default
+// heartbeat and liveness TTL.
 func TestKillCampaign(t *testing.T) {
 	kills := campaignKills(t)
 	seed := uint64(time.Now().UnixNano())
@@ -89,6 +91,17 @@ func TestKillCampaign(t *testing.T) {
 	for k := 1; k <= kills; k++ {
 		topo := pc.topology(pc.nodes[0])
 		victim := pc.nodes[rng.IntN(len(pc.nodes))]
+		if os.Getenv("FIBRIL_KILL_OWNERS") == "1" {
+			var owners []*clusterNode
+			for _, nd := range pc.nodes[1:] {
+				if slices.ContainsFunc(topo.Partitions, func(p partitionView) bool { return p.Topic == "orders" && p.Owner == nd.id }) {
+					owners = append(owners, nd)
+				}
+			}
+			if len(owners) > 0 {
+				victim = owners[rng.IntN(len(owners))]
+			}
+		}
 		var owned []uint32
 		for _, p := range topo.Partitions {
 			if p.Topic == "orders" && p.Owner == victim.id {

@@ -150,16 +150,19 @@ type topologyView struct {
 		Draining   bool   `json:"draining"`
 		Controller bool   `json:"controller"`
 	} `json:"nodes"`
-	Partitions []struct {
-		Topic     string   `json:"topic"`
-		Partition uint32   `json:"partition"`
-		Owner     string   `json:"owner"`
-		Epoch     uint64   `json:"epoch"`
-		Written   bool     `json:"written"`
-		OwnerLive bool     `json:"owner_live"`
-		Endpoints []string `json:"client_endpoints"`
-		InSync    []string `json:"in_sync"`
-	} `json:"partitions"`
+	Partitions []partitionView `json:"partitions"`
+}
+
+// partitionView is one partition of GET /admin/api/topology.
+type partitionView struct {
+	Topic     string   `json:"topic"`
+	Partition uint32   `json:"partition"`
+	Owner     string   `json:"owner"`
+	Epoch     uint64   `json:"epoch"`
+	Written   bool     `json:"written"`
+	OwnerLive bool     `json:"owner_live"`
+	Endpoints []string `json:"client_endpoints"`
+	InSync    []string `json:"in_sync"`
 }
 
 // setRuntime changes one runtime setting (group.key) through nd's admin
