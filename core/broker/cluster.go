@@ -65,6 +65,7 @@ type coordinated struct {
 	// (gates.go); isrChanges counts the in-sync set changes recorded.
 	gates      gates
 	isrChanges atomic.Uint64
+	demotions  atomic.Uint64 // partitions this node owned that moved away while it lived
 	// owned is the set of partitions this node owned in the last
 	// snapshot applied (closeMoved; run goroutine only).
 	owned       map[core.PartitionRef]bool

@@ -84,6 +84,10 @@ func (c *coordinated) registerMetrics(reg prometheus.Registerer) {
 		{"fibril_cluster_placements_total", "Assignments written by this node's controller.", &st.Placements},
 		{"fibril_cluster_promotions_total", "Failovers this node's controller wrote: an in-sync follower made owner of a written partition whose owner died.", &st.Promotions},
 		{"fibril_replication_in_sync_changes_total", "In-sync sets this node recorded as the owner of their partitions.", &c.isrChanges},
+		{"fibril_replication_demotions_total", "Partitions this node owned that moved to another broker while it lived (a drain's handoff, a failover while it was cut off).", &c.demotions},
+		{"fibril_replication_checkpoint_installs_total", "Owner checkpoints this node's replicas installed (a new or wiped follower, or one that fell behind the owner's event feed).", &c.followers.stats.CheckpointInstalls},
+		{"fibril_replication_catchup_bytes_total", "Record bytes this node's replicas pulled to catch up with a checkpoint.", &c.followers.stats.CatchUpBytes},
+		{"fibril_replication_streamed_bytes_total", "Record bytes this node's replicas applied from replication streams.", &c.followers.stats.StreamedBytes},
 	}
 	for _, ct := range counters {
 		v := ct.v

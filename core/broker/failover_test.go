@@ -131,6 +131,9 @@ func TestClusterDrainHandsPartitionsOver(t *testing.T) {
 	if !p.Written || p.HasFollower(p.Node) {
 		t.Fatalf("after the handoff: %+v", p.Assignment)
 	}
+	testkit.Eventually(t, 5*time.Second, "the drained owner counts its demotion", func() bool {
+		return counterValue(t, owner, "fibril_replication_demotions_total") == 1
+	})
 	testkit.Eventually(t, 20*time.Second, "a confirmed publish on the new owner", func() bool {
 		return publish(fmt.Sprint("after-", i)) == nil
 	})

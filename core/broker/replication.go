@@ -163,6 +163,8 @@ type followers struct {
 	// is the value to publish, tailsSent the value last written.
 	tailsMu              sync.Mutex
 	tailsWant, tailsSent string
+	// stats counts the replicas' work (metrics).
+	stats replica.FollowerStats
 }
 
 // following is one running replica.
@@ -210,7 +212,7 @@ func (f *followers) reconcile(snap *cluster.Snapshot) {
 		ctx, cancel := context.WithCancel(context.Background())
 		_, wkey := keysOf(ref)
 		fl := &following{owner: owner, cancel: cancel, done: make(chan struct{}),
-			fw: &replica.Follower{Key: wkey, NodeID: string(self)}}
+			fw: &replica.Follower{Key: wkey, NodeID: string(self), Stats: &f.stats}}
 		f.running[ref] = fl
 		go f.follow(ctx, ref, fl)
 	}
@@ -410,6 +412,7 @@ func (c *coordinated) closeMoved(snap *cluster.Snapshot) {
 			c.b.log.Warn("releasing a partition that moved to another broker", "partition", ref.String(), "err", err)
 		}
 	}
+	c.demotions.Add(uint64(len(moved)))
 	c.b.log.Info("partitions moved to other brokers: local subscriptions closed (owner_moved), partitions released",
 		"partitions", len(moved), "subscriptions", n)
 }

@@ -99,6 +99,16 @@ func TestClusterFollowersReplicateTheOwner(t *testing.T) {
 		if v := counterValue(t, b, "fibril_replication_replicas"); v != want {
 			t.Errorf("%s: fibril_replication_replicas %v, want %v", b.nodeID, v, want)
 		}
+		if b == owner {
+			continue
+		}
+		if v := counterValue(t, b, "fibril_replication_checkpoint_installs_total"); v < 1 {
+			t.Errorf("%s: fibril_replication_checkpoint_installs_total %v, want at least the first checkpoint", b.nodeID, v)
+		}
+		copied := counterValue(t, b, "fibril_replication_catchup_bytes_total") + counterValue(t, b, "fibril_replication_streamed_bytes_total")
+		if copied < total {
+			t.Errorf("%s: %v record bytes copied for %d records", b.nodeID, copied, total)
+		}
 	}
 	if v := counterValue(t, owner, "fibril_replication_max_lag_records"); v != 0 {
 		t.Errorf("owner: fibril_replication_max_lag_records %v, want 0", v)

@@ -42,6 +42,9 @@ type Follower struct {
 	// MaxFrameBytes bounds a frame read from the owner (default 64 MiB).
 	MaxFrameBytes uint32
 	Logger        *slog.Logger
+	// Stats, when set, counts what this follower did (shared by the
+	// followers of one broker, for its metrics).
+	Stats *FollowerStats
 
 	// The event cursor: valid once a checkpoint was installed in this
 	// process (events are numbered per owner process, see Owned).
@@ -50,6 +53,25 @@ type Follower struct {
 	reqID      uint64
 
 	durable atomic.Uint64 // every record below it is on this follower's disk
+}
+
+// FollowerStats counts followers' work: checkpoints installed, and the
+// record bytes (payloads) appended while catching up and while streaming.
+type FollowerStats struct {
+	CheckpointInstalls atomic.Uint64
+	CatchUpBytes       atomic.Uint64
+	StreamedBytes      atomic.Uint64
+}
+
+func (f *Follower) count(c *atomic.Uint64, recs []storage.Record) {
+	if f.Stats == nil {
+		return
+	}
+	var n uint64
+	for _, r := range recs {
+		n += uint64(len(r.Data))
+	}
+	c.Add(n)
 }
 
 // DurableNext is the replica's durable tail as far as this follower knows:
@@ -204,6 +226,9 @@ func (f *Follower) catchUp(fr *frames) error {
 			if err := f.Log.InstallState(settled, engine); err != nil {
 				return err
 			}
+			if f.Stats != nil {
+				f.Stats.CheckpointInstalls.Add(1)
+			}
 			f.eventNext, f.haveEvents = cp.EventNextOffset, true
 			return nil
 		}
@@ -238,6 +263,9 @@ func (f *Follower) catchUp(fr *frames) error {
 		}
 		if err := <-done; err != nil {
 			return err
+		}
+		if f.Stats != nil {
+			f.count(&f.Stats.CatchUpBytes, recs)
 		}
 	}
 }
@@ -415,6 +443,9 @@ func (f *Follower) apply(b *wire.ReadOK, rep *reporter) error {
 		}
 		if err != nil {
 			return err
+		}
+		if f.Stats != nil {
+			f.count(&f.Stats.StreamedBytes, recs)
 		}
 	}
 	for _, ev := range e.Batch.Records {
