@@ -33,6 +33,11 @@ import (
 	"github.com/fibrilgo/fibril/plugins/host"
 )
 
+// gateTick is how often the partitions' gates are looked at without a new
+// view: often enough for replication.isr_timeout_ms (seconds), seldom
+// enough that thousands of partitions cost little.
+const gateTick = time.Second
+
 // clusterJoinTimeout bounds joining the cluster at start (the coordinator
 // may wait for a quorum).
 const clusterJoinTimeout = 2 * time.Minute
@@ -159,10 +164,12 @@ func (c *coordinated) run() {
 	t := time.NewTicker(c.cl.Margin() / 4)
 	defer t.Stop()
 	var applied uint64
+	var gated time.Time
 	for {
 		changed := c.cl.Changed()
 		snap := c.cl.Snapshot()
-		if snap.Index != applied {
+		fresh := snap.Index != applied
+		if fresh {
 			c.applyCatalog(snap)
 			c.closeMoved(snap) // first: a replica of a moved partition needs the engine to let go of it
 			c.followers.reconcile(snap)
@@ -170,7 +177,12 @@ func (c *coordinated) run() {
 			c.warnNoGateway(snap)
 			applied = snap.Index
 		}
-		c.gates.reconcile(snap) // also on ticks: lagging followers leave the in-sync set in time
+		if fresh || time.Since(gated) >= gateTick {
+			// On a new view, and once per gateTick: lagging followers
+			// leave the in-sync set in time.
+			c.gates.reconcile(snap)
+			gated = time.Now()
+		}
 		health, isPlugin := c.coord.(host.PluginHealth)
 		up := true
 		if isPlugin {

@@ -159,12 +159,10 @@ func (gs *gates) progress(ref core.PartitionRef, node core.NodeID, next uint64) 
 func (og *ownedGate) configureLocked(snap *cluster.Snapshot, rp settings.Replication, now time.Time) {
 	p, ok := snap.Partition(og.ref)
 	if !ok || !p.Placed() || p.Node != og.gs.c.self.ID {
-		// Not ours: routing serves nothing here. A partition this node
-		// handed over keeps its fence: what is past it is not on the new
-		// owner and must not be delivered.
-		if og.fencedAt == 0 {
-			og.setGated(false)
-		}
+		// Not ours (any more): routing serves nothing here, and the gate
+		// stays as it is until the engine releases the partition — what
+		// is past its watermark may not be on the new owner and must not
+		// be delivered.
 		return
 	}
 	if p.Epoch != og.epoch {
