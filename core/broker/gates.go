@@ -72,6 +72,10 @@ func (gs *gates) attach(p *queue.Partition) queue.ConfirmGate {
 	key, n := p.Ref()
 	ref := core.PartitionRef{Topic: key.Topic, Group: key.Group.Value, Partition: n}
 	rp := gs.c.b.settings.Current().Replication
+	// The engine opens a partition when this node starts to own it (it
+	// releases the ones that move away): reports from an earlier period
+	// of ownership say nothing about the followers' logs now.
+	gs.c.progress.forget(ref)
 	og := &ownedGate{gs: gs, ref: ref, part: p,
 		gate: replica.NewGate(1, nil, settings.Ms(rp.ConfirmTimeoutMS))}
 	og.gate.OnAdvance(og.advanced)

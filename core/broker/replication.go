@@ -62,6 +62,14 @@ func (pb *progressBook) note(k wire.QueueKey, follower string, msgNext, _ uint64
 	byNode[core.NodeID(follower)] = followerProgress{durableNext: msgNext, at: time.Now()}
 }
 
+// forget drops the reports for ref: they were made to an earlier owner
+// period of this process, and a follower's log may have been cut since.
+func (pb *progressBook) forget(ref core.PartitionRef) {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	delete(pb.m, ref)
+}
+
 // forPartition returns the followers' last reports for ref.
 func (pb *progressBook) forPartition(ref core.PartitionRef) map[core.NodeID]followerProgress {
 	pb.mu.Lock()
