@@ -42,8 +42,10 @@ func campaignKills(t *testing.T) int {
 // partition it owned, by a prober that retries every 20 ms with 300 ms
 // timeouts (kills of the raft leader apart). FIBRIL_KILL_CAMPAIGN
 // sets the number of kills, FIBRIL_KILL_SEED the random seed (printed),
-// FIBRIL_KILL_OWNERS=1 kills only private brokers that own a partition (a
-// failover-time measurement), FIBRIL_TEST_DEFAULT_TIMING=1 the default
+// FIBRIL_KILL_OWNERS=1 kills only brokers that own a partition (a
+// failover-time measurement), FIBRIL_KILL_LAYOUT=public runs three public
+// brokers instead, the client knowing all three (so that the raft leader
+// may be an owner and be killed), FIBRIL_TEST_DEFAULT_TIMING=1 the default
 // heartbeat and liveness TTL.
 func TestKillCampaign(t *testing.T) {
 	kills := campaignKills(t)
@@ -53,13 +55,25 @@ func TestKillCampaign(t *testing.T) {
 	}
 	t.Logf("kill campaign: %d kills, seed %d (FIBRIL_KILL_SEED to repeat the choice of victims)", kills, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	pc := startPrivateCluster(t, "tcp")
-	c := pc.client(t)
+	var rc *raftCluster
+	var c *client.Client
+	var gateway *clusterNode // the client's only way in; nil with FIBRIL_KILL_LAYOUT=public
+	if os.Getenv("FIBRIL_KILL_LAYOUT") == "public" {
+		var addrs []string // fixed: a restarted broker comes back where the client knows it
+		rc = startRaftClusterWith(t, 3, func(i int) []string {
+			addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(freePort(t)))
+			return []string{"--broker.listener.bind=" + addrs[i]}
+		})
+		c = newClient(t, addrs[0], func(o *client.Options) { o.Addrs = addrs })
+	} else {
+		pc := startPrivateCluster(t, "tcp")
+		rc, c, gateway = pc.raftCluster, pc.client(t), pc.nodes[0]
+	}
 	const parts = 3
 	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "orders", Partitions: parts}); err != nil {
 		t.Fatal(err)
 	}
-	pc.placed(pc.nodes[0], "orders", parts)
+	rc.placed(rc.nodes[0], "orders", parts)
 	tr := startTraffic(t, c, []uint32{0, 1, 2}, time.Second, time.Duration(kills)*2*time.Minute)
 	progress := func(n int, what string) {
 		t.Helper()
@@ -89,11 +103,14 @@ func TestKillCampaign(t *testing.T) {
 	roles := map[string]int{}
 	var leaderTimes, otherTimes []time.Duration
 	for k := 1; k <= kills; k++ {
-		topo := pc.topology(pc.nodes[0])
-		victim := pc.nodes[rng.IntN(len(pc.nodes))]
+		topo := rc.topology(rc.nodes[0])
+		victim := rc.nodes[rng.IntN(len(rc.nodes))]
 		if os.Getenv("FIBRIL_KILL_OWNERS") == "1" {
 			var owners []*clusterNode
-			for _, nd := range pc.nodes[1:] {
+			for _, nd := range rc.nodes {
+				if nd == gateway {
+					continue
+				}
 				if slices.ContainsFunc(topo.Partitions, func(p partitionView) bool { return p.Topic == "orders" && p.Owner == nd.id }) {
 					owners = append(owners, nd)
 				}
@@ -114,7 +131,7 @@ func TestKillCampaign(t *testing.T) {
 		}
 		role := "follower"
 		switch {
-		case victim == pc.nodes[0]:
+		case victim == gateway:
 			role = "gateway"
 		case len(owned) > 0:
 			role = "owner"
@@ -125,7 +142,7 @@ func TestKillCampaign(t *testing.T) {
 		roles[role]++
 		killed := time.Now()
 		victim.kill()
-		if victim != pc.nodes[0] {
+		if victim != gateway {
 			// One prober per partition, all at once.
 			times := make([]time.Duration, len(owned))
 			oks := make([]bool, len(owned))
@@ -145,13 +162,13 @@ func TestKillCampaign(t *testing.T) {
 				}
 			}
 		}
-		if victim == pc.nodes[0] {
+		if victim == gateway {
 			time.Sleep(testTTL) // the client's only way in: nothing is confirmed until it is back
 		} else {
 			progress(20, fmt.Sprintf("20 confirmed publishes after kill %d (%s %s)", k, role, victim.id))
 		}
-		pc.restart(victim)
-		fullyReplicated(t, pc.raftCluster, parts)
+		rc.restart(victim)
+		fullyReplicated(t, rc, parts)
 		progress(20, fmt.Sprintf("20 confirmed publishes after %s came back", victim.id))
 	}
 	n, missing, dups, extra := tr.finish(t)
