@@ -56,6 +56,13 @@ func TestClusterFailoverToAnInSyncFollower(t *testing.T) {
 	if v := sumCounter(t, followers, "fibril_cluster_promotions_total"); v != 1 {
 		t.Errorf("fibril_cluster_promotions_total over the survivors = %v, want 1", v)
 	}
+	consumeConfirmed(ctx, t, c, confirmed)
+}
+
+// consumeConfirmed subscribes to orders through c and takes (and acks)
+// deliveries until every payload in confirmed was delivered.
+func consumeConfirmed(ctx context.Context, t *testing.T, c *client.Client, confirmed map[string]bool) {
+	t.Helper()
 	sub, err := c.Subscribe(ctx, "orders", client.SubscribeOptions{Prefetch: 64})
 	if err != nil {
 		t.Fatal(err)
@@ -137,20 +144,5 @@ func TestClusterDrainHandsPartitionsOver(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "a confirmed publish on the new owner", func() bool {
 		return publish(fmt.Sprint("after-", i)) == nil
 	})
-	sub, err := c.Subscribe(ctx, "orders", client.SubscribeOptions{Prefetch: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for len(confirmed) > 0 {
-		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-		d, err := sub.Next(dctx)
-		dcancel()
-		if err != nil {
-			t.Fatalf("%d confirmed messages not delivered (e.g. %v): %v", len(confirmed), firstKey(confirmed), err)
-		}
-		delete(confirmed, string(d.Payload))
-		if err := d.Ack(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	consumeConfirmed(ctx, t, c, confirmed)
 }

@@ -167,10 +167,13 @@ type followers struct {
 	c       *coordinated
 	mu      sync.Mutex
 	running map[core.PartitionRef]*following
-	// tailsMu serialises the writes of this node's LabelTails: tailsWant
-	// is the value to publish, tailsSent the value last written.
+	// This node's LabelTails: tailsWant is the value to publish,
+	// tailsSent the value last written (both under tailsMu, held only
+	// briefly: the cluster loop sets tailsWant); tailsWrite serialises
+	// the writes.
 	tailsMu              sync.Mutex
 	tailsWant, tailsSent string
+	tailsWrite           sync.Mutex
 	// stats counts the replicas' work (metrics).
 	stats replica.FollowerStats
 }
@@ -244,12 +247,18 @@ func (f *followers) publishTailsLocked(snap *cluster.Snapshot) {
 	}
 	f.tailsMu.Lock()
 	f.tailsWant = cluster.FormatTails(tails)
+	same := f.tailsWant == f.tailsSent
 	f.tailsMu.Unlock()
+	if same {
+		return // the common case: no owner is missing, and none was
+	}
 	go func() { // each writes the newest value, so the last one wins
+		f.tailsWrite.Lock()
+		defer f.tailsWrite.Unlock()
 		f.tailsMu.Lock()
-		defer f.tailsMu.Unlock()
-		v := f.tailsWant
-		if v == f.tailsSent {
+		v, sent := f.tailsWant, f.tailsSent
+		f.tailsMu.Unlock()
+		if v == sent {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
@@ -261,7 +270,9 @@ func (f *followers) publishTailsLocked(snap *cluster.Snapshot) {
 		if v != "" {
 			f.c.b.log.Info("the owner of partitions this broker follows is not live; published their tails", "tails", v)
 		}
+		f.tailsMu.Lock()
 		f.tailsSent = v
+		f.tailsMu.Unlock()
 	}()
 }
 
