@@ -689,12 +689,14 @@ func (p *Partition) roll(base uint64) error {
 		return fmt.Errorf("fsync dir %s: %w", p.dir, err)
 	}
 	p.ckMu.Lock()
+	// Sealed before the new segment is published under mu: from then on
+	// retention may delete (and close) the old one on its own goroutine.
+	old.seal() // its file now lives in the cache of sealed segments
 	p.mu.Lock()
 	p.segs = append(p.segs, s)
 	p.retainDue = true
 	p.mu.Unlock()
 	p.act = s
-	old.seal() // its file now lives in the cache of sealed segments
 	p.ckMu.Unlock()
 	return nil
 }
