@@ -74,8 +74,9 @@ func (c *Cluster) runController(lead core.Leadership) {
 //     nodes, dealt so that a channel's partitions land on distinct nodes
 //     before any node gets a second one, then by total load;
 //   - a live owner is kept (sticky), draining or not (S-128);
-//   - a dead owner keeps every partition it has written (only it holds the
-//     log; the partition answers 503 until it returns);
+//   - a dead owner's written partitions fail over to an in-sync follower
+//     at once (failover.go); those that cannot keep their owner (only it
+//     holds the log; the partition answers 503 until it returns);
 //   - a dead owner's never-written partitions move once the node has been
 //     dead for Margin (its lease ended no earlier than its ValidUntil, and
 //     it stopped acting as owner Margin before that);
@@ -141,7 +142,11 @@ func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.
 		h.Write([]byte(name))
 		start := int(h.Sum32())
 		for i, p := range parts {
-			if p.Placed() && p.Written && !snap.Live(p.Node) && now.Sub(deadSince[p.Node]) >= c.Margin() {
+			// A written partition fails over as soon as its owner's lease
+			// has ended, with no further wait: the owner stopped confirming
+			// a margin before its ValidUntil, which the backend never
+			// undercuts, so that margin already lies behind us (S-136).
+			if p.Placed() && p.Written && !snap.Live(p.Node) {
 				next, ok := promotion(p, tails[p.Ref], usable, func(id core.NodeID) int { return total[id] })
 				if !ok {
 					continue // it waits for its owner, or for its members' tails

@@ -8,8 +8,8 @@ import (
 	"github.com/fibrilgo/fibril/core"
 )
 
-// Failover (docs/ARCHITECTURE.md#replication): when the owner of a written
-// partition stays dead past the margin, the controller promotes the member
+// Failover (docs/ARCHITECTURE.md#replication): once the lease of the
+// owner of a written partition has ended, the controller promotes the member
 // of its recorded in-sync set with the highest durable tail, with a new
 // epoch. The tails come from the followers themselves: each follower of a
 // partition whose owner is not live publishes its durable tail there
