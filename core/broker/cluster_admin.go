@@ -39,9 +39,11 @@ func (b *Broker) topologyView() any {
 		InSync bool `json:"in_sync"`
 		// On the owner's admin API, once the follower reported durable
 		// progress: every record below DurableNext is on its disk,
-		// LagRecords behind the owner's log, reported ProgressAgeMS ago.
+		// LagRecords behind the owner's log (about LagBytes, from the
+		// log's mean record size), reported ProgressAgeMS ago.
 		DurableNext   *uint64 `json:"durable_next,omitempty"`
 		LagRecords    *uint64 `json:"lag_records,omitempty"`
+		LagBytes      *uint64 `json:"lag_bytes,omitempty"`
 		ProgressAgeMS *int64  `json:"progress_age_ms,omitempty"`
 	}
 	type partView struct {
@@ -109,7 +111,7 @@ func (b *Broker) topologyView() any {
 			if p.Node == c.self.ID {
 				if fp, lag, ok := c.lag(p.Ref, f); ok {
 					age := time.Since(fp.at).Milliseconds()
-					fv.DurableNext, fv.LagRecords, fv.ProgressAgeMS = &fp.durableNext, &lag, &age
+					fv.DurableNext, fv.LagRecords, fv.LagBytes, fv.ProgressAgeMS = &fp.durableNext, &lag.records, &lag.bytes, &age
 				}
 			}
 			v.Followers = append(v.Followers, fv)

@@ -36,7 +36,10 @@ func (c *coordinated) registerMetrics(reg prometheus.Registerer) {
 			return float64(n)
 		}},
 		{"fibril_replication_max_lag_records", "On an owner: the largest number of records a follower's durable copy of one of its partitions trails its log by, over the followers that reported progress.", func() float64 {
-			return float64(c.maxLag())
+			return float64(c.maxLag().records)
+		}},
+		{"fibril_replication_max_lag_bytes", "On an owner: the same largest lag in bytes, estimated from the partition's mean record size.", func() float64 {
+			return float64(c.maxLag().bytes)
 		}},
 		{"fibril_replication_replicas", "Replicas this node keeps for partitions it follows (running replication streams).", func() float64 {
 			return float64(c.followers.count())

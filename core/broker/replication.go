@@ -98,38 +98,52 @@ func (pb *progressBook) get(ref core.PartitionRef, node core.NodeID) (followerPr
 	return fp, ok
 }
 
-// lag returns how many records follower node's durable copy of ref
-// trails this owner's log by, when the node has reported progress and
-// the partition is open here.
-func (c *coordinated) lag(ref core.PartitionRef, node core.NodeID) (fp followerProgress, lag uint64, ok bool) {
+// followerLag is how far a follower's durable copy of a partition trails
+// its owner's log.
+type followerLag struct {
+	records uint64
+	// bytes estimates the records' size from the log's mean record size
+	// (storage.Partition.Size over Bounds).
+	bytes uint64
+}
+
+// lag returns how far follower node's durable copy of ref trails this
+// owner's log, when the node has reported progress and the partition is
+// open here.
+func (c *coordinated) lag(ref core.PartitionRef, node core.NodeID) (fp followerProgress, lag followerLag, ok bool) {
 	fp, ok = c.progress.get(ref, node)
 	if !ok {
-		return fp, 0, false
+		return fp, lag, false
 	}
 	key, _ := keysOf(ref)
 	qp, err := c.b.queues.Partition(key, ref.Partition)
 	if err != nil {
-		return fp, 0, false
+		return fp, lag, false
 	}
 	lg, err := qp.ReplicationLog()
 	if err != nil {
-		return fp, 0, false
+		return fp, lag, false
 	}
-	_, next := lg.Bounds()
-	return fp, next - min(next, fp.durableNext), true
+	first, next := lg.Bounds()
+	lag.records = next - min(next, fp.durableNext)
+	if lag.records > 0 && next > first {
+		lag.bytes = uint64(float64(lag.records) * float64(lg.Size()) / float64(next-first))
+	}
+	return fp, lag, true
 }
 
-// maxLag is the largest lag, in records, of a live follower of a
-// partition this node owns, over the followers that reported progress.
-func (c *coordinated) maxLag() uint64 {
-	var worst uint64
+// maxLag is the largest lag of a live follower of a partition this node
+// owns, over the followers that reported progress, in records and in
+// bytes (each the largest over partitions).
+func (c *coordinated) maxLag() (worst followerLag) {
 	c.cl.Snapshot().AllPartitions(func(p cluster.Partition) {
 		if p.Node != c.self.ID {
 			return
 		}
 		for _, f := range p.Followers {
 			if _, lag, ok := c.lag(p.Ref, f); ok {
-				worst = max(worst, lag)
+				worst.records = max(worst.records, lag.records)
+				worst.bytes = max(worst.bytes, lag.bytes)
 			}
 		}
 	})

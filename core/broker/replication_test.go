@@ -110,8 +110,10 @@ func TestClusterFollowersReplicateTheOwner(t *testing.T) {
 			t.Errorf("%s: %v record bytes copied for %d records", b.nodeID, copied, total)
 		}
 	}
-	if v := counterValue(t, owner, "fibril_replication_max_lag_records"); v != 0 {
-		t.Errorf("owner: fibril_replication_max_lag_records %v, want 0", v)
+	for _, m := range []string{"fibril_replication_max_lag_records", "fibril_replication_max_lag_bytes"} {
+		if v := counterValue(t, owner, m); v != 0 {
+			t.Errorf("owner: %s %v, want 0", m, v)
+		}
 	}
 }
 

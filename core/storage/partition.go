@@ -301,6 +301,20 @@ func (p *Partition) Bounds() (first, next uint64) {
 	return p.segs[0].base, p.next
 }
 
+// Size returns the bytes the retained records take in the log, framing
+// included, counting those not written to a segment file yet (staged or
+// pending). Over Bounds it gives the mean record size, from which a
+// follower's lag in records becomes an estimate in bytes.
+func (p *Partition) Size() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := int64(len(p.lag.buf) + p.pendBytes)
+	for _, s := range p.segs {
+		n += s.size - segHeaderLen
+	}
+	return n
+}
+
 // Read returns the record at offset: ErrOutOfRange if it is not assigned
 // yet, ErrTrimmed if retention deleted it, a *CorruptionError if the bytes
 // on disk fail their checksum (the partition is then quarantined).

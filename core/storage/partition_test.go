@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fibrilgo/fibril/core/storage"
+	"github.com/fibrilgo/fibril/core/storage/faultfs"
 )
 
 func TestParseFsyncPolicy(t *testing.T) {
@@ -212,4 +213,56 @@ func TestSettleAndState(t *testing.T) {
 	if fmt.Sprint(got) != "[SNAP c]" {
 		t.Fatalf("replay %v, want [SNAP c]", got)
 	}
+}
+
+// Size counts every retained record's framed bytes, written to a segment
+// file or not (pending, or staged behind the WAL), across rolls and a
+// reopen.
+func TestSizeCountsEveryRecord(t *testing.T) {
+	const recHeader = 24 // the record framing (record.go)
+	check := func(t *testing.T, p *storage.Partition, want int64, when string) {
+		t.Helper()
+		if got := p.Size(); got != want {
+			t.Fatalf("%s: Size() = %d, want %d", when, got, want)
+		}
+	}
+	fill := func(t *testing.T, p *storage.Partition) int64 {
+		var want int64
+		for i := range 200 {
+			data := payload(i, i%300)
+			var err error
+			if i%2 == 0 {
+				_, err = p.AppendAsync(data, int64(i), nil)
+			} else {
+				_, err = p.Append(data, int64(i))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want += int64(recHeader + len(data))
+			check(t, p, want, fmt.Sprint("after append ", i))
+		}
+		return want
+	}
+	t.Run("segments", func(t *testing.T) {
+		dir := t.TempDir()
+		opts := storage.Options{Fsync: storage.FsyncAlways, SegmentMaxBytes: 4096, IndexEveryBytes: 256}
+		p := mustOpen(t, dir, opts)
+		want := fill(t, p)
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		p = mustOpen(t, dir, opts)
+		defer p.Close()
+		check(t, p, want, "after reopen")
+	})
+	t.Run("wal", func(t *testing.T) {
+		c := openWALCluster(t, faultfs.New(), 1, storage.WALOptions{})
+		want := fill(t, c.parts[0])
+		if err := c.parts[0].Sync(); err != nil {
+			t.Fatal(err)
+		}
+		check(t, c.parts[0], want, "after sync")
+		c.close()
+	})
 }
