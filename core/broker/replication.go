@@ -374,7 +374,19 @@ func (f *followers) follow(ctx context.Context, ref core.PartitionRef, fl *follo
 			return
 		}
 		var de *replica.DivergedError
+		var be *replica.BehindError
 		switch {
+		case errors.As(err, &be) && rep != nil:
+			log.Info("the owner's log starts past this replica's end (its retention deleted settled records); the replica starts again there",
+				"owner_first", be.OwnerFirst, "replica_next", be.FollowerNext)
+			r, rerr := b.queues.ResetReplica(key, ref.Partition, be.OwnerFirst)
+			if rerr != nil {
+				rep = nil // ResetReplica closed it
+				log.Error("starting the replica again failed", "err", rerr)
+			} else {
+				rep = r
+			}
+			continue
 		case errors.As(err, &de) && rep != nil:
 			log.Warn("the replica holds records the owner does not; cutting them", "from", de.OwnerNext, "replica_next", de.FollowerNext)
 			r, terr := b.queues.TruncateReplica(key, ref.Partition, de.OwnerNext)

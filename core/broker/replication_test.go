@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -150,4 +151,112 @@ func followerLags(t *testing.T, b *Broker) string {
 		}
 	}
 	return strings.Join(out, ",")
+}
+
+// setTargetFollowers sets replication.target_followers through b and waits
+// until every broker in bs applied it.
+func setTargetFollowers(t *testing.T, bs []*Broker, b *Broker, n int) {
+	t.Helper()
+	if code, body := editRuntimeSettings(t, b, func(doc map[string]any) {
+		doc["replication"].(map[string]any)["target_followers"] = n
+	}); code != 200 {
+		t.Fatalf("put settings: %d %s", code, body)
+	}
+	testkit.Eventually(t, 5*time.Second, "every broker applies target_followers", func() bool {
+		for _, x := range bs {
+			if int(x.settings.Current().Replication.TargetFollowers) != n {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// Followers added to a partition whose owner's retention already deleted
+// its settled head start their copy at the owner's first record (they
+// cannot copy what is gone), catch up, and hold everything a new owner
+// needs: after the owner leaves, every unacknowledged message is delivered.
+func TestClusterNewFollowersStartAtTheOwnersFirstRecord(t *testing.T) {
+	bs := startMemClusterWith(t, 3, func(int) []string { return []string{"--storage.segment_max_bytes=16384"} })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	setTargetFollowers(t, bs, bs[0], 0)
+	c := declareOrders(ctx, t, bs[0])
+	ref := core.PartitionRef{Topic: "orders"}
+	var owner *Broker
+	testkit.Eventually(t, 10*time.Second, "orders placed", func() bool {
+		p, ok := bs[0].cluster.cl.Snapshot().Partition(ref)
+		for _, b := range bs {
+			if ok && p.Placed() && b.nodeID == p.Node {
+				owner = b
+			}
+		}
+		return owner != nil
+	})
+	pub := c.Publisher("orders", client.PublisherOptions{})
+	const total, acks = 300, 250
+	payload := func(i int) []byte { return fmt.Appendf(bytes.Repeat([]byte{'x'}, 1000), "%d", i) }
+	for i := range total {
+		if _, err := pub.PublishConfirmed(ctx, client.Message{Payload: payload(i)}); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	sub, err := c.Subscribe(ctx, "orders", client.SubscribeOptions{Prefetch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range acks {
+		d, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub.Close()
+	qp, err := owner.queues.Partition(queue.Key{Topic: "orders"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	olog, err := qp.ReplicationLog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the owner's retention to delete settled segments", func() bool {
+		_ = olog.EnforceRetention()
+		first, _ := olog.Bounds()
+		return first > 0
+	})
+	first, _ := olog.Bounds()
+	setTargetFollowers(t, bs, bs[0], 2)
+	_, followers := placedWithFollowers(t, bs, ref)
+	for _, f := range followers {
+		testkit.EventuallyReport(t, 20*time.Second, func() bool {
+			rep := f.cluster.followers.replica(ref)
+			if rep == nil {
+				return false
+			}
+			rfirst, next := rep.Bounds()
+			return rfirst == first && next == total
+		}, func() string {
+			rep := f.cluster.followers.replica(ref)
+			if rep == nil {
+				return string(f.nodeID) + " runs no replica"
+			}
+			rfirst, next := rep.Bounds()
+			return fmt.Sprintf("%s's replica holds [%d,%d); the owner's log is [%d,%d)", f.nodeID, rfirst, next, first, total)
+		})
+	}
+	testkit.EventuallyReport(t, 10*time.Second, func() bool {
+		return followerLags(t, owner) == "0,0"
+	}, func() string { return "follower lags on the owner: " + followerLags(t, owner) })
+	if err := owner.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	rest := map[string]bool{}
+	for i := acks; i < total; i++ {
+		rest[string(payload(i))] = true
+	}
+	consumeConfirmed(ctx, t, dialClient(ctx, t, followers[0]), rest)
 }

@@ -134,6 +134,20 @@ func (m *Manager) CloseReplica(key Key, n uint32) error {
 // owner has. The replica is closed, cut and opened again; it returns the
 // reopened storage.
 func (m *Manager) TruncateReplica(key Key, n uint32, next uint64) (*storage.Partition, error) {
+	return m.redoReplica(key, n, func(dir string) error { return storage.TruncatePartition(dir, next, m.opts.Storage) })
+}
+
+// ResetReplica empties the follower's replica of partition n and starts
+// it at base (storage.ResetPartition): the owner's log starts past the
+// replica's end, so the replica copies from the owner's first record on.
+// Like TruncateReplica, it returns the reopened storage.
+func (m *Manager) ResetReplica(key Key, n uint32, base uint64) (*storage.Partition, error) {
+	return m.redoReplica(key, n, func(dir string) error { return storage.ResetPartition(dir, base, m.opts.Storage) })
+}
+
+// redoReplica closes the replica of partition n, runs change on its
+// directory and opens it again.
+func (m *Manager) redoReplica(key Key, n uint32, change func(dir string) error) (*storage.Partition, error) {
 	key = key.norm()
 	v, ok := m.queues.Load(key)
 	if !ok {
@@ -151,7 +165,7 @@ func (m *Manager) TruncateReplica(key Key, n uint32, next uint64) (*storage.Part
 		return nil, err
 	}
 	dir := partitionDir(m.opts.Dir, q.key, n)
-	if err := storage.TruncatePartition(dir, next, m.opts.Storage); err != nil {
+	if err := change(dir); err != nil {
 		return nil, err
 	}
 	if m.closed.Load() {

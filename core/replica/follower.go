@@ -31,6 +31,20 @@ func (e *DivergedError) Error() string {
 
 func (e *DivergedError) Is(target error) bool { return target == ErrDiverged }
 
+// BehindError: the follower's log ends before the owner's first retained
+// record (retention deleted the owner's settled head), so the records in
+// between cannot be copied. The follower's log must be emptied and started
+// at OwnerFirst (storage.ResetPartition, on the closed partition) before
+// it follows again; everything it holds is older than what the owner
+// keeps.
+type BehindError struct {
+	OwnerFirst, FollowerNext uint64
+}
+
+func (e *BehindError) Error() string {
+	return fmt.Sprintf("replica: the owner's log starts at %d, past this follower's end %d", e.OwnerFirst, e.FollowerNext)
+}
+
 // Follower replicates one partition from its owner into Log.
 type Follower struct {
 	Key    wire.QueueKey
@@ -216,12 +230,12 @@ func (f *Follower) catchUp(fr *frames) error {
 		}
 	}
 	for {
-		first, next := f.Log.Bounds()
+		_, next := f.Log.Bounds()
 		switch {
 		case next > cp.MessageNextOffset:
 			return &DivergedError{OwnerNext: cp.MessageNextOffset, FollowerNext: next}
 		case next < cp.MessageCheckpointOffset:
-			return fmt.Errorf("replica: the owner's log starts at %d, after this follower's end %d (first %d): starting a replica past offset 0 is not built yet", cp.MessageCheckpointOffset, next, first)
+			return &BehindError{OwnerFirst: cp.MessageCheckpointOffset, FollowerNext: next}
 		case next == cp.MessageNextOffset:
 			if err := f.Log.InstallState(settled, engine); err != nil {
 				return err

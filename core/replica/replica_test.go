@@ -334,3 +334,82 @@ func TestFramesSkipPushes(t *testing.T) {
 		t.Fatalf("wrote % x, want the PONG % x", out.Bytes(), want)
 	}
 }
+
+// An owner whose retention deleted its settled head no longer holds the
+// records a new follower would copy first: the follower is told it is
+// behind, and once its log starts at the owner's first record it catches
+// up from there (records, settlements, then the stream).
+func TestFollowerBehindTheOwnersRetentionStartsPastZero(t *testing.T) {
+	fsys := faultfs.New()
+	owner := open(t, fsys, "/owner")
+	if err := owner.BeginEpoch(2); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, owner, 0, 300) // ~1 KiB each over 64 KiB segments
+	for off := range uint64(200) {
+		if err := owner.Settle(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := owner.Settle(250); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.EnforceRetention(); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := owner.Bounds()
+	if first == 0 {
+		t.Fatal("retention deleted nothing: the test needs a trimmed owner")
+	}
+	follower := open(t, fsys, "/follower")
+	fill(t, follower, 0, 5) // an old copy that ends before the owner's first record
+	err := newPair(t, owner, follower, nil).run()()
+	var be *BehindError
+	if !errors.As(err, &be) || be.OwnerFirst != first || be.FollowerNext != 5 {
+		t.Fatalf("Run: %v, want a BehindError at owner first %d, follower next 5", err, first)
+	}
+	if err := follower.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opts := storage.Options{FS: fsys, Logger: quiet(), SegmentMaxBytes: 64 << 10}
+	if err := storage.ResetPartition("/follower", be.OwnerFirst, opts); err != nil {
+		t.Fatal(err)
+	}
+	follower, err = storage.OpenPartition("/follower", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follower.Close()
+	pr := newPair(t, owner, follower, nil)
+	stop := pr.run()
+	fill(t, owner, 300, 50)
+	if err := owner.Settle(301); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the follower to copy from the owner's first record", func() bool {
+		_, a := owner.Bounds()
+		_, b := follower.Bounds()
+		return a == b && follower.IsSettled(301)
+	})
+	stop()
+	ffirst, next := follower.Bounds()
+	if ffirst != first || next != 350 {
+		t.Fatalf("follower bounds [%d,%d), want [%d,350)", ffirst, next, first)
+	}
+	for off := first; off < next; off++ {
+		a, err := owner.Read(off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := follower.Read(off)
+		if err != nil || a.Timestamp != b.Timestamp || !bytes.Equal(a.Data, b.Data) {
+			t.Fatalf("offset %d differs on the follower (%v)", off, err)
+		}
+		if owner.IsSettled(off) != follower.IsSettled(off) {
+			t.Fatalf("offset %d: settled %t on the owner, %t on the follower", off, owner.IsSettled(off), follower.IsSettled(off))
+		}
+	}
+	if h := follower.Epochs(); len(h) == 0 || h[len(h)-1].Epoch != 2 {
+		t.Fatalf("follower epoch history %v, want it to end in the owner's epoch 2", h)
+	}
+}

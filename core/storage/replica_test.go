@@ -352,3 +352,62 @@ func TestTruncatePartitionLowersTheDurableSlot(t *testing.T) {
 		q.Close()
 	}
 }
+
+// ResetPartition empties a log and starts it at a new base: a follower
+// whose log ends before its owner's first retained record starts its copy
+// there. Running it again (as after a crash during the first) ends the
+// same way; an empty or missing directory is reset too.
+func TestResetPartitionStartsPastZero(t *testing.T) {
+	fsys := faultfs.New()
+	o := storage.Options{FS: fsys, Logger: quietLogger(), SegmentMaxBytes: 16 << 10}
+	p := mustOpen(t, "/p", o)
+	appendK(t, p, 60) // several segments
+	if err := p.BeginEpochAt(3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := storage.ResetPartition("/p", 500, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p = mustOpen(t, "/p", o)
+	if first, next := p.Bounds(); first != 500 || next != 500 {
+		t.Fatalf("bounds [%d,%d) after a reset at 500", first, next)
+	}
+	if h := p.Epochs(); len(h) != 0 {
+		t.Fatalf("epoch history %v kept across the reset", h)
+	}
+	if _, err := p.Read(10); !errors.Is(err, storage.ErrTrimmed) {
+		t.Fatalf("read of an old offset: %v, want ErrTrimmed", err)
+	}
+	for i := range 30 {
+		if off, err := p.Append(payload(i, 1000), 1); err != nil || off != 500+uint64(i) {
+			t.Fatalf("append %d after the reset: offset %d, %v", i, off, err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = mustOpen(t, "/p", o)
+	defer p.Close()
+	if first, next := p.Bounds(); first != 500 || next != 530 {
+		t.Fatalf("bounds [%d,%d) after reopening, want [500,530)", first, next)
+	}
+	for i := range 30 {
+		r, err := p.Read(500 + uint64(i))
+		if err != nil || !bytes.Equal(r.Data, payload(i, 1000)) {
+			t.Fatalf("offset %d: %v", 500+i, err)
+		}
+	}
+	if err := storage.ResetPartition("/fresh", 7, o); err != nil {
+		t.Fatal(err)
+	}
+	q := mustOpen(t, "/fresh", o)
+	defer q.Close()
+	if first, next := q.Bounds(); first != 7 || next != 7 {
+		t.Fatalf("fresh directory: bounds [%d,%d), want [7,7)", first, next)
+	}
+}

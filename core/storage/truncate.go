@@ -85,6 +85,83 @@ func TruncatePartition(dir string, next uint64, opts Options) error {
 	return cutEpochs(fsys, dir, next)
 }
 
+// ResetPartition empties the log of the partition in dir, which must not
+// be open, and starts it again at base: every record is gone, the next
+// record appended is base, and Bounds reports [base, base). Replication
+// needs it when an owner's log no longer starts at 0 (retention deleted
+// its settled head) and a follower's log ends before the owner's first
+// record: the follower cannot copy the records in between, so it drops
+// what it has (all older than anything the owner keeps) and copies from
+// the owner's first record on, after installing its checkpoint.
+//
+// The partition gets a new incarnation first, then its segments are
+// deleted newest first, each deletion durable before the next (a crash
+// leaves a shorter log, or none: then it opens empty at 0 and is reset
+// again), its epoch history is cleared, and last the empty segment at base
+// is created and made durable. Settlements and engine state below base
+// that the journal still holds name no record; the checkpoint the
+// follower installs next replaces them.
+func ResetPartition(dir string, base uint64, opts Options) error {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return err
+	}
+	fsys := opts.FS
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var bases []uint64
+	for _, name := range names {
+		if b, ok := parseSegmentName(name); ok {
+			bases = append(bases, b)
+		}
+	}
+	slices.Sort(bases)
+	if len(bases) > 0 {
+		if _, ok, err := readIncarnation(fsys, dir); err != nil {
+			return err
+		} else if ok {
+			if err := replaceIncarnation(fsys, dir); err != nil {
+				return err
+			}
+		}
+	}
+	for j := len(bases) - 1; j >= 0; j-- {
+		for _, name := range []string{indexName(bases[j]), segmentName(bases[j])} {
+			if err := fsys.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+		if err := fsys.SyncDir(dir); err != nil {
+			return err
+		}
+	}
+	if err := cutEpochs(fsys, dir, 0); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, segmentName(base))
+	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := writeFile(f, encodeSegHeader(base), 0); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := syncFile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("fsync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return fsys.SyncDir(dir)
+}
+
 // cutFrom gives the partition a new incarnation when anything at or past
 // next is in its log: later segments exist (later), or the segment at
 // base holds records from next on.
