@@ -99,6 +99,17 @@ func (b *batch) span(i int) (start, end int) {
 	return start, end
 }
 
+// bytesIn returns the bytes b's records in [from, to) take.
+func (b *batch) bytesIn(from, to uint64) int {
+	lo, hi := max(from, b.first), min(to, b.first+uint64(b.n))
+	if b.n == 0 || lo >= hi {
+		return 0
+	}
+	start, _ := b.span(int(lo - b.first))
+	_, end := b.span(int(hi - 1 - b.first))
+	return end - start
+}
+
 // record returns a copy of the record at offset if b holds it.
 func (b *batch) record(offset uint64, arena []byte) (Record, []byte, bool) {
 	if b.n == 0 || offset < b.first || offset >= b.first+uint64(b.n) {

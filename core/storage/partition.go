@@ -416,6 +416,17 @@ func (p *Partition) memRecordLocked(offset uint64, arena []byte) (Record, []byte
 	return Record{}, arena, fmt.Errorf("%w: offset %d is neither written nor pending", ErrFailed, offset)
 }
 
+// memBytesLocked bounds the bytes the records in [from, to), all in
+// memory, take (framing included): Scan sizes its copy by it, so that a
+// stream reading the newest record or two does not allocate a whole chunk.
+func (p *Partition) memBytesLocked(from, to uint64) int {
+	n := p.lag.bytesIn(from, to)
+	for _, b := range p.batches {
+		n += b.bytesIn(from, to)
+	}
+	return n
+}
+
 // Scan calls fn for each record from offset from (clamped up to the first
 // retained offset) in order, until fn returns false or the tail is
 // reached. Records appended during the scan may be included. fn runs
@@ -445,8 +456,9 @@ func (p *Partition) Scan(from uint64, fn func(Record) bool) error {
 				defer p.mu.Unlock()
 				return p.failErr
 			}
-			arena := make([]byte, 0, 64<<10)
-			for o := from; o < p.next && len(recs) < 256; o++ {
+			to := min(p.next, from+256)
+			arena := make([]byte, 0, min(p.memBytesLocked(from, to), 64<<10))
+			for o := from; o < to; o++ {
 				var r Record
 				var err error
 				r, arena, err = p.memRecordLocked(o, arena)
@@ -489,7 +501,7 @@ func (p *Partition) Scan(from uint64, fn func(Record) bool) error {
 func scanChunk(s *segment, f File, e idxEntry, from, segNext uint64, end int64, out []Record) ([]Record, error) {
 	r := newRecReader(f, int64(e.pos), end)
 	bytes := 0
-	arena := make([]byte, 0, 64<<10)
+	arena := make([]byte, 0, min(end-int64(e.pos), 64<<10))
 	for off := s.base + uint64(e.rel); off < segNext && bytes < 1<<20; off++ {
 		rec, pos, bad, err := r.next(off)
 		if err != nil {
