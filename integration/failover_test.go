@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -243,4 +244,102 @@ func keys(m map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// replicaSet is one partition's owner and followers, from the admin
+// topology.
+type replicaSet struct {
+	Owner     string `json:"owner"`
+	Followers []struct {
+		Node   string `json:"node"`
+		InSync bool   `json:"in_sync"`
+	} `json:"followers"`
+}
+
+// replicaSets reads every partition of orders from nd's admin topology.
+func replicaSets(t *testing.T, nd *clusterNode) map[uint32]replicaSet {
+	t.Helper()
+	code, body := httpGet(t, nd.Admin, "/admin/api/topology", nil)
+	if code != 200 {
+		t.Fatalf("%s topology: %d %s", nd.id, code, body)
+	}
+	var v struct {
+		Partitions []struct {
+			Topic     string `json:"topic"`
+			Partition uint32 `json:"partition"`
+			replicaSet
+		} `json:"partitions"`
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint32]replicaSet{}
+	for _, p := range v.Partitions {
+		if p.Topic == "orders" {
+			out[p.Partition] = p.replicaSet
+		}
+	}
+	return out
+}
+
+// The seed's scenario, path for path: one public and two private brokers,
+// a client publishing with confirms and consuming through the public one;
+// the private owner is killed mid-stream and the partition moves to the
+// other private broker; the killed broker comes back; then the new owner
+// is killed and the partition moves to the public broker. Every confirmed
+// message is delivered. One follower per partition makes each move
+// deterministic (with two, the promotion's load tie-break picks among
+// equals); the default two are what TestPrivateOwnerFailsOverMidStream
+// runs.
+func TestPrivateOwnerFailsOverToPrivateThenPublic(t *testing.T) {
+	pc := startPrivateCluster(t, "tcp")
+	pc.setRuntime(pc.nodes[0], "replication", "target_followers", 1)
+	c := pc.client(t)
+	const parts = 3
+	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "orders", Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	// One follower each, spread evenly: one of the private brokers' partitions
+	// is followed by the other private broker.
+	var part uint32
+	var first, second string
+	testkit.EventuallyReport(t, waitTimeout, func() bool {
+		for p, rs := range replicaSets(t, pc.nodes[0]) {
+			if len(rs.Followers) != 1 || !rs.Followers[0].InSync {
+				return false
+			}
+			if f := rs.Followers[0].Node; rs.Owner != "node-1" && f != "node-1" {
+				part, first, second = p, rs.Owner, f
+			}
+		}
+		return first != ""
+	}, func() string { return fmt.Sprintf("replica sets %+v", replicaSets(t, pc.nodes[0])) })
+	t.Logf("orders#%d: owner %s, follower %s", part, first, second)
+	tr := startTraffic(t, c, []uint32{part}, 2*time.Second, 3*time.Minute)
+	tr.progress(t, 200, "200 confirmed publishes before the first kill")
+	fullAgain := func(what string) {
+		t.Helper()
+		testkit.EventuallyReport(t, 2*waitTimeout, func() bool {
+			rs := replicaSets(t, pc.nodes[0])[part]
+			return len(rs.Followers) == 1 && rs.Followers[0].InSync
+		}, func() string { return fmt.Sprintf("%s: orders#%d %+v", what, part, replicaSets(t, pc.nodes[0])[part]) })
+	}
+	for i, want := range []string{second, "node-1"} {
+		owner := pc.ownerOf(pc.nodes[0], "orders", part)
+		victim := pc.node(owner)
+		killed := time.Now()
+		victim.kill()
+		tr.progress(t, 100, fmt.Sprintf("100 confirmed publishes after killing %s", owner))
+		now := pc.ownerOf(pc.nodes[0], "orders", part)
+		t.Logf("kill %d: %s → %s; 100 confirms %v after the kill", i+1, owner, now, time.Since(killed).Round(time.Millisecond))
+		if now != want {
+			t.Fatalf("kill %d of %s: the partition went to %s, want %s", i+1, owner, now, want)
+		}
+		pc.restart(victim)
+		fullAgain(victim.id + " back")
+		tr.progress(t, 50, "50 confirmed publishes with "+victim.id+" back")
+	}
+	n, missing, dups, extra := tr.finish(t)
+	t.Logf("confirmed %d, failed publishes %d, delivered %d distinct, lost %d, duplicates %d, delivered without a confirm %d",
+		n, tr.failed, len(tr.delivered), missing, dups, extra)
 }
