@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -44,6 +45,9 @@ type clusterView struct {
 			Node   string `json:"node"`
 			Live   bool   `json:"live"`
 			InSync bool   `json:"in_sync"`
+			// Known to the partition's owner only (fillTails).
+			DurableNext *uint64 `json:"durable_next,omitempty"`
+			LagRecords  *uint64 `json:"lag_records,omitempty"`
 		} `json:"followers"`
 		Endpoints []string `json:"client_endpoints"`
 	} `json:"partitions"`
@@ -118,9 +122,69 @@ func runCluster(ctx context.Context, g *globals, e *env, args []string) error {
 	return nil
 }
 
+// fillTails completes v's followers with their durable tails and lags,
+// which only each partition's owner knows: it asks the admin API of every
+// other live owner (with the same credentials and TLS as --admin) and
+// returns how many owners did not answer (an owner on an internal
+// network may not be reachable from here).
+func fillTails(ctx context.Context, g *globals, e *env, v *clusterView) (unreachable int) {
+	owns := map[string]bool{}
+	for _, p := range v.Partitions {
+		owns[p.Owner] = true
+	}
+	for _, n := range v.Nodes {
+		if n.ID == v.Self || !n.Live || !owns[n.ID] {
+			continue
+		}
+		var ov clusterView
+		err := errNoAdminAddr
+		if n.AdminAddr != "" {
+			h := *g
+			h.admin = n.AdminAddr
+			var a *adminClient
+			if a, err = h.adminClient(e); err == nil {
+				err = a.do(ctx, http.MethodGet, "/admin/api/topology", nil, &ov)
+			}
+		}
+		if err != nil {
+			unreachable++
+			continue
+		}
+		type key struct {
+			topic, group, kind string
+			part               uint32
+		}
+		theirs := map[key]int{}
+		for i, p := range ov.Partitions {
+			if p.Owner == n.ID {
+				theirs[key{p.Topic, p.Group, p.Kind, p.Partition}] = i
+			}
+		}
+		for i := range v.Partitions {
+			p := &v.Partitions[i]
+			j, ok := theirs[key{p.Topic, p.Group, p.Kind, p.Partition}]
+			if p.Owner != n.ID || !ok {
+				continue
+			}
+			for k := range p.Followers {
+				for _, of := range ov.Partitions[j].Followers {
+					if of.Node == p.Followers[k].Node {
+						p.Followers[k].DurableNext, p.Followers[k].LagRecords = of.DurableNext, of.LagRecords
+					}
+				}
+			}
+		}
+	}
+	return unreachable
+}
+
+var errNoAdminAddr = errors.New("no admin address")
+
 // printOwners prints one line per partition with its owner node, its
-// followers (an asterisk marks the owner's recorded in-sync set) and the
-// client endpoints a client would dial (`fibrilctl topology --owners`).
+// followers (an asterisk marks the owner's recorded in-sync set; the
+// durable tail and lag in records follow when the owner reported them)
+// and the client endpoints a client would dial (`fibrilctl topology
+// --owners`).
 func printOwners(e *env, v *clusterView) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tTOPIC\tGROUP\tPARTITION\tOWNER\tFOLLOWERS\tEPOCH\tWRITTEN\tCLIENT ENDPOINTS")
@@ -145,6 +209,9 @@ func printOwners(e *env, v *clusterView) error {
 			name := f.Node
 			if f.InSync {
 				name += "*"
+			}
+			if f.DurableNext != nil && f.LagRecords != nil {
+				name += fmt.Sprintf("(tail=%d,lag=%d)", *f.DurableNext, *f.LagRecords)
 			}
 			if !f.Live {
 				name += "(dead)"

@@ -452,20 +452,29 @@ func TestClusterCommandsOnStandalone(t *testing.T) {
 // cluster and topology --owners render GET /admin/api/topology: here from a
 // canned answer, in the shape core/broker serves.
 func TestClusterCommandsRender(t *testing.T) {
-	const answer = `{"self":"node-1","index":40,"generation":31,"replication":{"target_followers":2,"under_replicated":1},
+	serve := func(answer string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/admin/api/topology" {
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(answer))
+		}))
+	}
+	// node-3's admin API: it owns orders#3 and knows its follower's tail.
+	srv3 := serve(`{"self":"node-3","partitions":[{"topic":"orders","kind":"queue","partition":3,"owner":"node-3",
+	 "followers":[{"node":"node-1","live":true,"in_sync":true,"durable_next":77,"lag_records":3}]}]}`)
+	defer srv3.Close()
+	answer := `{"self":"node-1","index":40,"generation":31,"replication":{"target_followers":2,"under_replicated":1},
 	 "nodes":[{"id":"node-1","live":true,"visibility":"public","draining":false,"peer_addr":"127.0.0.1:9876","admin_addr":"127.0.0.1:8081","labels":{"fibril/advertise":"127.0.0.1:9876"},"controller":true},
-	          {"id":"node-2","live":false,"visibility":"private","draining":true,"peer_addr":"127.0.0.1:9877","admin_addr":"127.0.0.1:8082","labels":{}}],
-	 "partitions":[{"topic":"orders","kind":"queue","partition":0,"owner":"node-1","epoch":1,"written":true,"owner_live":true,"followers":[{"node":"node-2","live":false},{"node":"node-3","live":true,"in_sync":true}],"client_endpoints":["127.0.0.1:9876"]},
+	          {"id":"node-2","live":false,"visibility":"private","draining":true,"peer_addr":"127.0.0.1:9877","admin_addr":"127.0.0.1:8082","labels":{}},
+	          {"id":"node-3","live":true,"visibility":"private","peer_addr":"127.0.0.1:9878","admin_addr":"` + strings.TrimPrefix(srv3.URL, "http://") + `","labels":{}}],
+	 "partitions":[{"topic":"orders","kind":"queue","partition":0,"owner":"node-1","epoch":1,"written":true,"owner_live":true,"followers":[{"node":"node-2","live":false},{"node":"node-3","live":true,"in_sync":true,"durable_next":500,"lag_records":0}],"client_endpoints":["127.0.0.1:9876"]},
 	               {"topic":"orders","kind":"queue","partition":1,"owner":"node-2","epoch":2,"written":false,"owner_live":false,"client_endpoints":[]},
-	               {"topic":"orders","kind":"queue","partition":2,"epoch":0,"written":false,"owner_live":false,"client_endpoints":[]}]}`
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/admin/api/topology" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(answer))
-	}))
+	               {"topic":"orders","kind":"queue","partition":2,"epoch":0,"written":false,"owner_live":false,"client_endpoints":[]},
+	               {"topic":"orders","kind":"queue","partition":3,"owner":"node-3","epoch":4,"written":true,"owner_live":true,"followers":[{"node":"node-1","live":true,"in_sync":true}],"client_endpoints":["127.0.0.1:9876"]}]}`
+	srv := serve(answer)
 	defer srv.Close()
 	admin := strings.TrimPrefix(srv.URL, "http://")
 	r := ctl(t, "", "--admin", admin, "cluster")
@@ -478,7 +487,8 @@ func TestClusterCommandsRender(t *testing.T) {
 	}
 	r = ctl(t, "", "--admin", admin, "topology", "--owners")
 	mustOK(t, r, "topology --owners")
-	for _, want := range []string{"node-1", "true", "127.0.0.1:9876", "node-2 (dead)", "(unplaced)", "(bootstrap)", "node-2(dead),node-3*"} {
+	for _, want := range []string{"node-1", "true", "127.0.0.1:9876", "node-2 (dead)", "(unplaced)", "(bootstrap)",
+		"node-2(dead),node-3*(tail=500,lag=0)", "node-1*(tail=77,lag=3)"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("topology --owners: no %q in\n%s", want, r.stdout)
 		}

@@ -30,7 +30,7 @@ func runTopology(ctx context.Context, g *globals, e *env, args []string) error {
 	fs := newFlagSet("topology", "[--topic T] [--owners] [--json]", g, e)
 	topic := fs.String("topic", "", "only this topic (default: all)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	withOwners := fs.Bool("owners", false, "one line per partition with its owner node, epoch, written mark and the client endpoints a client would dial, from the admin API at --admin (cluster only)")
+	withOwners := fs.Bool("owners", false, "one line per partition with its owner node, followers (* in sync; durable tail and lag, asked of each owner's admin API), epoch, written mark and the client endpoints a client would dial, from the admin API at --admin (cluster only)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -48,12 +48,19 @@ func runTopology(ctx context.Context, g *globals, e *env, args []string) error {
 			}
 			v.Partitions = kept
 		}
+		unreachable := fillTails(ctx, g, e, v)
 		if *asJSON {
 			enc := json.NewEncoder(e.stdout)
 			enc.SetIndent("", "  ")
 			return enc.Encode(v.Partitions)
 		}
-		return printOwners(e, v)
+		if err := printOwners(e, v); err != nil {
+			return err
+		}
+		if unreachable > 0 {
+			fmt.Fprintf(e.stdout, "\n%d owner(s) did not answer on their admin address: their followers' tails are not shown\n", unreachable)
+		}
+		return nil
 	}
 	c, err := g.dial(ctx, e)
 	if err != nil {
