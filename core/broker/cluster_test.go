@@ -155,7 +155,7 @@ func TestClusterRuntimeSettingsAreShared(t *testing.T) {
 
 // runtimeSettings reads the runtime settings document through b's admin
 // API: its version and contents.
-func runtimeSettings(t *testing.T, b *Broker) (uint64, map[string]any) {
+func runtimeSettings(t testing.TB, b *Broker) (uint64, map[string]any) {
 	t.Helper()
 	code, body := adminDo(t, b, "GET", "/admin/api/runtime-settings", "")
 	if code != 200 {
@@ -177,7 +177,7 @@ func runtimeSettings(t *testing.T, b *Broker) (uint64, map[string]any) {
 
 // editRuntimeSettings reads the document, lets edit change it and puts it
 // back at the version read; it returns the PUT's answer.
-func editRuntimeSettings(t *testing.T, b *Broker, edit func(doc map[string]any)) (int, string) {
+func editRuntimeSettings(t testing.TB, b *Broker, edit func(doc map[string]any)) (int, string) {
 	t.Helper()
 	version, doc := runtimeSettings(t, b)
 	edit(doc)

@@ -30,7 +30,7 @@ import (
 
 // loopbackOnly is the test-wide dialer guard: any dial outside 127.0.0.0/8
 // and ::1 fails the test (tests only ever dial loopback).
-func loopbackOnly(t *testing.T) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func loopbackOnly(t testing.TB) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
@@ -84,9 +84,9 @@ func scrape(t *testing.T, b *Broker) string {
 var memStores = struct {
 	sync.Mutex
 	m     map[string]*memcoord.Store
-	names map[*testing.T]string // the store of each test's cluster
+	names map[testing.TB]string // the store of each test's cluster
 	seq   int
-}{m: map[string]*memcoord.Store{}, names: map[*testing.T]string{}}
+}{m: map[string]*memcoord.Store{}, names: map[testing.TB]string{}}
 
 func init() {
 	plugins.RegisterCoordination("memtest", func(ctx context.Context, env plugins.CoordinationEnv) (core.Coordinator, error) {
@@ -109,7 +109,7 @@ func startMemCluster(t *testing.T, n int) []*Broker {
 }
 
 // startMemClusterWith is startMemCluster with extra flags for node i.
-func startMemClusterWith(t *testing.T, n int, extra func(i int) []string) []*Broker {
+func startMemClusterWith(t testing.TB, n int, extra func(i int) []string) []*Broker {
 	t.Helper()
 	memStores.Lock()
 	memStores.seq++ // a new store per run, also under -count
@@ -149,7 +149,7 @@ func startMemClusterWith(t *testing.T, n int, extra func(i int) []string) []*Bro
 	return out
 }
 
-func adminDo(t *testing.T, b *Broker, method, path, body string) (int, string) {
+func adminDo(t testing.TB, b *Broker, method, path, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://"+b.AdminAddr().String()+path, strings.NewReader(body))
 	if err != nil {
@@ -177,7 +177,7 @@ func memMember(t *testing.T) core.Coordinator {
 
 // dialClient connects the Go client to b as the built-in loopback user;
 // the client is closed at cleanup.
-func dialClient(ctx context.Context, t *testing.T, b *Broker) *client.Client {
+func dialClient(ctx context.Context, t testing.TB, b *Broker) *client.Client {
 	t.Helper()
 	c, err := client.Dial(ctx, client.Options{Addrs: []string{b.BrokerAddr().String()},
 		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
@@ -189,7 +189,7 @@ func dialClient(ctx context.Context, t *testing.T, b *Broker) *client.Client {
 }
 
 // memName is the test's name as a node id (subtest names hold '/', ' ', ',').
-func memName(t *testing.T) string {
+func memName(t testing.TB) string {
 	return strings.Map(func(r rune) rune {
 		if r == '/' || r == ' ' || r == ',' || r == '=' {
 			return '-'

@@ -155,7 +155,7 @@ func followerLags(t *testing.T, b *Broker) string {
 
 // setTargetFollowers sets replication.target_followers through b and waits
 // until every broker in bs applied it.
-func setTargetFollowers(t *testing.T, bs []*Broker, b *Broker, n int) {
+func setTargetFollowers(t testing.TB, bs []*Broker, b *Broker, n int) {
 	t.Helper()
 	if code, body := editRuntimeSettings(t, b, func(doc map[string]any) {
 		doc["replication"].(map[string]any)["target_followers"] = n

@@ -144,6 +144,11 @@ func (f *Follower) Run(ctx context.Context, conn io.ReadWriter) error {
 	return f.stream(ctx, fr)
 }
 
+// smallFrame is the read buffer a replica keeps while its stream is
+// quiet; a follower may keep thousands of replicas, so a buffer grown by
+// a catch-up's large batches is given back once frames are small again.
+const smallFrame = 16 << 10
+
 // frames reads and writes one connection's frames.
 type frames struct {
 	conn io.ReadWriter
@@ -166,8 +171,8 @@ func (c *frames) Send(op wire.Op, id uint64, body wire.Encoder) error {
 // is a TOPOLOGY_UPDATE the owner pushes to every session when its view
 // changes (a follower takes its view from coordination, not from it).
 func (c *frames) read() (Frame, error) {
-	if cap(c.rbuf) < 64<<10 {
-		c.rbuf = make([]byte, 64<<10)
+	if cap(c.rbuf) < smallFrame {
+		c.rbuf = make([]byte, smallFrame)
 	}
 	h, body, err := wire.ReadFrame(c.conn, c.rbuf, c.max)
 	for err == nil && (h.Op == wire.OpPing || h.Op == wire.OpTopologyUpdate) {
@@ -181,8 +186,11 @@ func (c *frames) read() (Frame, error) {
 	if err != nil {
 		return Frame{}, err
 	}
-	if cap(body) > cap(c.rbuf) {
-		c.rbuf = body[:0] // keep the larger buffer
+	switch {
+	case cap(body) > cap(c.rbuf):
+		c.rbuf = body[:0] // a busy stream: keep the larger buffer
+	case len(body) <= smallFrame && cap(c.rbuf) > 4*smallFrame:
+		c.rbuf = nil // quiet again: give the large buffer back (body still holds it)
 	}
 	b, err := wire.DecodeBody(h.Op, body)
 	if err != nil {
