@@ -1,6 +1,7 @@
-# Shell functions shared by before-after.sh, many-partitions.sh and
-# recovery-time.sh (sourced, not run). The caller defines die, ROOT (the
-# repository), PORT and ADMIN_PORT.
+# shellcheck shell=bash
+# Shell functions shared by before-after.sh, many-partitions.sh,
+# recovery-time.sh and replication.sh (sourced, not run). The caller
+# defines die, ROOT (the repository), PORT and ADMIN_PORT.
 
 # work_dir NAME: sets WORK to a new temporary directory, and traps that
 # stop the bench ($BPID) and the broker ($PID), when set, and remove WORK
@@ -46,12 +47,12 @@ stop_pid() {
 # "broker ready"; dies (with the log's tail) if it exits first or is not
 # ready after LIMIT_S seconds.
 start_broker() {
-	local bin=$1 data=$2 log=$3 limit=$4 i
+	local bin=$1 data=$2 log=$3 limit=$4
 	shift 4
 	"$bin" --server.data_dir="$data" --broker.listener.bind="127.0.0.1:$PORT" \
 		--admin.listener.bind="127.0.0.1:$ADMIN_PORT" "$@" >"$log" 2>&1 &
 	PID=$!
-	for i in $(seq 1 $((limit * 20))); do
+	for _ in $(seq 1 $((limit * 20))); do
 		grep -q "broker ready" "$log" 2>/dev/null && return 0
 		kill -0 "$PID" 2>/dev/null || { tail -20 "$log" >&2; die "broker exited during startup ($log)"; }
 		sleep 0.05

@@ -21,6 +21,7 @@ type driver struct {
 	Stream     string
 	Subject    string
 	Retention  string // limits | workqueue
+	Replicas   int    // the stream's replicas (1 on a single server; up to the cluster's size)
 	KeepStream bool   // leave the stream on the server at the end
 
 	cfg     benchkit.Config
@@ -38,6 +39,8 @@ type streamInfo struct {
 	Stream        string `json:"stream"`
 	Storage       string `json:"storage"`
 	Retention     string `json:"retention"`
+	Replicas      int    `json:"replicas"`
+	StreamLeader  string `json:"stream_leader,omitempty"` // the server that led the stream at the end (clustered)
 	ConsumerKind  string `json:"consumer_kind,omitempty"`
 	StreamMsgs    uint64 `json:"stream_msgs"` // messages in the stream at the end
 }
@@ -68,12 +71,15 @@ func (d *driver) connect(name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// Setup creates one fresh stream for the run (file storage, one replica,
-// discard old, and no limit that could drop or refuse a message), and the
-// durable consumer.
+// Setup creates one fresh stream for the run (file storage, --replicas
+// replicas (1 by default), discard old, and no limit that could drop or
+// refuse a message), and the durable consumer.
 func (d *driver) Setup(ctx context.Context, cfg benchkit.Config, rep *benchkit.Reporter) error {
 	d.cfg, d.rep = cfg, rep
-	d.info = streamInfo{System: "jetstream", Storage: "file", Retention: d.Retention, Stream: d.Stream}
+	if d.Replicas < 1 {
+		d.Replicas = 1
+	}
+	d.info = streamInfo{System: "jetstream", Storage: "file", Retention: d.Retention, Replicas: d.Replicas, Stream: d.Stream}
 	nc, err := d.connect("setup")
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", d.URL, err)
@@ -90,7 +96,7 @@ func (d *driver) Setup(ctx context.Context, cfg benchkit.Config, rep *benchkit.R
 		Name:              d.Stream,
 		Subjects:          []string{d.Subject},
 		Storage:           jetstream.FileStorage,
-		Replicas:          1,
+		Replicas:          d.Replicas,
 		Retention:         retention,
 		Discard:           jetstream.DiscardOld,
 		MaxMsgs:           -1,
@@ -228,10 +234,16 @@ func (d *driver) Finish(res *benchkit.Result) {
 	if s, err := d.js.Stream(ctx, d.Stream); err == nil {
 		if info, err := s.Info(ctx); err == nil {
 			d.info.StreamMsgs = info.State.Msgs
+			if info.Cluster != nil {
+				d.info.StreamLeader = info.Cluster.Leader
+			}
 		}
 	}
 	i := &d.info
-	res.Target = fmt.Sprintf("%s %s, stream %s (%s storage, %s retention)", i.ServerVersion, d.URL, i.Stream, i.Storage, i.Retention)
+	res.Target = fmt.Sprintf("%s %s, stream %s (%s storage, %s retention, R%d)", i.ServerVersion, d.URL, i.Stream, i.Storage, i.Retention, i.Replicas)
+	if i.StreamLeader != "" {
+		res.Target += ", leader " + i.StreamLeader
+	}
 	res.CountsNote = fmt.Sprintf("  (stream holds %d)", i.StreamMsgs)
 }
 

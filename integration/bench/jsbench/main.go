@@ -30,7 +30,7 @@ func run1(args []string) int {
 		fmt.Fprintf(fs.Output(), "usage: jsbench [--url nats://127.0.0.1:4222] [--stream S] [--subject SUBJ] [--size B] [--producers P]\n"+
 			"               [--consumers C] [--window W] [--confirmed] [--prefetch N] [--auto-ack] [--duration D]\n"+
 			"               [--warmup D] [--drain D] [--rate R] [--max-ahead N] [--mode throughput|rtt]\n"+
-			"               [--retention limits|workqueue] [--keep-stream] [--json] [--progress=false]\n\nflags:\n")
+			"               [--retention limits|workqueue] [--replicas N] [--keep-stream] [--json] [--progress=false]\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	var cfg benchkit.Config
@@ -45,6 +45,7 @@ func run1(args []string) int {
 	fs.StringVar(&drv.Stream, "stream", "", "stream to create (default: a fresh JSBENCH_<ns>)")
 	fs.StringVar(&drv.Subject, "subject", "", "the stream's subject (default: jsbench.<ns>)")
 	fs.StringVar(&drv.Retention, "retention", "limits", "stream retention: limits (acked messages stay, as a log) or workqueue (acked messages are removed)")
+	fs.IntVar(&drv.Replicas, "replicas", 1, "the stream's replicas: 1 on a single server, up to the cluster's size (3 for R3 on a 3-node cluster)")
 	partitions := fs.Int("partitions", 1, "accepted for symmetry with fibrilctl bench; a stream is one partition")
 	fs.BoolVar(&drv.KeepStream, "keep-stream", false, "leave the stream on the server at the end (default: delete it)")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
@@ -75,6 +76,11 @@ func run1(args []string) int {
 	case "workqueue":
 	default:
 		fmt.Fprintf(os.Stderr, "jsbench: --retention must be limits or workqueue, not %q\n", drv.Retention)
+		return 2
+	}
+	if drv.Replicas < 1 || drv.Replicas > 5 {
+		// JetStream allows 1 to 5 replicas.
+		fmt.Fprintf(os.Stderr, "jsbench: --replicas must be 1 to 5, not %d\n", drv.Replicas)
 		return 2
 	}
 	cfg.Log = os.Stderr

@@ -25,8 +25,24 @@ func TestCompareFlagsParse(t *testing.T) {
 	}
 }
 
+func TestReplicasFlag(t *testing.T) {
+	// The flags replication.sh passes (an R3 stream on a 3-node cluster)
+	// parse: the run fails in setup (exit 1), not on its flags (exit 2).
+	args := []string{"--url", "nats://127.0.0.1:1", "--replicas", "3", "--confirmed", "--size", "1024",
+		"--window", "256", "--producers", "1", "--consumers", "0", "--duration", "1s", "--warmup", "0s",
+		"--json", "--progress=false"}
+	if code := run1(args); code != 1 {
+		t.Fatalf("--replicas 3: exit %d, want 1 (connection refused)", code)
+	}
+	for _, bad := range []string{"0", "6", "-1"} {
+		if code := run1([]string{"--replicas", bad}); code != 2 {
+			t.Errorf("--replicas %s: exit %d, want 2", bad, code)
+		}
+	}
+}
+
 func TestResultJSONIsFlat(t *testing.T) {
-	b, err := json.Marshal(result{&benchkit.Result{MsgsPerSec: 5, Lost: 1}, streamInfo{System: "jetstream", StreamMsgs: 7}})
+	b, err := json.Marshal(result{&benchkit.Result{MsgsPerSec: 5, Lost: 1}, streamInfo{System: "jetstream", StreamMsgs: 7, Replicas: 3, StreamLeader: "nats-2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +50,8 @@ func TestResultJSONIsFlat(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	if m["msgs_per_sec"] != 5.0 || m["lost"] != 1.0 || m["system"] != "jetstream" || m["stream_msgs"] != 7.0 {
+	if m["msgs_per_sec"] != 5.0 || m["lost"] != 1.0 || m["system"] != "jetstream" || m["stream_msgs"] != 7.0 ||
+		m["replicas"] != 3.0 || m["stream_leader"] != "nats-2" {
 		t.Fatalf("JSON %s", b)
 	}
 	for _, k := range []string{"confirm_p99_us", "e2e_p999_us", "duplicates", "server_version", "retention", "cpu_per_msg_us"} {
