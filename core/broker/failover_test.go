@@ -3,11 +3,13 @@ package broker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/memcoord"
 	"github.com/fibrilgo/fibril/core/testkit"
 )
 
@@ -144,5 +146,80 @@ func TestClusterDrainHandsPartitionsOver(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "a confirmed publish on the new owner", func() bool {
 		return publish(fmt.Sprint("after-", i)) == nil
 	})
+	consumeConfirmed(ctx, t, c, confirmed)
+}
+
+// memStore is the in-memory coordination store of t's memtest cluster.
+func memStore(t *testing.T) *memcoord.Store {
+	t.Helper()
+	memStores.Lock()
+	defer memStores.Unlock()
+	st := memStores.m[memStores.names[t]]
+	if st == nil {
+		t.Fatal("no memtest store for this test")
+	}
+	return st
+}
+
+// An owner cut off from coordination (its coordination plugin died, or its
+// link to the quorum) keeps its partition only while its lease is surely
+// valid; then an in-sync follower takes the partition with a new epoch and
+// publishing goes on there. When the owner reaches coordination again it
+// finds the newer epoch and becomes a follower, and every message a client
+// saw confirmed, before, during and after, is delivered.
+func TestClusterOwnerCutFromCoordinationIsReplaced(t *testing.T) {
+	bs := startMemCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ref := core.PartitionRef{Topic: "orders"}
+	declareOrders(ctx, t, bs[0])
+	owner, followers := placedWithFollowers(t, bs, ref)
+	c := dialClient(ctx, t, followers[0])
+	pub := c.Publisher("orders", client.PublisherOptions{})
+	confirmed := map[string]bool{}
+	publish := func(msg string) error {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer pcancel()
+		_, err := pub.PublishConfirmed(pctx, client.Message{Payload: []byte(msg)})
+		if err == nil {
+			confirmed[msg] = true
+		}
+		return err
+	}
+	for i := range 50 {
+		if err := publish(fmt.Sprint("before-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := followers[0].cluster.cl.Snapshot().Partition(ref)
+	st := memStore(t)
+	st.PauseMember(string(owner.nodeID))
+	i := 0
+	testkit.Eventually(t, 20*time.Second, "a follower takes the partition and confirms", func() bool {
+		err := publish(fmt.Sprint("during-", i)) // fails retryably while it moves
+		i++
+		p, _ := followers[0].cluster.cl.Snapshot().Partition(ref)
+		return err == nil && p.Node != owner.nodeID
+	})
+	p, _ := followers[0].cluster.cl.Snapshot().Partition(ref)
+	if p.Epoch <= before.Epoch || !p.Written || (p.Node != followers[0].nodeID && p.Node != followers[1].nodeID) {
+		t.Fatalf("after the cut: %+v (before: %+v)", p.Assignment, before.Assignment)
+	}
+	if owner.cluster.cl.LeaseValid() {
+		t.Error("the cut-off owner still counts its lease as valid")
+	}
+	st.ResumeMember(string(owner.nodeID))
+	testkit.EventuallyReport(t, 20*time.Second, func() bool {
+		p, _ := followers[0].cluster.cl.Snapshot().Partition(ref)
+		return p.HasFollower(owner.nodeID) && slices.Contains(p.InSync, owner.nodeID)
+	}, func() string {
+		p, _ := followers[0].cluster.cl.Snapshot().Partition(ref)
+		return fmt.Sprintf("the former owner %s is not an in-sync follower again: %+v", owner.nodeID, p.Assignment)
+	})
+	for j := range 20 {
+		if err := publish(fmt.Sprint("after-", j)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	consumeConfirmed(ctx, t, c, confirmed)
 }
