@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,10 @@ type Cluster struct {
 	lease    core.Lease
 	labels   core.Labels
 	recorded bool // the live record under lease was written
+	// viewFrom is the store index this node's view must reach before it
+	// may act as owner under lease: the index of the lease's live record
+	// (ServeUntil).
+	viewFrom uint64
 
 	written sync.Map // core.PartitionRef → epoch marked written by this node
 
@@ -184,12 +189,20 @@ func (c *Cluster) Margin() time.Duration { return c.opts.Heartbeat }
 func (c *Cluster) TTL() time.Duration { return c.opts.TTL }
 
 // ServeUntil is until when this node may act as owner: its lease's
-// ValidUntil minus Margin (the zero time without a lease).
+// ValidUntil minus Margin — the zero time without a lease, and also until
+// this node's view includes the lease's own live record. A node that lost
+// its lease (cut off from coordination, or frozen) and registered again
+// may find, once its view catches up, that its partitions moved meanwhile;
+// before then its view still names it owner in the old epoch, and it must
+// not serve them on that.
 func (c *Cluster) ServeUntil() time.Time {
 	c.leaseMu.Lock()
-	l := c.lease
+	l, from := c.lease, c.viewFrom
 	c.leaseMu.Unlock()
 	if l == nil {
+		return time.Time{}
+	}
+	if s := c.Snapshot(); s == nil || s.Index < from {
 		return time.Time{}
 	}
 	vu := l.ValidUntil()
@@ -263,7 +276,7 @@ func (c *Cluster) register(ctx context.Context) error {
 		return fmt.Errorf("cluster: register member: %w", err)
 	}
 	c.leaseMu.Lock()
-	c.lease, c.recorded = lease, false
+	c.lease, c.recorded, c.viewFrom = lease, false, math.MaxUint64
 	labels := c.labels.Clone()
 	c.leaseMu.Unlock()
 	return c.putRecord(ctx, lease, labels)
@@ -273,12 +286,13 @@ func (c *Cluster) putRecord(ctx context.Context, lease core.Lease, labels core.L
 	info := c.opts.Self
 	info.Labels = labels
 	b, _ := json.Marshal(info)
-	if _, err := lease.Put(ctx, nodeKey(c.self), b, core.AnyVersion); err != nil {
+	v, err := lease.Put(ctx, nodeKey(c.self), b, core.AnyVersion)
+	if err != nil {
 		return fmt.Errorf("cluster: write node record: %w", err)
 	}
 	c.leaseMu.Lock()
-	if c.lease == lease {
-		c.recorded = true
+	if c.lease == lease && !c.recorded {
+		c.recorded, c.viewFrom = true, v
 	}
 	c.leaseMu.Unlock()
 	return nil

@@ -385,6 +385,31 @@ func TestServeUntilStopsBeforeExpiry(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, "valid again", a.LeaseValid)
 }
 
+// fixedLease is a lease valid until a fixed time.
+type fixedLease struct {
+	core.Lease
+	until time.Time
+}
+
+func (l fixedLease) ValidUntil() time.Time { return l.until }
+
+// A node that registered again (after its lease was lost) serves nothing
+// until its view holds its new live record: until then the view may still
+// name it owner of partitions that moved meanwhile, in their old epoch.
+func TestServeUntilWaitsForTheViewOfTheNewLease(t *testing.T) {
+	c := &Cluster{opts: Options{Now: time.Now, Heartbeat: time.Second}}
+	until := time.Now().Add(time.Minute)
+	c.lease, c.recorded, c.viewFrom = fixedLease{until: until}, true, 7
+	c.snap.Store(&Snapshot{Index: 6})
+	if c.LeaseValid() || !c.ServeUntil().IsZero() {
+		t.Fatalf("serving until %v with a view at index 6, before the lease's record at 7", c.ServeUntil())
+	}
+	c.snap.Store(&Snapshot{Index: 7})
+	if want := until.Add(-c.Margin()); !c.LeaseValid() || !c.ServeUntil().Equal(want) {
+		t.Fatalf("view at 7: serving until %v, want %v", c.ServeUntil(), want)
+	}
+}
+
 // Heartbeats must not move the topology generation (S-131); a routing
 // change must.
 func TestGenerationMovesOnRoutingChangesOnly(t *testing.T) {
