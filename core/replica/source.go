@@ -192,7 +192,7 @@ func (s *Source) fill(b *wire.ReadOK, own Owned, msgNext, evNext, budget uint64)
 	_, logNext := own.Log.Bounds() // every record an event above names is below it
 	// A batch holds records of one epoch of the log's history, and says
 	// which: the follower keeps the same history (Follower.apply).
-	epoch, epochEnd := epochAt(own.Log.Epochs(), msgNext)
+	epoch, epochEnd := own.Log.EpochOf(msgNext)
 	m := &b.Messages
 	m.Kind = wire.ReadBatch
 	m.Batch = wire.MessageBatch{Epoch: epoch, RequestedOffset: msgNext, NextOffset: msgNext, Records: m.Batch.Records[:0]}
@@ -233,20 +233,6 @@ func (s *Source) fill(b *wire.ReadOK, own Owned, msgNext, evNext, budget uint64)
 	}
 	e.Batch.NextOffset = evEnd
 	return nil
-}
-
-// epochAt returns the epoch of history in which the record at off was
-// written and where that epoch's records end (the next entry's start);
-// 0 and no end when the history says nothing about off.
-func epochAt(history []storage.EpochStart, off uint64) (epoch, end uint64) {
-	end = ^uint64(0)
-	for i := len(history) - 1; i >= 0; i-- {
-		if history[i].Start <= off {
-			return history[i].Epoch, end
-		}
-		end = history[i].Start
-	}
-	return 0, end
 }
 
 // Read answers a pull read (op 80): records from req.MessageFrom (up to

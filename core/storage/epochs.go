@@ -119,6 +119,23 @@ func (p *Partition) Epochs() []EpochStart {
 	return append([]EpochStart(nil), p.epochs...)
 }
 
+// EpochOf returns the epoch of the history in which the record at off was
+// written and where that epoch's records end (the next entry's start);
+// 0 and no end when the history says nothing about off. A replication
+// stream asks it for every batch, so it reads the history in place.
+func (p *Partition) EpochOf(off uint64) (epoch, end uint64) {
+	p.epochMu.Lock()
+	defer p.epochMu.Unlock()
+	end = ^uint64(0)
+	for i := len(p.epochs) - 1; i >= 0; i-- {
+		if p.epochs[i].Start <= off {
+			return p.epochs[i].Epoch, end
+		}
+		end = p.epochs[i].Start
+	}
+	return 0, end
+}
+
 // BeginEpoch records that the records appended from now on are written in
 // epoch: the owner calls it when it starts serving the partition under a
 // new assignment epoch, before it appends anything in it. Recording the

@@ -51,6 +51,12 @@ func TestEpochHistory(t *testing.T) {
 			t.Errorf("EpochEnd(%d) = %d, %d, %t; want %d, %d, %t", c.ask, found, end, ok, c.found, c.end, c.ok)
 		}
 	}
+	const none = ^uint64(0)
+	for _, c := range []struct{ off, epoch, end uint64 }{{0, 1, 50}, {49, 1, 50}, {50, 3, 80}, {80, 5, none}, {500, 5, none}} {
+		if epoch, end := p.EpochOf(c.off); epoch != c.epoch || end != c.end {
+			t.Errorf("EpochOf(%d) = %d, %d; want %d, %d", c.off, epoch, end, c.epoch, c.end)
+		}
+	}
 	if err := p.BeginEpochAt(7, 101); !errors.Is(err, storage.ErrOutOfRange) {
 		t.Fatalf("an epoch starting past the log: %v, want ErrOutOfRange", err)
 	}
