@@ -45,8 +45,10 @@ func campaignKills(t *testing.T) int {
 // FIBRIL_KILL_OWNERS=1 kills only brokers that own a partition (a
 // failover-time measurement), FIBRIL_KILL_LAYOUT=public runs three public
 // brokers instead, the client knowing all three (so that the raft leader
-// may be an owner and be killed), FIBRIL_TEST_DEFAULT_TIMING=1 the default
-// heartbeat and liveness TTL.
+// may be an owner and be killed), FIBRIL_KILL_VICTIM=leader kills the raft
+// leader every time (when it is not the gateway), FIBRIL_TEST_DEFAULT_TIMING=1
+// the default heartbeat and liveness TTL. The placement controller is
+// reported apart from the raft leader: they are separate elections.
 func TestKillCampaign(t *testing.T) {
 	kills := campaignKills(t)
 	seed := uint64(time.Now().UnixNano())
@@ -119,15 +121,24 @@ func TestKillCampaign(t *testing.T) {
 				victim = owners[rng.IntN(len(owners))]
 			}
 		}
+		raftLeader := ""
+		for _, nd := range rc.nodes {
+			if metric(t, nd.broker, "fibril_raft_is_leader") == 1 {
+				raftLeader = nd.id
+			}
+		}
+		if os.Getenv("FIBRIL_KILL_VICTIM") == "leader" && raftLeader != "" && rc.node(raftLeader) != gateway {
+			victim = rc.node(raftLeader)
+		}
 		var owned []uint32
 		for _, p := range topo.Partitions {
 			if p.Topic == "orders" && p.Owner == victim.id {
 				owned = append(owned, p.Partition)
 			}
 		}
-		leader := false
+		leader, controller := victim.id == raftLeader, false
 		for _, n := range topo.Nodes {
-			leader = leader || n.ID == victim.id && n.Controller
+			controller = controller || n.ID == victim.id && n.Controller
 		}
 		role := "follower"
 		switch {
@@ -137,7 +148,10 @@ func TestKillCampaign(t *testing.T) {
 			role = "owner"
 		}
 		if leader {
-			role += "+leader"
+			role += "+raft-leader"
+		}
+		if controller {
+			role += "+controller"
 		}
 		roles[role]++
 		killed := time.Now()
