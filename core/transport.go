@@ -133,6 +133,14 @@ var (
 	// or failed handshake, a stream limit at the peer.
 	ErrPeerRefused = errors.New("peer refused or unreachable")
 
+	// ErrPeerNotListening is wrapped, besides ErrPeerRefused, when the
+	// peer's host answered that nothing listens on the peer's address
+	// (TCP: connection refused): its process is gone, not merely out of
+	// reach. Replication takes it, with a dropped stream, as evidence that
+	// an owner crashed (docs/cluster.md#replication). A transport that
+	// cannot tell wraps ErrPeerRefused alone.
+	ErrPeerNotListening = errors.New("nothing listens on the peer's address")
+
 	// ErrStreamAborted is wrapped by the Read or Write of a stream that
 	// ended without an orderly close.
 	ErrStreamAborted = errors.New("stream aborted")

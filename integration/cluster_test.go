@@ -508,3 +508,64 @@ func TestClusterWipedFollowerCatchesUpAndTakesOver(t *testing.T) {
 	t.Logf("the wiped %s caught up and took the partition over from the killed %s", follower.id, owner.id)
 	drainConfirmed(t, rc, probe, confirmed)
 }
+
+// A kill -9 leaves evidence: the owner's replication streams drop at once
+// and nothing listens on its peer address any more. Its followers fence
+// (they acknowledge nothing more of its epoch) and publish their tails,
+// and the controller promotes one without waiting for the dead owner's
+// lease — here 20 s, so the partition must take confirmed publishes again
+// while the dead owner still counts as live. Nothing confirmed is lost,
+// and the owner comes back as a follower (docs/cluster.md#replication).
+func TestClusterOwnerCrashFailsOverBeforeItsLeaseEnds(t *testing.T) {
+	rc := startRaftCluster(t, 3, "--coordination.liveness_ttl_ms=20000")
+	c := newClient(t, rc.nodes[0].Addr)
+	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "orders", Partitions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	owners := rc.placed(rc.nodes[0], "orders", 3)
+	confirmed := map[string]bool{}
+	for p := range uint32(3) {
+		for i := range 5 {
+			payload := fmt.Sprintf("p%d-%d", p, i)
+			publish(t, c, "orders", client.Message{Partition: u32(p), Payload: []byte(payload)})
+			confirmed[payload] = true
+		}
+	}
+	fullyReplicated(t, rc, 3)
+	victimPart, victim := pickVictim(rc, owners)
+	victim.kill()
+	probe := newClient(t, rc.nodes[0].Addr)
+	after := 0
+	var liveAtFirstConfirm bool
+	testkit.Eventually(t, 15*time.Second, "a confirmed publish to the crashed owner's partition, within its 20 s lease", func() bool {
+		payload := fmt.Sprintf("p%d-after-%d", victimPart, after)
+		if _, err := probe.Publisher("orders", client.PublisherOptions{}).PublishConfirmed(ctxT(t, time.Second),
+			client.Message{Partition: u32(victimPart), Payload: []byte(payload)}); err != nil {
+			return false
+		}
+		confirmed[payload] = true
+		after++
+		for _, n := range rc.topology(rc.nodes[0]).Nodes {
+			if n.ID == victim.id {
+				liveAtFirstConfirm = n.Live
+			}
+		}
+		return true
+	})
+	if !liveAtFirstConfirm {
+		t.Fatalf("%s's lease had ended before its partition took a confirm: the failover did not act on the crash evidence", victim.id)
+	}
+	if o := rc.ownerOf(rc.nodes[0], "orders", victimPart); o == victim.id {
+		t.Fatalf("partition %d still belongs to the crashed owner %s after a confirmed publish", victimPart, o)
+	}
+	rc.restart(victim)
+	testkit.Eventually(t, 2*waitTimeout, victim.id+" in sync again as a follower", func() bool {
+		for _, p := range rc.topology(rc.nodes[0]).Partitions {
+			if p.Topic == "orders" && p.Partition == victimPart {
+				return p.Owner != victim.id && slices.Contains(p.InSync, victim.id)
+			}
+		}
+		return false
+	})
+	drainConfirmed(t, rc, c, confirmed)
+}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
@@ -199,6 +202,10 @@ type following struct {
 	done   chan struct{}
 	fw     *replica.Follower
 	log    atomic.Pointer[storage.Partition] // the open replica, for tests
+	// fenced is the assignment epoch this replica fenced on evidence that
+	// its owner crashed (0: none): it acknowledges nothing more until the
+	// assignment moves on or this node leaves the in-sync set (fenceHolds).
+	fenced atomic.Uint64
 }
 
 // reconcile starts a replica for every queue partition snap says this
@@ -254,10 +261,14 @@ func (f *followers) publishTailsLocked(snap *cluster.Snapshot) {
 	tails := make(map[core.PartitionRef]cluster.Tail)
 	for ref, fl := range f.running {
 		p, ok := snap.Partition(ref)
-		if !ok || p.Node != fl.owner || snap.Live(fl.owner) || !slices.Contains(p.InSync, self) {
+		if !ok || p.Node != fl.owner || !slices.Contains(p.InSync, self) {
 			continue
 		}
-		tails[ref] = cluster.Tail{Epoch: p.Epoch, Next: fl.fw.DurableNext()}
+		fenced := fl.fenced.Load() == p.Epoch
+		if snap.Live(fl.owner) && !fenced {
+			continue
+		}
+		tails[ref] = cluster.Tail{Epoch: p.Epoch, Next: fl.fw.DurableNext(), Fenced: fenced}
 	}
 	f.tailsMu.Lock()
 	f.tailsWant = cluster.FormatTails(tails)
@@ -269,25 +280,94 @@ func (f *followers) publishTailsLocked(snap *cluster.Snapshot) {
 	go func() { // each writes the newest value, so the last one wins
 		f.tailsWrite.Lock()
 		defer f.tailsWrite.Unlock()
-		f.tailsMu.Lock()
-		v, sent := f.tailsWant, f.tailsSent
-		f.tailsMu.Unlock()
-		if v == sent {
-			return
+		// Retried until written or superseded: a failover waits for
+		// these tails, and coordination may be electing a new leader
+		// right then (the dead owner may have been the raft leader).
+		for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+			f.tailsMu.Lock()
+			v, sent := f.tailsWant, f.tailsSent
+			f.tailsMu.Unlock()
+			if v == sent {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+			err := f.c.cl.SetLabel(ctx, core.LabelTails, v)
+			cancel()
+			if err == nil {
+				if v != "" {
+					f.c.b.log.Info("the owner of partitions this broker follows is not live or crashed; published their tails", "tails", v)
+				}
+				f.tailsMu.Lock()
+				f.tailsSent = v
+				f.tailsMu.Unlock()
+				return
+			}
+			if wait == 100*time.Millisecond { // once per write, not per retry
+				f.c.b.log.Warn("publishing replica tails for a failover failed; retrying until it succeeds", "err", err)
+			}
+			select {
+			case <-f.c.stop:
+				return
+			case <-time.After(wait):
+			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-		defer cancel()
-		if err := f.c.cl.SetLabel(ctx, core.LabelTails, v); err != nil {
-			f.c.b.log.Warn("publishing replica tails for a failover failed", "err", err)
-			return
-		}
-		if v != "" {
-			f.c.b.log.Info("the owner of partitions this broker follows is not live; published their tails", "tails", v)
-		}
-		f.tailsMu.Lock()
-		f.tailsSent = v
-		f.tailsMu.Unlock()
 	}()
+}
+
+// republishTails publishes the tails again from the current snapshot (a
+// replica fenced or lifted its fence). It runs apart: a replica's
+// goroutine must not wait for f.mu, which reconcile holds while it waits
+// for replicas to stop.
+func (f *followers) republishTails() {
+	go func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.publishTailsLocked(f.c.cl.Snapshot())
+	}()
+}
+
+// Crash evidence (docs/cluster.md#replication). When a replica's stream
+// from its owner drops (the connection ended, not the owner) and the
+// owner's host then answers that nothing listens on its peer address, the
+// owner's process is gone. The replica fences: it acknowledges nothing
+// more of the partition's epoch and publishes its tail as final
+// (cluster.Tail.Fenced). Once every member of the recorded in-sync set has
+// fenced, the controller promotes one at once instead of waiting for the
+// owner's lease to end: should the owner still run, it cannot confirm
+// another record, as no member will acknowledge it (core/cluster/failover.go,
+// fencedByAll). A fence holds while the assignment stays in that epoch with
+// this node in its in-sync set; once the epoch moves, or the owner took
+// this node out of the set, the fence no longer counts for a promotion
+// and the replica follows again.
+
+// connectionLost reports whether a replica's run ended because its
+// connection to the owner went (not because the owner ended the stream).
+func connectionLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, core.ErrStreamAborted) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// fence fences ref's replica at the assignment's epoch when this node is
+// in its in-sync set under fl's owner (otherwise its fence would not
+// count, and it just retries), and reports whether it did.
+func (f *followers) fence(ref core.PartitionRef, fl *following, log *slog.Logger) bool {
+	p, ok := f.c.cl.Snapshot().Partition(ref)
+	if !ok || p.Node != fl.owner || !slices.Contains(p.InSync, f.c.self.ID) {
+		return false
+	}
+	fl.fenced.Store(p.Epoch)
+	log.Warn("the owner's stream dropped and nothing listens on its address: it crashed; this replica acknowledges nothing more of this epoch and publishes its tail for a failover",
+		"epoch", p.Epoch, "tail", fl.fw.DurableNext())
+	f.republishTails()
+	return true
+}
+
+// fenceHolds reports whether ref's replica, fenced at epoch, must stay
+// fenced: the assignment is still in that epoch under fl's owner with
+// this node in sync.
+func (f *followers) fenceHolds(ref core.PartitionRef, fl *following, epoch uint64) bool {
+	p, ok := f.c.cl.Snapshot().Partition(ref)
+	return ok && p.Epoch == epoch && p.Node == fl.owner && slices.Contains(p.InSync, f.c.self.ID)
 }
 
 // stopAll stops every replica (the broker is leaving).
@@ -341,8 +421,23 @@ func (f *followers) follow(ctx context.Context, ref core.PartitionRef, fl *follo
 	}()
 	pause := 100 * time.Millisecond
 	var lastErr string
+	dropped := false // the last run ended because the connection to the owner went
 	for ctx.Err() == nil {
+		if e := fl.fenced.Load(); e != 0 {
+			if f.fenceHolds(ref, fl, e) {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				continue
+			}
+			fl.fenced.Store(0)
+			log.Info("the replica's fence no longer counts (the assignment moved, or this node left the in-sync set); following again", "fenced_epoch", e)
+			f.republishTails()
+		}
 		began := time.Now()
+		ran := false
 		err := func() error {
 			if rep == nil {
 				r, err := b.queues.OpenReplica(key, ref.Partition)
@@ -368,11 +463,17 @@ func (f *followers) follow(ctx context.Context, ref core.PartitionRef, fl *follo
 				return err
 			}
 			defer s.Close()
+			ran = true
 			return fw.Run(ctx, s)
 		}()
 		if ctx.Err() != nil {
 			return
 		}
+		if dropped && !ran && errors.Is(err, core.ErrPeerNotListening) && f.fence(ref, fl, log) {
+			dropped = false
+			continue
+		}
+		dropped = ran && connectionLost(err) || dropped && !ran && !errors.Is(err, core.ErrPeerNotListening)
 		var de *replica.DivergedError
 		var be *replica.BehindError
 		switch {

@@ -145,8 +145,10 @@ func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.
 			// A written partition fails over as soon as its owner's lease
 			// has ended, with no further wait: the owner stopped confirming
 			// a margin before its ValidUntil, which the backend never
-			// undercuts, so that margin already lies behind us (S-136).
-			if p.Placed() && p.Written && !snap.Live(p.Node) {
+			// undercuts, so that margin already lies behind us (S-136) —
+			// or before, when every in-sync member saw the owner crash and
+			// fenced its epoch (fencedByAll).
+			if p.Placed() && p.Written && (!snap.Live(p.Node) || fencedByAll(p, tails[p.Ref])) {
 				next, ok := promotion(p, tails[p.Ref], usable, func(id core.NodeID) int { return total[id] })
 				if !ok {
 					continue // it waits for its owner, or for its members' tails

@@ -28,14 +28,23 @@ import (
 type Tail struct {
 	Epoch uint64
 	Next  uint64
+	// Fenced: the follower saw the owner crash (its stream dropped and
+	// nothing listens on the owner's address any more) and will never
+	// again acknowledge a record of this epoch, so Next is final.
+	Fenced bool
 }
 
 // FormatTails renders tails as the LabelTails value: one line per
-// partition, "<epoch> <next> <assign key>", in key order; "" for none.
+// partition, "<epoch> <next> <assign key>" and " fenced" for a fenced
+// tail, in key order; "" for none.
 func FormatTails(tails map[core.PartitionRef]Tail) string {
 	lines := make([]string, 0, len(tails))
 	for ref, t := range tails {
-		lines = append(lines, strconv.FormatUint(t.Epoch, 10)+" "+strconv.FormatUint(t.Next, 10)+" "+assignKey(ref))
+		line := strconv.FormatUint(t.Epoch, 10) + " " + strconv.FormatUint(t.Next, 10) + " " + assignKey(ref)
+		if t.Fenced {
+			line += " fenced"
+		}
+		lines = append(lines, line)
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
@@ -46,7 +55,8 @@ func ParseTails(v string) map[core.PartitionRef]Tail {
 	out := make(map[core.PartitionRef]Tail)
 	for line := range strings.SplitSeq(v, "\n") {
 		f := strings.Fields(line)
-		if len(f) != 3 {
+		fenced := len(f) == 4 && f[3] == "fenced"
+		if len(f) != 3 && !fenced {
 			continue
 		}
 		epoch, err1 := strconv.ParseUint(f[0], 10, 64)
@@ -55,7 +65,7 @@ func ParseTails(v string) map[core.PartitionRef]Tail {
 		if err1 != nil || err2 != nil || !ok {
 			continue
 		}
-		out[core.PartitionRef{Topic: topic, Group: group, Partition: n}] = Tail{Epoch: epoch, Next: next}
+		out[core.PartitionRef{Topic: topic, Group: group, Partition: n}] = Tail{Epoch: epoch, Next: next, Fenced: fenced}
 	}
 	return out
 }
@@ -81,6 +91,30 @@ func (s *Snapshot) reportedTails() map[core.PartitionRef]map[core.NodeID]Tail {
 		}
 	}
 	return out
+}
+
+// fencedByAll reports whether every member of p's recorded in-sync set
+// published a fenced tail under p's epoch: each saw the owner crash and
+// will acknowledge nothing more of this epoch, so the owner — should it
+// still be running — cannot confirm another record (a replica-gated
+// confirm needs a member's copy, and shrinking the set is a
+// compare-and-set the promotion's own write makes fail, or that makes the
+// promotion's fail). The controller then promotes at once instead of
+// waiting for the owner's lease to end; a wrong guess costs a move, not a
+// confirmed record (docs/ARCHITECTURE.md#replication).
+func fencedByAll(p Partition, tails map[core.NodeID]Tail) bool {
+	n := 0
+	for _, id := range p.InSync {
+		if id == p.Node {
+			continue
+		}
+		t, ok := tails[id]
+		if !ok || t.Epoch != p.Epoch || !t.Fenced {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }
 
 // promotion plans the failover of p, a written partition whose owner is

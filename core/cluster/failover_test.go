@@ -16,6 +16,7 @@ func TestTailsRoundTrip(t *testing.T) {
 		{Topic: "orders", Partition: 2}:                  {Epoch: 7, Next: 120},
 		{Topic: "billing", Group: "eu", Partition: 0}:    {Epoch: 1, Next: 0},
 		{Topic: "a-b_c.d", Group: "g1", Partition: 4095}: {Epoch: 1 << 40, Next: 1 << 50},
+		{Topic: "orders", Partition: 3}:                  {Epoch: 7, Next: 99, Fenced: true},
 	}
 	v := FormatTails(in)
 	if got := ParseTails(v); !reflect.DeepEqual(got, in) {
@@ -24,7 +25,7 @@ func TestTailsRoundTrip(t *testing.T) {
 	if FormatTails(nil) != "" || len(ParseTails("")) != 0 {
 		t.Fatal("no tails must be the empty label")
 	}
-	if got := ParseTails("x 1 assign/a/@default/0\n3 4 assign/a/@default/1\n5 6 queues/a"); len(got) != 1 {
+	if got := ParseTails("x 1 assign/a/@default/0\n3 4 assign/a/@default/1\n5 6 queues/a\n7 8 assign/a/@default/2 maybe"); len(got) != 1 {
 		t.Fatalf("damaged lines were not skipped: %v", got)
 	}
 }
@@ -135,5 +136,51 @@ func TestPromotionAtFirstSightOfTheDeadOwner(t *testing.T) {
 	}
 	if n := c.stats.Promotions.Load(); n != 1 {
 		t.Fatalf("promotions = %d, want 1", n)
+	}
+}
+
+// With the owner's lease still live, the controller promotes only when
+// every member of the recorded in-sync set published a fenced tail under
+// the partition's epoch (each saw the owner crash); one member that did
+// not, or a fence of an older epoch, leaves the partition with its owner.
+func TestPromotionOnCrashEvidence(t *testing.T) {
+	ref := core.PartitionRef{Topic: "orders"}
+	run := func(tails map[core.NodeID]Tail) (Assignment, bool) {
+		f := NewFixture()
+		node := func(id core.NodeID) core.NodeInfo {
+			info := core.NodeInfo{ID: id, PeerAddr: "127.0.0.1:1", Labels: core.Labels{core.LabelFollowers: "1"}}
+			if tl, ok := tails[id]; ok {
+				info.Labels[core.LabelTails] = FormatTails(map[core.PartitionRef]Tail{ref: tl})
+			}
+			return info
+		}
+		snap := f.Node(node("a"), true).Node(node("b"), true).Node(node("c"), true).
+			Queue(queue.QueueInfo{Key: queue.Key{Topic: "orders"}, PartitionCount: 1}).
+			Assign(ref, Assignment{Node: "a", Epoch: 4, Written: true,
+				Followers: []core.NodeID{"b", "c"}, InSync: []core.NodeID{"b", "c"}, Acks: 1}).
+			Snapshot()
+		rec := &casRecorder{writes: map[string][]byte{}}
+		c := &Cluster{coord: rec, opts: Options{Now: time.Now, Heartbeat: time.Second}, log: slog.New(slog.DiscardHandler)}
+		c.SetTargetFollowers(func() int { return DefaultTargetFollowers })
+		c.place(context.Background(), snap, map[core.NodeID]time.Time{})
+		v, ok := rec.writes[assignKey(ref)]
+		if !ok {
+			return Assignment{}, false
+		}
+		a, _ := decodeAssignment(v)
+		return a, a.Node != "a"
+	}
+	fenced := func(next uint64) Tail { return Tail{Epoch: 4, Next: next, Fenced: true} }
+	if a, moved := run(map[core.NodeID]Tail{"b": fenced(10), "c": fenced(12)}); !moved || a.Node != "c" || a.Epoch != 5 {
+		t.Fatalf("both members fenced: %+v moved %v, want c at epoch 5", a, moved)
+	}
+	if a, moved := run(map[core.NodeID]Tail{"b": fenced(10), "c": {Epoch: 4, Next: 12}}); moved {
+		t.Fatalf("c did not fence, yet the live owner's partition moved: %+v", a)
+	}
+	if a, moved := run(map[core.NodeID]Tail{"b": fenced(10)}); moved {
+		t.Fatalf("c is silent, yet the live owner's partition moved: %+v", a)
+	}
+	if a, moved := run(map[core.NodeID]Tail{"b": {Epoch: 3, Next: 10, Fenced: true}, "c": {Epoch: 3, Next: 12, Fenced: true}}); moved {
+		t.Fatalf("fences of an older epoch moved the partition: %+v", a)
 	}
 }

@@ -334,7 +334,11 @@ func (l *link) openStream(ctx context.Context) (*stream, error) {
 	d := net.Dialer{KeepAliveConfig: keepAliveConfig()}
 	nc, err := d.DialContext(ctx, "tcp", l.peer.Addr)
 	if err != nil {
-		return nil, l.refused("%s", describeDialError(ctx, err))
+		refused := l.refused("%s", describeDialError(ctx, err))
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w (%w)", refused, core.ErrPeerNotListening)
+		}
+		return nil, refused
 	}
 	c := nc.(*net.TCPConn)
 	c.SetNoDelay(true) //nolint:errcheck // the default; best effort

@@ -174,8 +174,8 @@ func TestMetrics(t *testing.T) {
 	free := ln.Addr().String()
 	ln.Close()
 	bad, _ := a.Dial(ctx, core.Peer{ID: "z", Addr: free})
-	if _, err := bad.OpenStream(ctx); err == nil {
-		t.Fatal("OpenStream to a free port succeeded")
+	if _, err := bad.OpenStream(ctx); !errors.Is(err, core.ErrPeerRefused) || !errors.Is(err, core.ErrPeerNotListening) {
+		t.Fatalf("OpenStream to a port nothing listens on: %v, want ErrPeerRefused and ErrPeerNotListening", err)
 	}
 	check := func(what, name, label, value string, want float64) {
 		t.Helper()
