@@ -52,6 +52,8 @@ type coordinated struct {
 	stop  chan struct{}
 	done  chan struct{}
 	ran   bool // run was started (close waits for it)
+	// promoting: a promoteFenced attempt runs.
+	promoting atomic.Bool
 	// applied are the queues of the last snapshot installed without error
 	// (applyCatalog, run goroutine only).
 	applied map[*cluster.Queue]bool
@@ -173,6 +175,7 @@ func (c *coordinated) run() {
 			c.applyCatalog(snap)
 			c.closeMoved(snap) // first: a replica of a moved partition needs the engine to let go of it
 			c.followers.reconcile(snap)
+			c.promoteFenced(snap)
 			c.retainLinks(snap)
 			c.warnNoGateway(snap)
 			applied = snap.Index
@@ -204,6 +207,30 @@ func (c *coordinated) run() {
 		case <-t.C:
 		}
 	}
+}
+
+// promoteFenced fails over, in the background, the partitions this node
+// follows in sync whose in-sync members all fenced on crash evidence
+// (cluster.PromoteFenced): the controller does the same, but it may be
+// the node that crashed. One attempt runs at a time; the next view tries
+// again.
+func (c *coordinated) promoteFenced(snap *cluster.Snapshot) {
+	if !c.promoting.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer c.promoting.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), c.cl.TTL())
+		defer cancel()
+		go func() { // leaving the cluster ends the attempt
+			select {
+			case <-c.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		c.cl.PromoteFenced(ctx, snap)
+	}()
 }
 
 // close leaves the cluster cleanly: the lease is revoked so peers see this

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"slices"
 	"strconv"
 	"strings"
@@ -166,4 +167,49 @@ func promotion(p Partition, tails map[core.NodeID]Tail, usable func(core.NodeID)
 		}
 	}
 	return next, true
+}
+
+// PromoteFenced fails over, from this node, each written partition of
+// snap of whose recorded in-sync set this node is a member and whose
+// members have all fenced (fencedByAll), as the controller would. The
+// members have the evidence first, and the controller may be the node
+// that crashed: its successor is elected only once its election lease
+// ends. Any node may make the write: it is the same compare-and-set on
+// the assignment's version the controller makes, so a racing write, a
+// lifted fence or a newer plan makes it fail. It returns how many
+// partitions it moved.
+func (c *Cluster) PromoteFenced(ctx context.Context, snap *Snapshot) int {
+	tails := snap.reportedTails()
+	if tails == nil {
+		return 0
+	}
+	var load map[core.NodeID]int
+	usable := func(id core.NodeID) bool {
+		m := snap.Members[id]
+		return m != nil && m.Live && !m.Info.Draining()
+	}
+	moved := 0
+	snap.AllPartitions(func(p Partition) {
+		if !p.Placed() || !p.Written || !slices.Contains(p.InSync, c.self) || !fencedByAll(p, tails[p.Ref]) {
+			return
+		}
+		if load == nil {
+			load = make(map[core.NodeID]int)
+			snap.AllPartitions(func(q Partition) {
+				if q.Placed() {
+					load[q.Node]++
+				}
+			})
+		}
+		next, ok := promotion(p, tails[p.Ref], usable, func(id core.NodeID) int { return load[id] })
+		if !ok || c.assign(ctx, p, next) != nil {
+			return
+		}
+		moved++
+		c.stats.Promotions.Add(1)
+		c.log.Warn("partition failed over: every in-sync follower saw its owner crash; one takes it",
+			"partition", p.Ref.String(), "from", string(p.Node), "to", string(next.Node), "epoch", next.Epoch,
+			"tail", tails[p.Ref][next.Node].Next, "in_sync", next.InSync)
+	})
+	return moved
 }

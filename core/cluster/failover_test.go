@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -182,5 +183,50 @@ func TestPromotionOnCrashEvidence(t *testing.T) {
 	}
 	if a, moved := run(map[core.NodeID]Tail{"b": {Epoch: 3, Next: 10, Fenced: true}, "c": {Epoch: 3, Next: 12, Fenced: true}}); moved {
 		t.Fatalf("fences of an older epoch moved the partition: %+v", a)
+	}
+}
+
+// A member of the in-sync set promotes on crash evidence itself (the
+// controller may be the node that crashed); a node that is not a member
+// does not, and neither does a member while one member has not fenced.
+func TestPromoteFencedByAMember(t *testing.T) {
+	ref := core.PartitionRef{Topic: "orders"}
+	run := func(self core.NodeID, cFenced bool) (Assignment, bool) {
+		node := func(id core.NodeID, tl *Tail) core.NodeInfo {
+			info := core.NodeInfo{ID: id, PeerAddr: "127.0.0.1:1", Labels: core.Labels{}}
+			if tl != nil {
+				info.Labels[core.LabelTails] = FormatTails(map[core.PartitionRef]Tail{ref: *tl})
+			}
+			return info
+		}
+		snap := NewFixture().
+			Node(node("a", nil), true).
+			Node(node("b", &Tail{Epoch: 4, Next: 10, Fenced: true}), true).
+			Node(node("c", &Tail{Epoch: 4, Next: 12, Fenced: cFenced}), true).
+			Node(node("d", nil), true).
+			Queue(queue.QueueInfo{Key: queue.Key{Topic: "orders"}, PartitionCount: 1}).
+			Assign(ref, Assignment{Node: "a", Epoch: 4, Written: true,
+				Followers: []core.NodeID{"b", "c"}, InSync: []core.NodeID{"b", "c"}, Acks: 1}).
+			Snapshot()
+		rec := &casRecorder{writes: map[string][]byte{}}
+		c := &Cluster{coord: rec, self: self, opts: Options{Now: time.Now, Heartbeat: time.Second}, log: slog.New(slog.DiscardHandler)}
+		if n := c.PromoteFenced(context.Background(), snap); n != len(rec.writes) {
+			t.Fatalf("PromoteFenced says %d moved, %d written", n, len(rec.writes))
+		}
+		v, ok := rec.writes[assignKey(ref)]
+		if !ok {
+			return Assignment{}, false
+		}
+		a, _ := decodeAssignment(v)
+		return a, true
+	}
+	if a, moved := run("b", true); !moved || a.Node != "c" || a.Epoch != 5 || !a.Written || !slices.Equal(a.Followers, []core.NodeID{"b"}) {
+		t.Fatalf("member b, all fenced: %+v moved %v, want c at epoch 5 with follower b", a, moved)
+	}
+	if a, moved := run("d", true); moved {
+		t.Fatalf("d is no member, yet it moved the partition: %+v", a)
+	}
+	if a, moved := run("b", false); moved {
+		t.Fatalf("c did not fence, yet b moved the partition: %+v", a)
 	}
 }
