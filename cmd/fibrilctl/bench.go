@@ -26,7 +26,7 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 		"confirmed": "wait for PUBLISH_OK (default: fire and forget)",
 		"prefetch":  "unsettled deliveries per partition and consumer",
 		"auto-ack":  "auto-ack subscriptions (default: ack every delivery)",
-		"mode":      "throughput, rtt (one message at a time) or fsync (local disk baseline)",
+		"mode":      "throughput, rtt (one message at a time), fsync (local disk baseline) or idle (what --connections idle connections cost the broker at --admin)",
 		"server-pid": "PID of the broker, when it runs on this machine: report its CPU time over the measured window, " +
 			"and per message published (Linux /proc)",
 	})
@@ -39,6 +39,7 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 	fsyncDir := fs.String("fsync-dir", os.TempDir(), "--mode fsync: directory to write in (use the broker's data_dir file system)")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
 	progress := fs.Bool("progress", true, "print progress to stderr once a second")
+	idleConns := fs.Int("connections", 1000, "--mode idle: client connections to open and hold for --duration")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the bench process to `file` (to check it is not the bottleneck)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
@@ -65,6 +66,14 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "fsync of %d B appends in %s: %d syncs in %.2fs\n  p50 %.1f µs  p90 %.1f  p99 %.1f  p99.9 %.1f  max %.1f  mean %.1f\n  load %s; pressure (10 s) cpu %.0f%% io %.0f%%\n",
 			res.Size, res.Dir, res.Syncs, res.DurationS, res.P50, res.P90, res.P99, res.P999, res.Max, res.Mean, res.LoadAvg, res.CPUPress, res.IOPress)
 		return nil
+	}
+
+	if cfg.Mode == "idle" {
+		opts, err := g.clientOptions(e)
+		if err != nil {
+			return err
+		}
+		return runIdle(ctx, g, e, opts, *idleConns, cfg.Duration, *asJSON)
 	}
 
 	if drv.Topic == "" {

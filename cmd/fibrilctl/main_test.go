@@ -375,6 +375,24 @@ func TestBenchFsync(t *testing.T) {
 	}
 }
 
+// bench --mode idle opens the connections, each logged in, and reads what
+// they cost the broker from its /metrics: a session is a reader and a
+// writer goroutine, so each connection adds about two.
+func TestBenchIdle(t *testing.T) {
+	r := ctl(t, "", "bench", "--mode", "idle", "--connections", "6", "--duration", "200ms", "--json")
+	mustOK(t, r, "bench idle")
+	var m map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
+		t.Fatalf("idle bench %q: %v", r.stdout, err)
+	}
+	if num(m, "connections") != 6 || num(m, "goroutines_per_conn") < 1.5 || num(m, "goroutines_per_conn") > 4 {
+		t.Fatalf("idle bench: %v", m)
+	}
+	if r := ctl(t, "", "bench", "--mode", "idle", "--connections", "0"); r.code == 0 || !strings.Contains(r.stderr, "--connections") {
+		t.Fatalf("--connections 0: %+v", r)
+	}
+}
+
 func TestInterruptStopsCleanly(t *testing.T) {
 	// consume without --count runs until interrupted, then exits 0.
 	ctx, cancel := context.WithCancel(context.Background())
