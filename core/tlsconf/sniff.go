@@ -142,6 +142,14 @@ func (c *replayConn) CloseWrite() error {
 	return nil
 }
 
+// PlainTCP returns the TCP socket this plaintext connection reads from,
+// once the replayed bytes are all read: a reader may then go to the
+// socket directly (core/session reads idle connections that way).
+func (c *replayConn) PlainTCP() (*net.TCPConn, bool) {
+	tcp, ok := c.Conn.(*net.TCPConn)
+	return tcp, ok && len(c.pending) == 0
+}
+
 // NetConn returns the wrapped connection (for TCP options), as tls.Conn
 // does.
 func (c *replayConn) NetConn() net.Conn { return c.Conn }
