@@ -80,9 +80,10 @@ type Slot struct {
 	// keep per-publish state without allocating).
 	Data any
 
-	stamp int64
-	w     *worker    // throughput mode
-	rtt   chan error // rtt mode
+	stamp  int64
+	sentAt int64      // --rate only: when the publish was actually made
+	w      *worker    // throughput mode
+	rtt    chan error // rtt mode
 }
 
 // Done reports the outcome of the slot's publish; see Publisher.
@@ -108,6 +109,7 @@ func (rep *Reporter) ConsumeError(what string, err error) {
 type Handler struct {
 	Reporter
 	e2e    *Histogram    // throughput mode
+	e2eAct *Histogram    // throughput mode with --rate: from the actual send
 	events chan rttEvent // rtt mode
 }
 
@@ -117,7 +119,7 @@ type Handler struct {
 func (h *Handler) Deliver(payload []byte, ack Acker) {
 	r := h.r
 	t := Now()
-	s, first := r.onDelivery(payload, t, h.e2e)
+	s, first := r.onDelivery(payload, t, h.e2e, h.e2eAct)
 	if !r.cfg.AutoAck {
 		if err := ack.Ack(); err != nil && !r.consClosing.Load() {
 			r.ackErrs.Add(1)

@@ -94,6 +94,13 @@ type Result struct {
 	SendLagP50 float64 `json:"send_lag_p50_us,omitempty"`
 	SendLagP99 float64 `json:"send_lag_p99_us,omitempty"`
 	SendLagMax float64 `json:"send_lag_max_us,omitempty"`
+	// --rate only: the confirm (with --confirmed) and publish→deliver
+	// latencies measured from the actual send instead of the scheduled one
+	// (the system's part alone, without the bench's lateness).
+	ConfirmFromSendP50 float64 `json:"confirm_from_send_p50_us,omitempty"`
+	ConfirmFromSendP99 float64 `json:"confirm_from_send_p99_us,omitempty"`
+	E2EFromSendP50     float64 `json:"e2e_from_send_p50_us,omitempty"`
+	E2EFromSendP99     float64 `json:"e2e_from_send_p99_us,omitempty"`
 
 	// --mode rtt only: ACK write, and publish → (confirm and ack) done.
 	AckP50  float64 `json:"ack_p50_us,omitempty"`
@@ -228,6 +235,12 @@ func (r *Result) WriteTable(w io.Writer) {
 	}
 	if r.Rate > 0 {
 		p("  send lag\t%.1f\t\t%.1f\t\t%.1f", r.SendLagP50, r.SendLagP99, r.SendLagMax)
+		if r.ConfirmFromSendP50 > 0 {
+			p("  confirm from the actual send\t%.1f\t\t%.1f", r.ConfirmFromSendP50, r.ConfirmFromSendP99)
+		}
+		if r.E2EFromSendP50 > 0 {
+			p("  publish→deliver from the actual send\t%.1f\t\t%.1f", r.E2EFromSendP50, r.E2EFromSendP99)
+		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.ClientStats)) {
 		p("client\t%s %d", k, r.ClientStats[k])

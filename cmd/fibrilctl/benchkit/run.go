@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg Config, d Driver) (*Result, error) {
 	defer d.Close()
 	res := &Result{LoadAvgStart: loadAvg()}
 
-	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	setupCtx, cancel := context.WithTimeout(ctx, setupBudget(cfg))
 	defer cancel()
 	if err := d.Setup(setupCtx, r.cfg, &Reporter{r}); err != nil {
 		return nil, err
@@ -171,6 +171,7 @@ type worker struct {
 	errs atomic.Uint64 // failed publishes, to back off a failing system
 	conf *Histogram    // confirm latency, recorded by Done
 	lag  *Histogram    // send lag (--rate only), recorded by the worker
+	svc  *Histogram    // confirm latency from the actual send (--rate only), recorded by Done
 }
 
 func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
@@ -188,6 +189,9 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 	handlers := make([]*Handler, cfg.Consumers)
 	for i := range handlers {
 		h := &Handler{Reporter: Reporter{r}, e2e: new(Histogram)}
+		if cfg.Rate > 0 {
+			h.e2eAct = new(Histogram)
+		}
 		name := fmt.Sprintf("consumer-%d", i)
 		sub, err := r.d.Consumer(setupCtx, name, h)
 		if err != nil {
@@ -215,7 +219,7 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 		for range perProducer {
 			w := &worker{r: r, pub: pub, idx: uint32(i), seq: seq, n: slots, conf: new(Histogram)}
 			if cfg.Rate > 0 {
-				w.lag = new(Histogram)
+				w.lag, w.svc = new(Histogram), new(Histogram)
 			}
 			workers = append(workers, w)
 		}
@@ -276,20 +280,28 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 
 	// Merge the histograms: the handlers are done (Close), and so are the
 	// workers' Done calls (every slot came back).
-	var conf, lag, e2e Histogram
+	var conf, lag, svc, e2e, e2eAct Histogram
 	for _, w := range workers {
 		conf.Merge(w.conf)
 		if w.lag != nil {
 			lag.Merge(w.lag)
+			svc.Merge(w.svc)
 		}
 	}
 	for _, h := range handlers {
 		e2e.Merge(h.e2e)
+		if h.e2eAct != nil {
+			e2eAct.Merge(h.e2eAct)
+		}
 	}
 	r.fillLatencies(res, &conf, &e2e)
 	if cfg.Rate > 0 {
 		l := summarize(&lag)
 		res.SendLagP50, res.SendLagP99, res.SendLagMax = l.p50, l.p99, l.max
+		c := summarize(&svc)
+		res.ConfirmFromSendP50, res.ConfirmFromSendP99 = c.p50, c.p99
+		e := summarize(&e2eAct)
+		res.E2EFromSendP50, res.E2EFromSendP99 = e.p50, e.p99
 	}
 	el := float64(s1.t-s0.t) / 1e9
 	res.ElapsedS = round3(el)
@@ -360,8 +372,9 @@ func (r *run) publishLoop(w *worker) {
 			if d := stamp - Now(); d > 0 {
 				time.Sleep(time.Duration(d))
 			}
+			s.sentAt = Now()
 			if stamp >= warmEnd {
-				w.lag.Record(Now() - stamp)
+				w.lag.Record(s.sentAt - stamp)
 			}
 		} else {
 			stamp = Now()
@@ -369,8 +382,9 @@ func (r *run) publishLoop(w *worker) {
 				w.free <- s
 				return
 			}
+			s.sentAt = stamp
 		}
-		Stamp{Sent: stamp, Run: r.runID, Producer: w.idx, Seq: seq}.Put(s.Payload)
+		Stamp{Sent: stamp, Run: r.runID, Producer: w.idx, Seq: seq, Actual: s.sentAt}.Put(s.Payload)
 		s.Seq, s.stamp = seq, stamp
 		r.sent.Add(1)
 		w.pub.Publish(w.ctx, s)
@@ -396,6 +410,9 @@ func (w *worker) done(s *Slot, err error) {
 		r.accepted.Add(1)
 		if s.stamp >= r.warmEnd.Load() {
 			w.conf.Record(t - s.stamp)
+			if w.svc != nil {
+				w.svc.Record(t - s.sentAt)
+			}
 		}
 	} else {
 		r.tr.Accept(s.Producer, s.Seq)
@@ -406,7 +423,7 @@ func (w *worker) done(s *Slot, err error) {
 
 // onDelivery accounts for one delivered payload received at t and reports
 // whether it was a first delivery of this run.
-func (r *run) onDelivery(payload []byte, t int64, e2e *Histogram) (Stamp, bool) {
+func (r *run) onDelivery(payload []byte, t int64, e2e, e2eAct *Histogram) (Stamp, bool) {
 	s, ok := ReadStamp(payload)
 	switch {
 	case !ok || s.Run != r.runID || !r.tr.Valid(s.Producer, s.Seq):
@@ -420,6 +437,9 @@ func (r *run) onDelivery(payload []byte, t int64, e2e *Histogram) (Stamp, bool) 
 	r.gate.wake()
 	if e2e != nil && s.Sent >= r.warmEnd.Load() {
 		e2e.Record(t - s.Sent)
+		if e2eAct != nil {
+			e2eAct.Record(t - s.Actual)
+		}
 	}
 	return s, true
 }
@@ -523,4 +543,12 @@ func (r *run) fill(res *Result) {
 	}
 	res.LoadAvgEnd = loadAvg()
 	res.CPUPressure, res.IOPressure = pressure("cpu"), pressure("io")
+}
+
+// setupBudget bounds connecting, declaring and subscribing: 30s, plus
+// 150ms per connection, since every login costs the broker one argon2
+// verification of tens of milliseconds (it caches none by design) and a
+// thousand producers connect one after another.
+func setupBudget(cfg Config) time.Duration {
+	return 30*time.Second + time.Duration(cfg.Producers+cfg.Consumers)*150*time.Millisecond
 }

@@ -209,6 +209,16 @@ func TestRunCountsEveryMessage(t *testing.T) {
 				if res.Sent < 550 || res.Sent > 600 {
 					t.Fatalf("paced: sent %d, want ≈ 600", res.Sent)
 				}
+				// Measured from the actual send, a confirm cannot take longer
+				// than measured from the scheduled one.
+				if res.ConfirmFromSendP50 <= 0 || res.ConfirmFromSendP99 > res.ConfirmP99 || res.ConfirmFromSendP50 > res.ConfirmP50 {
+					t.Fatalf("paced: confirm from send p50 %.1f p99 %.1f, from schedule p50 %.1f p99 %.1f",
+						res.ConfirmFromSendP50, res.ConfirmFromSendP99, res.ConfirmP50, res.ConfirmP99)
+				}
+				if res.E2EFromSendP50 <= 0 || res.E2EFromSendP99 > res.E2EP99 || res.E2EFromSendP50 > res.E2EP50 {
+					t.Fatalf("paced: publish→deliver from send p50 %.1f p99 %.1f, from schedule p50 %.1f p99 %.1f",
+						res.E2EFromSendP50, res.E2EFromSendP99, res.E2EP50, res.E2EP99)
+				}
 			case "rtt":
 				if res.Producers != 1 || res.Consumers != 1 || res.Window != 1 || res.RTTP50 < res.ConfirmP50 || res.RTTP50 < res.E2EP50 {
 					t.Fatalf("rtt: %+v", res)

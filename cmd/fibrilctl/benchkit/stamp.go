@@ -20,9 +20,11 @@ func Now() int64 { return int64(time.Since(epoch)) }
 //	[8:12)  run id (random per run: messages of other runs are told apart)
 //	[12:16) producer index
 //	[16:24) sequence number within the producer, from 0
+//	[24:32) actual send instant, ns since epoch (equal to the send stamp
+//	        without --rate; later by the bench's own lateness with it)
 //
 // all little-endian. The rest of the payload is filler.
-const HeaderSize = 24
+const HeaderSize = 32
 
 // Stamp is the decoded bench header of a payload.
 type Stamp struct {
@@ -30,6 +32,7 @@ type Stamp struct {
 	Run      uint32
 	Producer uint32
 	Seq      uint64
+	Actual   int64
 }
 
 // Put writes s into the first HeaderSize bytes of p.
@@ -39,6 +42,7 @@ func (s Stamp) Put(p []byte) {
 	binary.LittleEndian.PutUint32(p[8:], s.Run)
 	binary.LittleEndian.PutUint32(p[12:], s.Producer)
 	binary.LittleEndian.PutUint64(p[16:], s.Seq)
+	binary.LittleEndian.PutUint64(p[24:], uint64(s.Actual))
 }
 
 // ReadStamp decodes the header of p; ok is false when p is too short.
@@ -50,5 +54,6 @@ func ReadStamp(p []byte) (s Stamp, ok bool) {
 	s.Run = binary.LittleEndian.Uint32(p[8:])
 	s.Producer = binary.LittleEndian.Uint32(p[12:])
 	s.Seq = binary.LittleEndian.Uint64(p[16:])
+	s.Actual = int64(binary.LittleEndian.Uint64(p[24:]))
 	return s, true
 }
