@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What forwarding costs, per inter-broker transport (issue 15, goal 2):
-# confirmed publish, 1 KiB, window 256, one producer, fsync always, to a
+# confirmed publish, 1 KiB (--size), window 256 (--window), one producer, fsync always, to a
 # new one-partition queue per run, on three local clusters of three
 # brokers each (fibril dev, embedded raft, 127.0.0.1 only, node-3
 # private, no followers, local_durable), one per transport:
@@ -17,7 +17,7 @@
 # median and the ratios the issue asks for, per rep and as medians over
 # the reps. See README.md beside this file.
 #
-#   integration/bench/forward-vs-direct.sh [--reps 3] [--duration 8s] [--warmup 2s] [--window 256]
+#   integration/bench/forward-vs-direct.sh [--reps 3] [--duration 8s] [--warmup 2s] [--window 256] [--size 1024]
 #
 # The brokers and the load generator share this machine's cores: read
 # the CPU per message beside the rates. Every process it starts is
@@ -34,6 +34,7 @@ REPS=3
 DURATION=8s
 WARMUP=2s
 WINDOW=256
+SIZE=1024
 PORT=19960 # cluster n's first client port is PORT+10n; +1, +2 for the others
 ADMIN_PORT=18160
 RAFT_PORT=17960
@@ -43,12 +44,14 @@ while [ $# -gt 0 ]; do
 	--duration) DURATION=$2; shift 2 ;;
 	--warmup) WARMUP=$2; shift 2 ;;
 	--window) WINDOW=$2; shift 2 ;;
+	--size) SIZE=$2; shift 2 ;;
 	-h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown option $1" ;;
 	esac
 done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps must be a positive integer"
 [[ $WINDOW =~ ^[1-9][0-9]*$ ]] || die "--window must be a positive integer"
+[[ $SIZE =~ ^[1-9][0-9]*$ ]] || die "--size must be a positive integer"
 RUN_BOUND=120 # a load generator gets this long, then is killed
 TRANSPORTS=(tcp tls quic)
 for n in 0 1 2; do
@@ -151,7 +154,7 @@ run_row() {
 	port=$((PORT + 10 * n + ${GATEWAY#node-} - 1))
 	local cmd=("$WORK/bin/fibrilctl" --addr "127.0.0.1:$port")
 	[ "${TRANSPORTS[n]}" = tcp ] || cmd+=(--tls --insecure)
-	cmd+=(bench --topic "$TOPIC" --size 1024 --window "$WINDOW" --confirmed --producers 1 --consumers 0
+	cmd+=(bench --topic "$TOPIC" --size "$SIZE" --window "$WINDOW" --confirmed --producers 1 --consumers 0
 		--duration "$DURATION" --warmup "$WARMUP" --json --progress=false)
 	sync # write back what the previous run left dirty, so that it does not stall this one
 	cpu "$n" >"$WORK/cpu0"
@@ -184,7 +187,7 @@ PY
 }
 
 ROWS=("0 direct" "1 forwarded" "2 direct" "0 forwarded" "1 direct" "2 forwarded")
-echo "== $REPS reps of ${#ROWS[@]} rows, $DURATION each (+$WARMUP warmup), window $WINDOW" >&2
+echo "== $REPS reps of ${#ROWS[@]} rows, $DURATION each (+$WARMUP warmup), window $WINDOW, $SIZE-byte messages" >&2
 printf '%-4s %-15s %-11s %9s %8s %8s %8s %8s\n' rep row owner msgs/s p99_ms "client" "owner" "gateway"
 printf '%-4s %-15s %-11s %9s %8s %26s\n' "" "" "" "" "" "(CPU µs per confirmed message)"
 for rep in $(seq 1 "$REPS"); do
