@@ -38,6 +38,7 @@ type Manager struct {
 	queues  sync.Map   // Key → *queue
 	kinds   sync.Map   // topic → Kind
 	streams map[string]StreamInfo
+	sparts  map[streamPartKey]*StreamPartition // opened stream partitions, under mu
 
 	qmu         sync.Mutex
 	quarantined []QuarantineInfo
@@ -101,7 +102,7 @@ func Open(opts Options) (*Manager, error) {
 	if opts.Dir == "" {
 		return nil, core.Errorf(core.ErrInternal, "queue engine: no data directory configured")
 	}
-	m := &Manager{opts: opts, streams: map[string]StreamInfo{}}
+	m := &Manager{opts: opts, streams: map[string]StreamInfo{}, sparts: map[streamPartKey]*StreamPartition{}}
 	m.fs = opts.Storage.FS
 	if m.fs == nil {
 		m.fs = storage.OSFS{}
@@ -241,6 +242,15 @@ func (m *Manager) Close() error {
 	}
 	for _, p := range parts {
 		if err := p.closeStorage(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.mu.Lock()
+	sparts := m.sparts
+	m.sparts = nil
+	m.mu.Unlock()
+	for _, sp := range sparts {
+		if err := sp.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
