@@ -29,10 +29,11 @@ import (
 // records are delivered and confirmed at once and written without a
 // per-record fsync (the log is flushed every ephemeralFlush).
 type StreamPartition struct {
-	info  StreamInfo
-	index uint32
-	name  string
-	log   *storage.Partition
+	info       StreamInfo
+	index      uint32
+	name       string
+	log        *storage.Partition
+	maxPayload int // broker.max_message_bytes; 0 = no limit
 
 	mu       sync.Mutex
 	visible  uint64 // offsets below it may be delivered (the tier's condition holds)
@@ -158,9 +159,9 @@ func (p *StreamPartition) Bounds() (first, next uint64) { return p.log.Bounds() 
 // topic). done runs once, with the record's offset, when the tier's
 // confirm condition holds (S-82); it must not block. An error returned by
 // Publish means nothing was appended and done is not called.
-func (p *StreamPartition) Publish(msg *Message, maxPayload int, done func(offset uint64, err error)) error {
-	if maxPayload > 0 && len(msg.Payload) > maxPayload {
-		return core.Errorf(core.ErrTooLarge, "message payload is %d bytes; this broker accepts at most %d (broker.max_message_bytes)", len(msg.Payload), maxPayload)
+func (p *StreamPartition) Publish(msg *Message, done func(offset uint64, err error)) error {
+	if p.maxPayload > 0 && len(msg.Payload) > p.maxPayload {
+		return core.Errorf(core.ErrTooLarge, "message payload is %d bytes; this broker accepts at most %d (broker.max_message_bytes)", len(msg.Payload), p.maxPayload)
 	}
 	if !msg.ContentType.Tag.Valid() {
 		return core.Errorf(core.ErrBadRequest, "unknown content type tag %d", msg.ContentType.Tag)
@@ -375,6 +376,7 @@ func (m *Manager) StreamPartition(topic string, n uint32) (*StreamPartition, err
 	if err != nil {
 		return nil, err
 	}
+	sp.maxPayload = m.opts.MaxMessageBytes
 	m.sparts[k] = sp
 	return sp, nil
 }

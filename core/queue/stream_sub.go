@@ -17,6 +17,9 @@ type StreamSubscribeOptions struct {
 	Filter      []wire.FilterClause
 	Prefetch    uint32 // durable manual-ack subscriptions: most records delivered past the last ack; 0 = no limit
 	AutoAck     bool
+	// Paused starts the subscription paused: nothing is delivered until
+	// Resume (for a caller that must finish its own setup first).
+	Paused bool
 }
 
 // A StreamSubscription reads one stream partition for one consumer, in
@@ -46,7 +49,7 @@ type StreamSubscription struct {
 // Subscribe starts a subscription for c (S-72 … S-75). Deliveries carry
 // Tag = Offset (S-75). It fails with ErrUnavailable on a closed partition.
 func (p *StreamPartition) Subscribe(c Consumer, o StreamSubscribeOptions) (*StreamSubscription, error) {
-	s := &StreamSubscription{p: p, c: c, opts: o, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &StreamSubscription{p: p, c: c, opts: o, paused: o.Paused, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	if o.DurableName != "" {
 		first, _ := p.log.Bounds()
 		s.pos = first // a new name starts at the earliest retained record (S-74)

@@ -35,7 +35,7 @@ func (e *env) spub(sp *StreamPartition, payload string, h ...string) uint64 {
 		err error
 	}
 	ch := make(chan res, 1)
-	if err := sp.Publish(msg, 0, func(off uint64, err error) { ch <- res{off, err} }); err != nil {
+	if err := sp.Publish(msg, func(off uint64, err error) { ch <- res{off, err} }); err != nil {
 		e.t.Fatalf("Publish: %v", err)
 	}
 	select {
@@ -353,7 +353,7 @@ func TestStreamLookupsAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.m = nil
-	if err := sp.Publish(&Message{Payload: []byte("x")}, 0, nil); err == nil {
+	if err := sp.Publish(&Message{Payload: []byte("x")}, nil); err == nil {
 		t.Fatal("publish to a closed stream succeeded")
 	}
 	quiet(t, r)

@@ -63,7 +63,7 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 	}
 	qs := c.srv.opts.Queues
 	if kind, ok := qs.Kind(req.topic); ok && kind == queue.KindStream {
-		fail(wire.CodeBadRequest, "stream_unsupported", "streams are not supported yet")
+		c.publishStream(h, req, received, fail)
 		return
 	}
 	key := queue.Key{Topic: req.topic, Group: req.group}
@@ -197,4 +197,45 @@ func peekConfirm(b []byte) (confirm, ok bool) {
 		return false, false
 	}
 	return b[i] == 1, true
+}
+
+// publishStream appends a PUBLISH to a stream topic (S-77): group,
+// partitioning version and TTL play no role; PUBLISH_OK carries the
+// record's offset once the stream's tier confirms it (S-82).
+func (c *Conn) publishStream(h wire.FrameHeader, req *publishReq, received time.Time, fail func(code uint16, reason, msg string)) {
+	if c.srv.opts.Router != nil {
+		fail(wire.CodeBadRequest, "stream_unsupported", "streams are served by standalone brokers only so far; this broker is in a cluster")
+		return
+	}
+	if h.Op != wire.OpPublish {
+		fail(wire.CodeBadRequest, "rejected", "topic "+req.topic+" is a stream; publish to it with PUBLISH (a stream has no delayed delivery)")
+		return
+	}
+	sp, err := c.srv.opts.Queues.StreamPartition(req.topic, req.partition)
+	if err != nil {
+		fail(core.Code(err), "rejected", err.Error())
+		return
+	}
+	if !req.confirm {
+		if err := sp.Publish(&req.msg, c.unconfirmedDone(h.Op)); err != nil {
+			c.drop(h.Op, "rejected")
+		}
+		return
+	}
+	reqID := h.RequestID
+	err = sp.Publish(&req.msg, func(offset uint64, err error) {
+		if err != nil {
+			c.log.Warn("confirmed stream publish failed", "topic", req.topic, "partition", req.partition, "err", err)
+			c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true,
+				body: &wire.ErrorBody{Code: core.Code(err), Message: "publish not stored: " + err.Error()}})
+			return
+		}
+		c.srv.opts.Metrics.ConfirmLatency.Observe(time.Since(received).Seconds())
+		c.enqueue(outFrame{op: wire.OpPublishOK, reqID: reqID, offset: offset, slot: true})
+	})
+	if err != nil {
+		c.replyError(h.RequestID, core.Code(err), err.Error())
+		return
+	}
+	c.deferReply()
 }

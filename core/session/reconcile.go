@@ -131,7 +131,7 @@ func (s *Session) reconcile(policy wire.ReconcilePolicy, client []wire.Reconcile
 	}
 	s.mu.Lock()
 	for key, sub := range s.subs {
-		if !listed[key] {
+		if !listed[key] && !sub.stream { // stream subscriptions are not reconciled (S-83)
 			drop = append(drop, sub)
 			add(wire.Option[wire.ReconcileSub]{}, wire.Some(sub.view()), vClientMissing)
 		}

@@ -148,6 +148,7 @@ func (s *Session) attach(c *Conn) {
 		s.grace = nil
 	}
 	s.graceGen++
+	streams := s.dropStreamsLocked() // a superseded connection's, when it has not detached yet
 	subs := s.subList()
 	for _, sub := range s.throttled {
 		sub.throttled = false // resumed below with every subscription
@@ -165,9 +166,35 @@ func (s *Session) attach(c *Conn) {
 	if old != nil && old != c {
 		old.log.Info("connection superseded by a resume", "by_conn", c.id)
 	}
+	s.closeDropped(streams)
 	for _, sub := range subs {
 		sub.q.Resume()
 	}
+}
+
+// dropStreamsLocked removes the session's stream subscriptions (S-83: a
+// client subscribes to its streams again after a reconnect, from its
+// durable cursors; keeping them would make that subscribe a duplicate)
+// and returns them for closeDropped. Caller holds mu and transition.
+func (s *Session) dropStreamsLocked() []*subscription {
+	var out []*subscription
+	for key, sub := range s.subs {
+		if sub.stream {
+			sub.closed = true
+			delete(s.subs, key)
+			out = append(out, sub)
+		}
+	}
+	return out
+}
+
+// closeDropped ends what dropStreamsLocked removed. Caller holds
+// transition, not mu.
+func (s *Session) closeDropped(subs []*subscription) {
+	for _, sub := range subs {
+		sub.q.Close()
+	}
+	s.srv.opts.Metrics.SubscriptionsOpen.Sub(float64(len(subs)))
 }
 
 // detach runs when c's socket has ended. If c is still the connection the
@@ -204,6 +231,7 @@ func (s *Session) detach(c *Conn) {
 	gen := s.graceGen
 	s.grace = time.AfterFunc(grace, func() { s.graceExpired(gen) })
 	s.dormant = true
+	streams := s.dropStreamsLocked()
 	subs := s.subList()
 	s.mu.Unlock()
 	m.SessionsDormant.Inc()
@@ -211,6 +239,7 @@ func (s *Session) detach(c *Conn) {
 	for _, sub := range subs {
 		sub.q.Pause() // S-56: nothing is delivered, leases are kept
 	}
+	s.closeDropped(streams)
 	s.transition.Unlock()
 }
 

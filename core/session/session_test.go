@@ -98,15 +98,91 @@ func TestSubscribeConflicts(t *testing.T) {
 	}
 	id = c.Send(wire.OpSubscribe, &wire.Subscribe{Topic: "events", Prefetch: 1})
 	c.ExpectError(wire.OpError, id, wire.CodeBadRequest)
-	id = c.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "events"})
-	c.ExpectError(wire.OpError, id, wire.CodeBadRequest) // not supported yet
+	c.Expect(wire.OpSubscribeOK, c.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "events", Prefetch: 1}))
+	id = c.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "events", Prefetch: 1})
+	c.ExpectError(wire.OpError, id, wire.CodeConflict) // one subscription per partition and connection
+	id = c.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "events", Partition: 2})
+	c.ExpectError(wire.OpError, id, wire.CodeNotFound) // S-72: no such partition
 	id = c.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "nothing"})
 	c.ExpectError(wire.OpError, id, wire.CodeNotFound) // S-72
-	id = c.publish("events", "x", true)
-	c.ExpectError(wire.OpError, id, wire.CodeBadRequest) // stream publish: not supported yet
-	c.publish("events", "x", false)                      // unconfirmed: nothing
+	id = c.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "jobs"})
+	c.ExpectError(wire.OpError, id, wire.CodeBadRequest) // S-22: a queue topic
+	id = c.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "events", Partition: 1, DurableName: wire.Some("")})
+	c.ExpectError(wire.OpError, id, wire.CodeBadRequest)
+	id = c.Send(wire.OpPublishDelayed, &wire.PublishDelayed{Topic: "events", RequireConfirm: true, NotBefore: 1, Payload: []byte("x")})
+	c.ExpectError(wire.OpError, id, wire.CodeBadRequest) // a stream has no delayed delivery
+	id = c.Send(wire.OpPublish, &wire.Publish{Topic: "events", Partition: 5, RequireConfirm: true, Payload: []byte("x")})
+	c.ExpectError(wire.OpError, id, wire.CodeNotFound)
 	c.SendID(wire.OpPing, 99, nil)
 	c.Expect(wire.OpPong, 99)
+}
+
+// S-71 … S-77 through the wire: a stream publish confirms with the record's
+// offset; every subscription of every connection gets every record, tag =
+// offset, group absent; a durable name's ACK commits its cursor, so a new
+// connection resumes after it; filters apply; NACK is ignored (S-78).
+func TestStreamPublishAndSubscribe(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	c.Expect(wire.OpDeclarePlexusOK, c.Send(wire.OpDeclarePlexus, &wire.DeclarePlexus{Topic: "events", Durability: wire.DurabilityDurable}))
+	pub := func(payload, region string) uint64 {
+		t.Helper()
+		id := c.Send(wire.OpPublish, &wire.Publish{Topic: "events", RequireConfirm: true, Payload: []byte(payload),
+			Headers: wire.Headers{{Key: "region", Value: region}}})
+		h, body := c.Read(5 * time.Second)
+		if h.Op != wire.OpPublishOK || h.RequestID != id {
+			t.Fatalf("publish answer %s id %d: %+v", h.Op, h.RequestID, body)
+		}
+		return body.(*wire.PublishOK).Offset
+	}
+	for i, r := range []string{"eu-west", "us-east", "eu-north"} {
+		if off := pub(fmt.Sprint("m", i), r); off != uint64(i) {
+			t.Fatalf("offset %d, want %d", off, i)
+		}
+	}
+	d1 := e.dial()
+	d1.login()
+	ok := d1.Expect(wire.OpSubscribeOK, d1.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "events",
+		DurableName: wire.Some("billing"), Prefetch: 10})).(*wire.SubscribeOK)
+	if ok.Prefetch != 10 || ok.Group.Present {
+		t.Fatalf("SUBSCRIBE_OK %+v", ok)
+	}
+	d2 := e.dial()
+	d2.login()
+	d2.Expect(wire.OpSubscribeOK, d2.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "events",
+		Start: wire.StreamStart{Kind: wire.StartEarliest}, Filter: []wire.FilterClause{{Key: "region", Pattern: "eu-*"}}, Prefetch: 10}))
+	for i := range 3 {
+		_, d := d1.nextDeliver()
+		if d.SubID != ok.SubID || d.DeliveryTag != uint64(i) || d.Offset != uint64(i) || d.Group.Present || string(d.Payload) != fmt.Sprint("m", i) {
+			t.Fatalf("delivery %d: %+v", i, d)
+		}
+	}
+	for _, want := range []string{"m0", "m2"} {
+		if _, d := d2.nextDeliver(); string(d.Payload) != want {
+			t.Fatalf("filtered delivery %q, want %q", d.Payload, want)
+		}
+	}
+	d1.SendID(wire.OpNack, 1, &wire.Nack{Topic: "events", Tags: []uint64{0}, Requeue: true})
+	d1.SendID(wire.OpAck, 2, &wire.Ack{Topic: "events", Tags: []uint64{1}})
+	d1.SendID(wire.OpPing, 3, nil)
+	d1.Expect(wire.OpPong, 3) // the ACK before it is applied
+	d1.nc.Close()
+
+	d3 := e.dial()
+	d3.login()
+	d3.Expect(wire.OpSubscribeOK, d3.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "events",
+		DurableName: wire.Some("billing"), Start: wire.StreamStart{Kind: wire.StartLatest}, Prefetch: 10}))
+	if _, d := d3.nextDeliver(); string(d.Payload) != "m2" {
+		t.Fatalf("resumed at %q, want m2 (the cursor after the ack of 1)", d.Payload)
+	}
+	pub("m3", "eu-south")
+	if _, d := d3.nextDeliver(); string(d.Payload) != "m3" {
+		t.Fatalf("live delivery %q", d.Payload)
+	}
+	if _, d := d2.nextDeliver(); string(d.Payload) != "m3" {
+		t.Fatalf("live filtered delivery %q", d.Payload)
+	}
 }
 
 // S-113: a standalone TOPOLOGY answer has generation 0, no queue entries
@@ -437,5 +513,44 @@ func TestIdleConnectionHoldsNoWriteBuffer(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("an idle connection still holds its write buffer after 5 s")
 		}
+	}
+}
+
+// S-83: stream subscriptions are not kept through a reconnect nor
+// reconciled: the resumed session subscribes again (no 409) and continues
+// from its durable cursor; the reconcile answer does not list the stream.
+func TestStreamSubscriptionsAreNotResumed(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	c.Expect(wire.OpDeclarePlexusOK, c.Send(wire.OpDeclarePlexus, &wire.DeclarePlexus{Topic: "events", Durability: wire.DurabilityDurable}))
+	for _, p := range []string{"a", "b"} {
+		c.Expect(wire.OpPublishOK, c.publish("events", p, true))
+	}
+	sub := func(c *client) {
+		t.Helper()
+		c.Expect(wire.OpSubscribeOK, c.Send(wire.OpSubscribeStream, &wire.SubscribeStream{Topic: "events",
+			DurableName: wire.Some("n"), Prefetch: 1}))
+	}
+	sub(c)
+	_, d := c.nextDeliver()
+	c.SendID(wire.OpAck, 1, &wire.Ack{Topic: "events", Tags: []uint64{d.DeliveryTag}})
+	c.SendID(wire.OpPing, 2, nil)
+	c.Expect(wire.OpPong, 2)
+	c.nc.Close()
+
+	c2 := e.dial()
+	c2.ident = c.ident
+	if ok := c2.hello(true); ok.ResumeOutcome != wire.ResumeResumed {
+		t.Fatalf("resume answer %+v", ok)
+	}
+	c2.auth("alice", "secret")
+	res := c2.Expect(wire.OpReconcileResult, c2.Send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileConservative})).(*wire.ReconcileResult)
+	if len(res.Entries) != 0 {
+		t.Fatalf("reconcile lists %+v", res.Entries)
+	}
+	sub(c2)
+	if _, d := c2.nextDeliver(); string(d.Payload) != "b" {
+		t.Fatalf("resubscribed at %q, want b", d.Payload)
 	}
 }

@@ -6,20 +6,33 @@ import (
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
-// subscription is one queue subscription of a session; it is the engine's
-// Consumer for it.
+// subscription is one queue or stream subscription of a session; it is
+// the engine's Consumer for it.
 type subscription struct {
-	sess *Session
-	id   uint64
-	key  subKey
-	req  wire.Subscribe // as the client asked (SUBSCRIBE_OK echo, reconcile view)
-	q    *queue.Subscription
+	sess   *Session
+	id     uint64
+	key    subKey
+	req    wire.Subscribe // as the client asked (SUBSCRIBE_OK echo, reconcile view); queues only
+	stream bool           // a SUBSCRIBE_STREAM: not reconciled, not kept through a reconnect (S-83)
+	q      engineSub
 
 	// Guarded by sess.mu.
 	announced bool              // SUBSCRIBE_OK is queued; deliveries may follow it
 	closed    bool              // ended; queued deliveries are dropped
 	throttled bool              // paused by Deliver's answer until the queue drains
 	early     []*queue.Delivery // deliveries that arrived before SUBSCRIBE_OK was queued
+}
+
+// engineSub is what the session asks of the engine's side of a
+// subscription: *queue.Subscription for queues, *queue.StreamSubscription
+// for streams (where Nack is ignored, S-78, and an Ack commits a durable
+// cursor, S-75).
+type engineSub interface {
+	Ack(tags ...uint64)
+	Nack(tags []uint64, requeue bool, notBefore wire.Option[uint64])
+	Pause()
+	Resume()
+	Close()
 }
 
 // Deliver implements queue.Consumer. It runs with engine locks held, so it
@@ -263,6 +276,9 @@ func (s *Session) saveSkeleton() {
 	}
 	subs := make([]skeletonSub, 0, len(s.subs))
 	for _, sub := range s.subs {
+		if sub.stream {
+			continue // re-subscribed by the client (S-83)
+		}
 		sk := skeletonSub{Topic: sub.req.Topic, Partition: sub.req.Partition, Prefetch: sub.req.Prefetch, AutoAck: sub.req.AutoAck}
 		if g, ok := sub.req.Group.Get(); ok {
 			sk.Group = &g
@@ -314,8 +330,8 @@ func (c *Conn) handleSubscribe(id uint64, body []byte) {
 	c.sess.saveSkeleton()
 }
 
-// handleSubscribeStream answers SUBSCRIBE_STREAM: streams are declared and
-// recorded but not served yet.
+// handleSubscribeStream answers SUBSCRIBE_STREAM (S-72 … S-75,
+// docs/protocol.md#streams). Failures use ERROR, as for SUBSCRIBE.
 func (c *Conn) handleSubscribeStream(id uint64, body []byte) {
 	var req wire.SubscribeStream
 	if err := req.Decode(body); err != nil {
@@ -326,9 +342,81 @@ func (c *Conn) handleSubscribeStream(id uint64, body []byte) {
 	switch {
 	case !ok:
 		c.replyError(id, wire.CodeNotFound, "stream "+req.Topic+" does not exist; declare it first") // S-72
+		return
 	case kind != queue.KindStream:
 		c.replyError(id, wire.CodeBadRequest, "topic "+req.Topic+" is a queue; subscribe to it with SUBSCRIBE")
-	default:
-		c.replyError(id, wire.CodeBadRequest, "streams are not supported yet")
+		return
+	case c.srv.opts.Router != nil:
+		c.replyError(id, wire.CodeBadRequest, "streams are served by standalone brokers only so far; this broker is in a cluster")
+		return
 	}
+	sub, err := c.sess.subscribeStream(req)
+	if err != nil {
+		c.replyError(id, core.Code(err), err.Error())
+		return
+	}
+	c.reply(wire.OpSubscribeOK, id, &wire.SubscribeOK{
+		SubID:     sub.id,
+		Topic:     req.Topic,
+		Partition: req.Partition,
+		Prefetch:  req.Prefetch, // echoed (docs/protocol.md#streams)
+	})
+	c.sess.announce(sub)
+}
+
+// subscribeStream registers a stream subscription on the engine. The
+// caller queues SUBSCRIBE_OK and then calls announce.
+func (s *Session) subscribeStream(req wire.SubscribeStream) (*subscription, error) {
+	s.transition.Lock()
+	defer s.transition.Unlock()
+	if name, ok := req.DurableName.Get(); ok && name == "" {
+		return nil, core.Errorf(core.ErrBadRequest, "durable_name must not be empty (leave it absent for an ephemeral subscription)")
+	}
+	if !req.Start.Kind.Valid() {
+		return nil, core.Errorf(core.ErrBadRequest, "unknown stream start kind %d", req.Start.Kind)
+	}
+	sp, err := s.srv.opts.Queues.StreamPartition(req.Topic, req.Partition)
+	if err != nil {
+		return nil, err
+	}
+	key := keyOf(req.Topic, wire.None[string](), req.Partition)
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return nil, core.Errorf(core.ErrUnavailable, "session ended")
+	}
+	if _, dup := s.subs[key]; dup {
+		s.mu.Unlock()
+		return nil, core.Errorf(core.ErrConflict, "already subscribed to stream %s partition %d on this connection", req.Topic, req.Partition)
+	}
+	if s.nextSubID >= maxSubID {
+		s.mu.Unlock()
+		return nil, core.Errorf(core.ErrUnavailable, "subscription ids exhausted for this session; reconnect")
+	}
+	sub := &subscription{sess: s, id: s.nextSubID, key: key, stream: true}
+	s.nextSubID++
+	s.subs[key] = sub // reserves the key while the engine subscribes
+	dormant := s.conn == nil
+	s.mu.Unlock()
+
+	q, err := sp.Subscribe(sub, queue.StreamSubscribeOptions{
+		DurableName: req.DurableName.Value,
+		Start:       req.Start,
+		Filter:      req.Filter,
+		Prefetch:    max(req.Prefetch, 1), // clamped like a queue's (S-46)
+		AutoAck:     req.AutoAck,
+		Paused:      true, // until sub.q is set: Deliver may ask the writer to resume it
+	})
+	if err != nil {
+		s.mu.Lock()
+		delete(s.subs, key)
+		s.mu.Unlock()
+		return nil, err
+	}
+	sub.q = q
+	if !dormant {
+		q.Resume()
+	}
+	s.srv.opts.Metrics.SubscriptionsOpen.Inc()
+	return sub, nil
 }
