@@ -33,7 +33,7 @@ type deliveryJSON struct {
 }
 
 func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
-	fs := newFlagSet("consume", "--topic T [--group G] [--partitions 0,1,..] [--prefetch N] [--auto-ack] [--count N] [--nack|--fail] [--wait D] [--json]", g, e)
+	fs := newFlagSet("consume", "--topic T [--group G] [--partitions 0,1,..] [--prefetch N] [--auto-ack] [--count N] [--nack|--fail] [--wait D] [--json]\n       fibrilctl consume --stream --topic T [--start earliest|latest|offset:N|back:N|time:RFC3339] [--durable NAME] [--filter key=pattern]... [--count N] [--json]", g, e)
 	topic := fs.String("topic", "", "topic to consume (required)")
 	group := fs.String("group", "", "queue namespace inside the topic")
 	partList := fs.String("partitions", "", "comma-separated partitions (default: all the topology knows, else 0)")
@@ -44,8 +44,25 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 	fail := fs.Bool("fail", false, "settle as a terminal failure (dead-letter) instead of ACK")
 	wait := fs.Duration("wait", 0, "stop when nothing arrived for this long (0 = wait forever)")
 	asJSON := fs.Bool("json", false, "print one JSON object per delivery")
+	stream := fs.Bool("stream", false, "consume a stream (every consumer sees every record) instead of a queue")
+	start := fs.String("start", "latest", "--stream without --durable: where to start: earliest, latest, offset:N, back:N or time:RFC3339")
+	durable := fs.String("durable", "", "--stream: durable cursor name; acknowledged records are not read again under it")
+	var filters filterFlag
+	fs.Var(&filters, "filter", "--stream: only records with header key matching pattern ('*' = any run), as key=pattern; repeat to AND")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
+	}
+	var startPos client.StreamStart
+	if *stream {
+		if *group != "" || *nack || *fail {
+			return usagef("--group, --nack and --fail apply to queues, not streams")
+		}
+		var err error
+		if startPos, err = parseStart(*start); err != nil {
+			return usagef("--start: %v", err)
+		}
+	} else if *start != "latest" || *durable != "" || len(filters) > 0 {
+		return usagef("--start, --durable and --filter apply to streams (add --stream)")
 	}
 	if *topic == "" {
 		return usagef("--topic is required")
@@ -85,7 +102,13 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 	}
 	defer c.Close()
 	sctx, cancel := context.WithTimeout(ctx, g.timeout)
-	sub, err := c.Subscribe(sctx, *topic, client.SubscribeOptions{Group: *group, Partitions: parts, Prefetch: pf, AutoAck: *autoAck})
+	var sub *client.Subscription
+	if *stream {
+		sub, err = c.SubscribeStream(sctx, *topic, client.StreamOptions{Partitions: parts, DurableName: *durable,
+			Start: startPos, Filter: filters, Prefetch: pf, AutoAck: *autoAck})
+	} else {
+		sub, err = c.Subscribe(sctx, *topic, client.SubscribeOptions{Group: *group, Partitions: parts, Prefetch: pf, AutoAck: *autoAck})
+	}
 	cancel()
 	if err != nil {
 		return fmt.Errorf("subscribe to %s: %w", *topic, err)
@@ -209,4 +232,46 @@ func payloadText(p []byte) string {
 		}
 	}
 	return s
+}
+
+// filterFlag collects --filter key=pattern clauses.
+type filterFlag []client.FilterClause
+
+func (f *filterFlag) String() string { return fmt.Sprint([]client.FilterClause(*f)) }
+
+func (f *filterFlag) Set(v string) error {
+	k, p, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=pattern, got %q", v)
+	}
+	*f = append(*f, client.FilterClause{Key: k, Pattern: p})
+	return nil
+}
+
+// parseStart reads --start: earliest, latest, offset:N, back:N or
+// time:RFC3339.
+func parseStart(v string) (client.StreamStart, error) {
+	kind, arg, _ := strings.Cut(v, ":")
+	switch kind {
+	case "earliest":
+		return client.StartEarliest(), nil
+	case "latest":
+		return client.StartLatest(), nil
+	case "offset", "back":
+		n, err := strconv.ParseUint(arg, 10, 64)
+		if err != nil {
+			return client.StreamStart{}, fmt.Errorf("%s:N needs a number, got %q", kind, arg)
+		}
+		if kind == "offset" {
+			return client.StartAt(n), nil
+		}
+		return client.StartBack(n), nil
+	case "time":
+		t, err := time.Parse(time.RFC3339Nano, arg)
+		if err != nil {
+			return client.StreamStart{}, fmt.Errorf("time:T needs an RFC 3339 time: %v", err)
+		}
+		return client.StartTime(t), nil
+	}
+	return client.StreamStart{}, fmt.Errorf("%q is not earliest, latest, offset:N, back:N or time:RFC3339", v)
 }

@@ -69,6 +69,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"consume", "--topic", "x", "--nack", "--fail"}, exitUsage, "exclusive"},
 		{[]string{"declare", "--topic", "x", "--dlq", "elsewhere"}, exitUsage, "--dlq must be"},
 		{[]string{"declare", "--stream", "--topic", "x", "--group", "g"}, exitUsage, "applies to queues"},
+		{[]string{"consume", "--topic", "x", "--durable", "d"}, exitUsage, "apply to streams"},
+		{[]string{"consume", "--stream", "--topic", "x", "--start", "yesterday"}, exitUsage, "--start"},
+		{[]string{"consume", "--stream", "--topic", "x", "--filter", "novalue"}, exitUsage, "key=pattern"},
 		{[]string{"bench", "--size", "10"}, exitUsage, "--size must be at least"},
 		{[]string{"bench", "--queues", "0"}, exitUsage, "--queues must be at least 1"},
 		{[]string{"users"}, exitUsage, "subcommand"},
@@ -161,6 +164,54 @@ func TestDeclarePublishConsume(t *testing.T) {
 	if r.code != 0 || r.stdout != "" {
 		t.Fatalf("after acking everything: %+v", r)
 	}
+}
+
+// A stream through the CLI: every consumer reads every record (fan-out),
+// --start picks the position, --filter the records, and a --durable name
+// continues where its acknowledgements left it.
+func TestStreamDeclarePublishConsume(t *testing.T) {
+	topic := fmt.Sprintf("events-%d", time.Now().UnixNano())
+	mustOK(t, ctl(t, "", "declare", "--stream", "--topic", topic, "--partitions", "1", "--max-records", "1000"), "declare --stream")
+	for i, region := range []string{"eu-west", "us-east", "eu-north", "ap-south"} {
+		r := ctl(t, "", "publish", "--topic", topic, "--partition", "0", "--header", "region="+region, fmt.Sprint("e", i))
+		mustOK(t, r, "publish to a stream")
+		if want := fmt.Sprintf("partition=0 offset=%d\n", i); r.stdout != want {
+			t.Fatalf("publish printed %q, want %q", r.stdout, want)
+		}
+	}
+	consume := func(args ...string) []string {
+		t.Helper()
+		r := ctl(t, "", append([]string{"consume", "--stream", "--topic", topic, "--json"}, args...)...)
+		mustOK(t, r, "consume --stream")
+		var out []string
+		dec := json.NewDecoder(strings.NewReader(r.stdout))
+		for dec.More() {
+			var d deliveryJSON
+			if err := dec.Decode(&d); err != nil {
+				t.Fatalf("consume --json output: %v\n%s", err, r.stdout)
+			}
+			if d.Tag != d.Offset {
+				t.Fatalf("stream delivery tag %d, offset %d", d.Tag, d.Offset)
+			}
+			out = append(out, *d.Payload)
+		}
+		return out
+	}
+	want := func(got []string, w ...string) {
+		t.Helper()
+		if strings.Join(got, ",") != strings.Join(w, ",") {
+			t.Fatalf("got %v, want %v", got, w)
+		}
+	}
+	want(consume("--start", "earliest", "--count", "4"), "e0", "e1", "e2", "e3")
+	want(consume("--start", "earliest", "--count", "4"), "e0", "e1", "e2", "e3") // reading removed nothing
+	want(consume("--start", "offset:2", "--count", "2"), "e2", "e3")
+	want(consume("--start", "back:1", "--count", "1"), "e3")
+	want(consume("--start", "earliest", "--filter", "region=eu-*", "--count", "2"), "e0", "e2")
+	want(consume("--start", "latest", "--wait", "200ms"))
+	want(consume("--durable", "audit", "--count", "2"), "e0", "e1")
+	want(consume("--durable", "audit", "--count", "2"), "e2", "e3") // the acks committed the cursor
+	want(consume("--durable", "audit", "--wait", "200ms"))
 }
 
 func TestConsumeNackRedelivers(t *testing.T) {

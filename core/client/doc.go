@@ -25,6 +25,11 @@
 //	d, err := sub.Next(ctx)
 //	err = d.Ack(ctx)
 //
+//	c.DeclareStream(ctx, client.StreamSpec{Topic: "events"})
+//	st, err := c.SubscribeStream(ctx, "events", client.StreamOptions{DurableName: "billing"})
+//	d, err = st.Next(ctx) // every stream subscription sees every record
+//	err = d.Ack(ctx)      // commits the "billing" cursor up to this record
+//
 // # What the client does for you
 //
 // Routing follows the topology cache (docs/protocol.md#topology): each partition goes to the

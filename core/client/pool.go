@@ -183,6 +183,15 @@ func (ep *endpoint) dial(att *dialAttempt) {
 	if rc != nil {
 		notes = ep.applyReconcileLocked(sent, hs.Reconcile)
 	}
+	for ps := range ep.subs {
+		if ps.sub.stream != nil {
+			// The broker ended them with the old connection (S-83); the
+			// supervisor subscribes again.
+			delete(ep.subs, ps)
+			notes = append(notes, detachNote{ps: ps, code: wire.ReasonOwnerMoved,
+				msg: "reconnected: stream subscriptions are subscribed again"})
+		}
+	}
 	ep.addr = addr
 	ep.conn = conn
 	ep.hadSubs = len(ep.subs) > 0

@@ -42,8 +42,8 @@ func buildReconcile(policy wire.ReconcilePolicy, subs map[*partSub]struct{}) (*w
 		ps.mu.Lock()
 		id, ended := ps.subID, ps.ended
 		ps.mu.Unlock()
-		if ended {
-			continue
+		if ended || ps.sub.stream != nil {
+			continue // stream subscriptions are subscribed again, not reconciled (S-83)
 		}
 		sent[id] = ps
 		rc.Subscriptions = append(rc.Subscriptions, wire.ReconcileSub{

@@ -39,6 +39,7 @@ type Subscription struct {
 	topic    string
 	group    wire.Option[string]
 	opts     SubscribeOptions
+	stream   *StreamOptions // a stream subscription (SubscribeStream); nil for a queue
 	prefetch uint32
 	parts    []*partSub
 	ctx      context.Context
@@ -61,6 +62,11 @@ type Subscription struct {
 // 503 within ctx); if any partition fails, the others are closed and the
 // error is returned.
 func (c *Client) Subscribe(ctx context.Context, topic string, opts SubscribeOptions) (*Subscription, error) {
+	return c.subscribe(ctx, topic, opts, nil)
+}
+
+// subscribe opens a queue subscription, or a stream one when stream is set.
+func (c *Client) subscribe(ctx context.Context, topic string, opts SubscribeOptions, stream *StreamOptions) (*Subscription, error) {
 	if c.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
@@ -95,7 +101,7 @@ func (c *Client) Subscribe(ctx context.Context, topic string, opts SubscribeOpti
 		prefetch = DefaultPrefetch
 	}
 	s := &Subscription{
-		cl: c, topic: topic, group: group, opts: opts, prefetch: prefetch,
+		cl: c, topic: topic, group: group, opts: opts, stream: stream, prefetch: prefetch,
 		notify: make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(c.ctx)
@@ -275,6 +281,8 @@ type partSub struct {
 	ended    bool
 	buf      []*Delivery
 	bufCap   int
+	next     uint64 // streams: the offset after the last record received
+	seen     bool   // streams: a record was received (next is set)
 }
 
 func newPartSub(s *Subscription, p uint32) *partSub {
@@ -295,12 +303,16 @@ func (ps *partSub) key() routeKey {
 func (ps *partSub) subscribeOnce(ctx context.Context) error {
 	s := ps.sub
 	k := ps.key()
-	body := &wire.Subscribe{Topic: s.topic, Partition: ps.partition, Group: s.group, Prefetch: s.prefetch, AutoAck: s.opts.AutoAck}
+	op := wire.OpSubscribe
+	var body wire.Encoder = &wire.Subscribe{Topic: s.topic, Partition: ps.partition, Group: s.group, Prefetch: s.prefetch, AutoAck: s.opts.AutoAck}
+	if s.stream != nil {
+		op, body = wire.OpSubscribeStream, ps.streamBody()
+	}
 	// attachErr is written by the hook on the reader goroutine before the
 	// reply is handed to roundTrip, so reading it afterwards is ordered.
 	var attachErr error
 	spec := opSpec{
-		op:       wire.OpSubscribe,
+		op:       op,
 		retry409: true,
 		prepare:  func() (*routeKey, wire.Encoder) { return &k, body },
 		onConn:   func(ep *endpoint) { ep.markHadSubs() },
@@ -487,8 +499,11 @@ func (ps *partSub) deliver(ep *endpoint, conn *Conn, sess *session, frameID uint
 		cl.stats.droppedDeliveries.Add(1)
 		return
 	}
+	if s.stream != nil && d.Offset+1 > ps.next {
+		ps.next, ps.seen = d.Offset+1, true
+	}
 	if len(ps.buf) >= ps.bufCap {
-		if s.opts.AutoAck {
+		if s.opts.AutoAck || !s.streamCredit() {
 			unpark := conn.parkReader()
 			for len(ps.buf) >= ps.bufCap && !ps.ended {
 				ps.mu.Unlock()
