@@ -33,6 +33,11 @@ type Config struct {
 	Rate      float64       // total offered msgs/s; 0 = unpaced (closed loop)
 	MaxAhead  int64         // sent − delivered bound; 0 = none
 	Mode      string
+	// FanOut: every consumer receives every message (a stream, or one
+	// subscription of its own per consumer), so each is checked for loss
+	// and duplicates on its own and the delivered rate is the total over
+	// the consumers.
+	FanOut bool
 	// ServerPID is the server under test, when it runs on this machine:
 	// its CPU time over the measured window is reported (0 = not read).
 	ServerPID int
@@ -52,6 +57,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Mode != ModeThroughput && c.Mode != ModeRTT {
 		return fmt.Errorf("--mode must be throughput or rtt, not %q", c.Mode)
+	}
+	if c.FanOut && c.MaxAhead > 0 {
+		return errors.New("--max-ahead does not apply when every consumer receives every message")
 	}
 	if c.Size < HeaderSize {
 		return fmt.Errorf("--size must be at least %d bytes (the bench header)", HeaderSize)
@@ -113,5 +121,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet, help map[string]string) {
 	fs.Float64Var(&c.Rate, "rate", 0, usage("rate", "total offered msgs/s, paced open loop (0 = as fast as the window allows)"))
 	fs.Int64Var(&c.MaxAhead, "max-ahead", 0, usage("max-ahead", "producers wait while sent − delivered ≥ N (0 = no bound)"))
 	fs.StringVar(&c.Mode, "mode", ModeThroughput, usage("mode", "throughput, or rtt (one message at a time)"))
+	if _, ok := help["fan-out"]; ok { // only for systems that can
+		fs.BoolVar(&c.FanOut, "fan-out", false, help["fan-out"])
+	}
 	fs.IntVar(&c.ServerPID, "server-pid", 0, usage("server-pid", "PID of the server, when it runs on this machine: report its CPU time over the measured window (Linux /proc)"))
 }

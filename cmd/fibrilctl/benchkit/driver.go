@@ -108,9 +108,10 @@ func (rep *Reporter) ConsumeError(what string, err error) {
 // Handler takes the deliveries of one consumer.
 type Handler struct {
 	Reporter
-	e2e    *Histogram    // throughput mode
-	e2eAct *Histogram    // throughput mode with --rate: from the actual send
-	events chan rttEvent // rtt mode
+	consumer int           // its index (fan-out: each consumer's own delivered set)
+	e2e      *Histogram    // throughput mode
+	e2eAct   *Histogram    // throughput mode with --rate: from the actual send
+	events   chan rttEvent // rtt mode
 }
 
 // Deliver accounts for one delivery: checks it against the tracker,
@@ -119,7 +120,7 @@ type Handler struct {
 func (h *Handler) Deliver(payload []byte, ack Acker) {
 	r := h.r
 	t := Now()
-	s, first := r.onDelivery(payload, t, h.e2e, h.e2eAct)
+	s, first := r.onDelivery(h.consumer, payload, t, h.e2e, h.e2eAct)
 	if !r.cfg.AutoAck {
 		if err := ack.Ack(); err != nil && !r.consClosing.Load() {
 			r.ackErrs.Add(1)

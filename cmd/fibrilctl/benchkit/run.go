@@ -90,6 +90,9 @@ func Run(ctx context.Context, cfg Config, d Driver) (*Result, error) {
 		return nil, err
 	}
 	r.tr = NewTracker(r.cfg.Producers)
+	if r.cfg.FanOut {
+		r.tr = NewFanTracker(r.cfg.Producers, r.cfg.Consumers)
+	}
 	if r.cfg.Consumers == 0 && r.cfg.MaxAhead > 0 {
 		fmt.Fprintln(r.cfg.Log, "warning: --max-ahead ignored without consumers")
 		r.cfg.MaxAhead = 0
@@ -188,7 +191,7 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 	defer func() { closeSubs() }()
 	handlers := make([]*Handler, cfg.Consumers)
 	for i := range handlers {
-		h := &Handler{Reporter: Reporter{r}, e2e: new(Histogram)}
+		h := &Handler{Reporter: Reporter{r}, consumer: i, e2e: new(Histogram)}
 		if cfg.Rate > 0 {
 			h.e2eAct = new(Histogram)
 		}
@@ -268,7 +271,7 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 		}
 		deadline := Now() + int64(drain)
 		for Now() < deadline {
-			if r.delivered.Load() >= r.accepted.Load() && r.tr.Lost() == 0 {
+			if r.delivered.Load() >= r.accepted.Load()*r.tr.Copies() && r.tr.Lost() == 0 {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -423,13 +426,13 @@ func (w *worker) done(s *Slot, err error) {
 
 // onDelivery accounts for one delivered payload received at t and reports
 // whether it was a first delivery of this run.
-func (r *run) onDelivery(payload []byte, t int64, e2e, e2eAct *Histogram) (Stamp, bool) {
+func (r *run) onDelivery(consumer int, payload []byte, t int64, e2e, e2eAct *Histogram) (Stamp, bool) {
 	s, ok := ReadStamp(payload)
 	switch {
 	case !ok || s.Run != r.runID || !r.tr.Valid(s.Producer, s.Seq):
 		r.foreign.Add(1)
 		return s, false
-	case r.tr.Deliver(s.Producer, s.Seq):
+	case r.tr.DeliverTo(consumer, s.Producer, s.Seq):
 		r.dups.Add(1)
 		return s, false
 	}

@@ -32,6 +32,7 @@ type fake struct {
 	perQueue  []atomic.Int64 // messages enqueued on each queue
 	pubs      []*fakePub
 	named     bool
+	fan       bool // every queue gets every message (fan-out); drop applies to queue 0 only
 }
 
 func newFake(pipelined bool) *fake { return newFakeQueues(pipelined, 1) }
@@ -96,6 +97,23 @@ func (p *fakePub) send(ctx context.Context, s *Slot) error {
 		case p.f.dup:
 			n = 2
 		}
+	}
+	if p.f.fan {
+		for qi := range p.f.qs {
+			copies := 1
+			if qi == 0 {
+				copies = n
+			}
+			p.f.perQueue[qi].Add(int64(copies))
+			for range copies {
+				select {
+				case p.f.qs[qi] <- bytes.Clone(s.Payload):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		return nil
 	}
 	qi := TargetIndex(s.Producer, s.Seq, len(p.f.qs))
 	p.f.perQueue[qi].Add(int64(n))
@@ -332,5 +350,31 @@ func TestResultJSONNames(t *testing.T) {
 		if _, ok := m[k]; ok {
 			t.Errorf("JSON has the table-only field %q", k)
 		}
+	}
+}
+
+// With fan-out every consumer must receive every message: deliveries are
+// counted over all consumers, and a message one consumer missed is lost
+// even though the others got it.
+func TestRunFanOut(t *testing.T) {
+	for _, drop := range []int64{-1, 5} {
+		f := newFakeQueues(true, 3)
+		f.fan, f.drop = true, drop
+		cfg := Config{Size: 64, Producers: 1, Consumers: 3, Window: 8, Confirmed: true, FanOut: true,
+			Duration: 200 * time.Millisecond, Drain: 2 * time.Second}
+		res, err := Run(context.Background(), cfg, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantLost := uint64(0)
+		if drop >= 0 {
+			wantLost = 1
+		}
+		if res.Sent == 0 || res.Delivered != 3*res.ConfirmedN-wantLost || res.Lost != wantLost || res.Duplicates != 0 {
+			t.Fatalf("drop %d: sent %d confirmed %d delivered %d lost %d duplicates %d", drop, res.Sent, res.ConfirmedN, res.Delivered, res.Lost, res.Duplicates)
+		}
+	}
+	if err := (&Config{Size: 64, FanOut: true, MaxAhead: 10}).Validate(); err == nil {
+		t.Fatal("--max-ahead with fan-out was accepted")
 	}
 }

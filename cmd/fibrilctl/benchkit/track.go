@@ -70,15 +70,30 @@ func (b *bitset) andNotCount(o *bitset) uint64 {
 // (accepted, never delivered) and duplicates (delivered twice) exactly.
 // All methods are safe for concurrent use and allocation-free once a
 // chunk exists.
+//
+// With fan-out every consumer is expected to receive every message: each
+// has its own delivered sets, and losses and duplicates are counted per
+// consumer and summed.
 type Tracker struct {
 	accepted  []bitset
-	delivered []bitset
+	delivered [][]bitset // [consumer][producer]; one consumer without fan-out
 }
 
-// NewTracker makes a tracker for producers 0..n-1.
-func NewTracker(n int) *Tracker {
-	return &Tracker{accepted: make([]bitset, n), delivered: make([]bitset, n)}
+// NewTracker makes a tracker for producers 0..n-1, one delivered set.
+func NewTracker(n int) *Tracker { return NewFanTracker(n, 1) }
+
+// NewFanTracker makes a tracker for producers 0..n-1 and, for fan-out,
+// consumers 0..c-1 that each receive every message.
+func NewFanTracker(n, c int) *Tracker {
+	t := &Tracker{accepted: make([]bitset, n), delivered: make([][]bitset, max(c, 1))}
+	for i := range t.delivered {
+		t.delivered[i] = make([]bitset, n)
+	}
+	return t
 }
+
+// Copies is how many deliveries each accepted message should have.
+func (t *Tracker) Copies() uint64 { return uint64(len(t.delivered)) }
 
 // Accept marks (producer, seq) as accepted by the broker.
 func (t *Tracker) Accept(producer uint32, seq uint64) {
@@ -88,7 +103,12 @@ func (t *Tracker) Accept(producer uint32, seq uint64) {
 // Deliver marks (producer, seq) as delivered and reports whether it had
 // been delivered before. The caller has checked the bounds with Valid.
 func (t *Tracker) Deliver(producer uint32, seq uint64) (duplicate bool) {
-	return t.delivered[producer].set(seq)
+	return t.delivered[0][producer].set(seq)
+}
+
+// DeliverTo is Deliver for consumer c of a fan-out tracker.
+func (t *Tracker) DeliverTo(c int, producer uint32, seq uint64) (duplicate bool) {
+	return t.delivered[c%len(t.delivered)][producer].set(seq)
 }
 
 // Valid reports whether (producer, seq) can belong to this run.
@@ -96,11 +116,14 @@ func (t *Tracker) Valid(producer uint32, seq uint64) bool {
 	return int(producer) < len(t.accepted) && seq < MaxSeq
 }
 
-// Lost counts accepted messages that were never delivered.
+// Lost counts accepted messages that were never delivered (to each
+// consumer, with fan-out).
 func (t *Tracker) Lost() uint64 {
 	var n uint64
-	for i := range t.accepted {
-		n += t.accepted[i].andNotCount(&t.delivered[i])
+	for _, d := range t.delivered {
+		for i := range t.accepted {
+			n += t.accepted[i].andNotCount(&d[i])
+		}
 	}
 	return n
 }
@@ -109,8 +132,10 @@ func (t *Tracker) Lost() uint64 {
 // (their publish failed or timed out, yet the broker stored them).
 func (t *Tracker) DeliveredUnaccepted() uint64 {
 	var n uint64
-	for i := range t.delivered {
-		n += t.delivered[i].andNotCount(&t.accepted[i])
+	for _, d := range t.delivered {
+		for i := range d {
+			n += d[i].andNotCount(&t.accepted[i])
+		}
 	}
 	return n
 }

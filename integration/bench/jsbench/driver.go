@@ -30,6 +30,8 @@ type driver struct {
 	created bool                // the stream exists: Close deletes it
 	conns   []*nats.Conn
 	info    streamInfo
+
+	consumers int // Consumer calls so far (fan-out: which durable consumer is next)
 }
 
 // streamInfo is what jsbench adds to benchkit's Result in its JSON.
@@ -119,6 +121,24 @@ func (d *driver) Setup(ctx context.Context, cfg benchkit.Config, rep *benchkit.R
 	if cfg.AutoAck {
 		ack = jetstream.AckNonePolicy
 	}
+	if cfg.FanOut {
+		// Fan-out: a durable consumer of its own per bench consumer, each
+		// reading every message, as Fibril stream subscriptions do.
+		for i := range cfg.Consumers {
+			if _, err = d.js.CreateOrUpdateConsumer(ctx, d.Stream, jetstream.ConsumerConfig{
+				Durable:       consumerName(true, i),
+				AckPolicy:     ack,
+				AckWait:       30 * time.Second,
+				MaxAckPending: cfg.Prefetch,
+				DeliverPolicy: jetstream.DeliverAllPolicy,
+			}); err != nil {
+				return fmt.Errorf("create consumer %d: %w", i, err)
+			}
+		}
+		d.info.ConsumerKind = fmt.Sprintf("fan-out: one durable pull consumer per bench consumer, Consume(PullMaxMessages=%d), MaxAckPending=%d, ack %s",
+			cfg.Prefetch, cfg.Prefetch, ack)
+		return nil
+	}
 	_, err = d.js.CreateOrUpdateConsumer(ctx, d.Stream, jetstream.ConsumerConfig{
 		Durable:       durableName,
 		AckPolicy:     ack,
@@ -199,7 +219,8 @@ func (d *driver) Consumer(ctx context.Context, name string, h *benchkit.Handler)
 	if err != nil {
 		return nil, err
 	}
-	cons, err := js.Consumer(ctx, d.Stream, durableName)
+	cons, err := js.Consumer(ctx, d.Stream, consumerName(d.cfg.FanOut, d.consumers))
+	d.consumers++
 	if err != nil {
 		return nil, err
 	}
@@ -260,4 +281,13 @@ func (d *driver) Close() {
 	for _, nc := range d.conns {
 		nc.Close()
 	}
+}
+
+// consumerName is the durable consumer bench consumer i reads: the shared
+// one, or with fan-out its own.
+func consumerName(fanOut bool, i int) string {
+	if !fanOut {
+		return durableName
+	}
+	return fmt.Sprintf("%s-%d", durableName, i)
 }

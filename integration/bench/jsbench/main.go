@@ -30,7 +30,7 @@ func run1(args []string) int {
 		fmt.Fprintf(fs.Output(), "usage: jsbench [--url nats://127.0.0.1:4222] [--stream S] [--subject SUBJ] [--size B] [--producers P]\n"+
 			"               [--consumers C] [--window W] [--confirmed] [--prefetch N] [--auto-ack] [--duration D]\n"+
 			"               [--warmup D] [--drain D] [--rate R] [--max-ahead N] [--mode throughput|rtt]\n"+
-			"               [--retention limits|workqueue] [--replicas N] [--keep-stream] [--json] [--progress=false]\n\nflags:\n")
+			"               [--retention limits|workqueue] [--replicas N] [--fan-out] [--keep-stream] [--json] [--progress=false]\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	var cfg benchkit.Config
@@ -39,6 +39,7 @@ func run1(args []string) int {
 		"confirmed": "JetStream publish and wait for the PubAck (default: core NATS publish, fire and forget)",
 		"prefetch":  "messages buffered per consumer (PullMaxMessages); MaxAckPending = prefetch × consumers",
 		"auto-ack":  "AckNone consumer (default: explicit ack of every delivery)",
+		"fan-out":   "every consumer reads every message: one durable pull consumer per bench consumer (compare with fibrilctl bench --stream); needs --retention limits",
 	})
 	var drv driver
 	fs.StringVar(&drv.URL, "url", "nats://127.0.0.1:4222", "NATS server URL")
@@ -76,6 +77,10 @@ func run1(args []string) int {
 	case "workqueue":
 	default:
 		fmt.Fprintf(os.Stderr, "jsbench: --retention must be limits or workqueue, not %q\n", drv.Retention)
+		return 2
+	}
+	if cfg.FanOut && drv.Retention == "workqueue" {
+		fmt.Fprintln(os.Stderr, "jsbench: --fan-out needs --retention limits (a work queue gives each message to one consumer)")
 		return 2
 	}
 	if drv.Replicas < 1 || drv.Replicas > 5 {

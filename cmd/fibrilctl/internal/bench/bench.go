@@ -31,6 +31,10 @@ type Driver struct {
 	// for one, else Topic-0 … Topic-(N-1)); ≤ 0 means 1.
 	Queues     int
 	Partitions int // declared with each queue; ≤ 0 means 1
+	// Stream: declare Plexus streams instead of queues and read them with
+	// SubscribeStream from the earliest record (every consumer receives
+	// every record; run with Config.FanOut).
+	Stream bool
 
 	cfg       benchkit.Config
 	queues    []benchQueue
@@ -105,6 +109,16 @@ func (d *Driver) Setup(ctx context.Context, cfg benchkit.Config, _ *benchkit.Rep
 // auto-created with one partition, S-21), a cluster answers with the
 // count it has. Either way the queue is used as it is, with a warning.
 func (d *Driver) declare(ctx context.Context, admin *client.Client, topic string) (int, error) {
+	if d.Stream {
+		n, err := admin.DeclareStream(ctx, client.StreamSpec{Topic: topic, Partitions: uint32(d.Partitions)})
+		if err != nil {
+			return 0, fmt.Errorf("declare stream %s: %w", topic, err)
+		}
+		if int(n) != d.Partitions {
+			fmt.Fprintf(d.cfg.Log, "warning: stream %s already has %d partitions (asked for %d); using %d\n", topic, n, d.Partitions, n)
+		}
+		return int(n), nil
+	}
 	spec := client.QueueSpec{Topic: topic, Group: d.Group, Partitions: uint32(d.Partitions)}
 	n, err := admin.DeclareQueue(ctx, spec)
 	if be := (*client.Error)(nil); errors.As(err, &be) && be.Code == wire.CodeConflict {
@@ -195,9 +209,16 @@ func (d *Driver) Consumer(ctx context.Context, name string, h *benchkit.Handler)
 	cs.ctx, cs.stop = context.WithCancel(context.Background())
 	for _, qi := range benchkit.ConsumerQueues(idx, max(d.cfg.Consumers, 1), len(d.queues)) {
 		q := d.queues[qi]
-		sub, err := c.Subscribe(ctx, q.topic, client.SubscribeOptions{
-			Group: d.Group, Partitions: q.parts, Prefetch: uint32(d.cfg.Prefetch), AutoAck: d.cfg.AutoAck,
-		})
+		var sub *client.Subscription
+		if d.Stream {
+			sub, err = c.SubscribeStream(ctx, q.topic, client.StreamOptions{
+				Partitions: q.parts, Start: client.StartEarliest(), Prefetch: uint32(d.cfg.Prefetch), AutoAck: d.cfg.AutoAck,
+			})
+		} else {
+			sub, err = c.Subscribe(ctx, q.topic, client.SubscribeOptions{
+				Group: d.Group, Partitions: q.parts, Prefetch: uint32(d.cfg.Prefetch), AutoAck: d.cfg.AutoAck,
+			})
+		}
 		if err != nil {
 			cs.Close()
 			return nil, fmt.Errorf("subscribe %s: %w", q.topic, err)
