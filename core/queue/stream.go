@@ -38,6 +38,7 @@ type StreamPartition struct {
 	mu       sync.Mutex
 	visible  uint64 // offsets below it may be delivered (the tier's condition holds)
 	changed  chan struct{}
+	watched  bool // a reader took changed and may wait on it: advance must close it
 	cursors  map[string]uint64 // durable name -> next offset to deliver
 	closed   bool
 	subs     map[*StreamSubscription]struct{}
@@ -160,6 +161,21 @@ func (p *StreamPartition) Bounds() (first, next uint64) { return p.log.Bounds() 
 // confirm condition holds (S-82); it must not block. An error returned by
 // Publish means nothing was appended and done is not called.
 func (p *StreamPartition) Publish(msg *Message, done func(offset uint64, err error)) error {
+	return p.publish(msg, done, false)
+}
+
+// PublishDeferred is Publish for a caller that calls CommitIfIdle right
+// afterwards (see Partition.PublishDeferred): the commit may then run on
+// the caller instead of waking the storage committer.
+func (p *StreamPartition) PublishDeferred(msg *Message, done func(offset uint64, err error)) error {
+	return p.publish(msg, done, true)
+}
+
+// CommitIfIdle commits pending records on the calling goroutine when no
+// committer is busy (Partition.CommitIfIdle has the rules).
+func (p *StreamPartition) CommitIfIdle() bool { return p.log.CommitIfIdle() }
+
+func (p *StreamPartition) publish(msg *Message, done func(offset uint64, err error), deferCommit bool) error {
 	if p.maxPayload > 0 && len(msg.Payload) > p.maxPayload {
 		return core.Errorf(core.ErrTooLarge, "message payload is %d bytes; this broker accepts at most %d (broker.max_message_bytes)", len(msg.Payload), p.maxPayload)
 	}
@@ -179,7 +195,11 @@ func (p *StreamPartition) Publish(msg *Message, done func(offset uint64, err err
 		return core.Errorf(core.ErrUnavailable, "%s is closed", p.name)
 	}
 	tier := p.info.Durability
-	off, err := p.log.AppendAsync(data, msg.Received, func(off uint64, err error) {
+	appendAsync := p.log.AppendAsync
+	if deferCommit {
+		appendAsync = p.log.AppendAsyncDeferred
+	}
+	off, err := appendAsync(data, msg.Received, func(off uint64, err error) {
 		if err == nil && tier == wire.DurabilityDurable {
 			p.advance(off + 1)
 		}
@@ -199,21 +219,34 @@ func (p *StreamPartition) Publish(msg *Message, done func(offset uint64, err err
 	return nil
 }
 
-// advance makes offsets below next deliverable and wakes the readers.
+// advance makes offsets below next deliverable and wakes the readers
+// that wait (no channel is made per record while nobody waits).
 func (p *StreamPartition) advance(next uint64) {
 	p.mu.Lock()
 	if next > p.visible {
 		p.visible = next
-		close(p.changed)
-		p.changed = make(chan struct{})
+		if p.watched {
+			close(p.changed)
+			p.changed = make(chan struct{})
+			p.watched = false
+		}
 	}
 	p.mu.Unlock()
 }
 
-// watch returns the deliverable end and a channel closed when it moves.
+// end returns the deliverable end.
+func (p *StreamPartition) end() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.visible
+}
+
+// watch returns the deliverable end and a channel closed when it moves
+// (or the partition closes).
 func (p *StreamPartition) watch() (uint64, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.watched = true
 	return p.visible, p.changed
 }
 

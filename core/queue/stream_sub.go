@@ -166,7 +166,7 @@ func (s *StreamSubscription) commit(next uint64) {
 func (s *StreamSubscription) run() {
 	defer close(s.done)
 	for {
-		end, changed := s.p.watch()
+		end := s.p.end()
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
@@ -177,11 +177,19 @@ func (s *StreamSubscription) run() {
 			limit = min(limit, s.acked+uint64(s.opts.Prefetch))
 		}
 		idle := s.paused || s.pos >= limit
+		waitData := !s.paused && s.pos >= end // only new records can move it
 		from := s.pos
 		s.mu.Unlock()
 		if idle {
+			var changed <-chan struct{}
+			if waitData {
+				var now uint64
+				if now, changed = s.p.watch(); now != end {
+					continue // it moved meanwhile
+				}
+			}
 			select {
-			case <-changed:
+			case <-changed: // nil (never) unless waiting for records
 			case <-s.kick:
 			}
 			continue

@@ -15,7 +15,6 @@ import (
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/forward"
-	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -55,8 +54,8 @@ type Conn struct {
 	rbuf        []byte // frame buffer reused between frames while input is waiting; nil when idle
 	slotPending bool   // the request being handled holds an unused reply slot
 	acks        pendingAcks
-	stopReading bool             // the request answered with close-after
-	owed        *queue.Partition // a deferred publish awaits commitOwed (see serve)
+	stopReading bool      // the request answered with close-after
+	owed        committer // a deferred publish awaits commitOwed (see serve)
 
 	slots chan struct{} // reply slots (see package doc, Backpressure)
 

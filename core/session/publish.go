@@ -223,7 +223,12 @@ func (c *Conn) publishStream(h wire.FrameHeader, req *publishReq, received time.
 		return
 	}
 	reqID := h.RequestID
-	err = sp.Publish(&req.msg, func(offset uint64, err error) {
+	publish := sp.Publish
+	if c.br.Buffered() == 0 {
+		publish = sp.PublishDeferred // committed by commitOwed, as a queue publish
+		c.owed = sp
+	}
+	err = publish(&req.msg, func(offset uint64, err error) {
 		if err != nil {
 			c.log.Warn("confirmed stream publish failed", "topic", req.topic, "partition", req.partition, "err", err)
 			c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true,

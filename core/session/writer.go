@@ -55,6 +55,10 @@ func (c *Conn) writeLoop() {
 // Confirms of other connections committed by the same pass are queued and
 // their writers woken as usual. Reader goroutine only; it holds no lock
 // here, as CommitIfIdle requires.
+// committer is a partition whose deferred publishes commitOwed commits:
+// a queue's or a stream's.
+type committer interface{ CommitIfIdle() bool }
+
 func (c *Conn) commitOwed() {
 	part := c.owed
 	if part == nil {
