@@ -69,7 +69,7 @@ func tags(ds []*Delivery) []uint64 {
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	m     *Manager
 	clock *clock.Fake
 	opts  Options
@@ -77,7 +77,7 @@ type env struct {
 
 // newEnv opens a Manager on a temp dir with a fake clock, FsyncNone (the
 // tests that care about fsync set their own) and AutoCreate on.
-func newEnv(t *testing.T, mod ...func(*Options)) *env {
+func newEnv(t testing.TB, mod ...func(*Options)) *env {
 	t.Helper()
 	clock := clock.NewFake(t0)
 	opts := Options{

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -388,5 +389,47 @@ func TestStreamCursorCompaction(t *testing.T) {
 		if next, ok := sp.Cursor(fmt.Sprint("name-", i)); !ok || next != want {
 			t.Fatalf("name-%d: cursor %d %v, want %d", i, next, ok, want)
 		}
+	}
+}
+
+// BenchmarkStreamIdleSubscriptionMemory reports what an idle stream
+// subscription (caught up, waiting for records) costs the engine: heap and
+// goroutine stacks per subscription, as the slope between two counts.
+//
+//	go test -run '^$' -bench StreamIdleSubscriptionMemory -benchtime 1x ./core/queue
+func BenchmarkStreamIdleSubscriptionMemory(b *testing.B) {
+	for range b.N {
+		e := newEnv(b)
+		sp := e.stream(StreamSpec{Topic: "idle", Durability: wire.DurabilityDurable})
+		open := func(n int) []*StreamSubscription {
+			subs := make([]*StreamSubscription, n)
+			for i := range subs {
+				s, err := sp.Subscribe(&recorder{}, StreamSubscribeOptions{DurableName: fmt.Sprint("n", i), Prefetch: 32})
+				if err != nil {
+					b.Fatal(err)
+				}
+				subs[i] = s
+			}
+			time.Sleep(100 * time.Millisecond) // every reader reaches its wait
+			return subs
+		}
+		stacks := func() uint64 {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			return ms.StackInuse
+		}
+		const n1, n2 = 500, 2500
+		a := open(n1)
+		h1, s1, g1 := heapAfterGC(), stacks(), runtime.NumGoroutine()
+		c := open(n2 - n1)
+		h2, s2, g2 := heapAfterGC(), stacks(), runtime.NumGoroutine()
+		n := float64(n2 - n1)
+		b.ReportMetric((float64(h2)-float64(h1))/n, "heap-B/sub")
+		b.ReportMetric((float64(s2)-float64(s1))/n, "stack-B/sub")
+		b.ReportMetric(float64(g2-g1)/n, "goroutines/sub")
+		for _, s := range append(a, c...) {
+			s.Close()
+		}
+		e.m.Close()
 	}
 }
