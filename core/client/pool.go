@@ -186,7 +186,12 @@ func (ep *endpoint) dial(att *dialAttempt) {
 	for ps := range ep.subs {
 		if ps.sub.stream != nil {
 			// The broker ended them with the old connection (S-83); the
-			// supervisor subscribes again.
+			// supervisor subscribes again. A named one starts again at its
+			// cursor, which is at or before what is buffered here: drop
+			// the buffer rather than hand those records out twice.
+			if ps.sub.stream.DurableName != "" {
+				ps.purge()
+			}
 			delete(ep.subs, ps)
 			notes = append(notes, detachNote{ps: ps, code: wire.ReasonOwnerMoved,
 				msg: "reconnected: stream subscriptions are subscribed again"})
