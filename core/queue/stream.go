@@ -38,7 +38,7 @@ type StreamPartition struct {
 	mu       sync.Mutex
 	visible  uint64 // offsets below it may be delivered (the tier's condition holds)
 	changed  chan struct{}
-	watched  bool // a reader took changed and may wait on it: advance must close it
+	watched  bool              // a reader took changed and may wait on it: advance must close it
 	cursors  map[string]uint64 // durable name -> next offset to deliver
 	closed   bool
 	subs     map[*StreamSubscription]struct{}
