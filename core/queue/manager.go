@@ -154,6 +154,19 @@ func Open(opts Options) (*Manager, error) {
 		m.queues.Store(info.Key, q)
 		m.kinds.Store(info.Topic, KindQueue)
 	}
+	if !opts.LazyPartitions {
+		// Open (and recover) every stream partition now, like the queues:
+		// retention by age then runs after a restart even on a stream
+		// nobody reads or writes.
+		for topic, si := range m.streams {
+			for n := range si.PartitionCount {
+				if _, err := m.StreamPartition(topic, n); err != nil {
+					m.closeAll()
+					return nil, err
+				}
+			}
+		}
+	}
 	return m, nil
 }
 
@@ -262,6 +275,9 @@ func (m *Manager) Close() error {
 
 // closeAll releases what a failed Open had opened.
 func (m *Manager) closeAll() {
+	for _, sp := range m.sparts {
+		sp.Close()
+	}
 	m.queues.Range(func(_, v any) bool {
 		for _, p := range v.(*queue).opened() {
 			p.stop()

@@ -433,3 +433,21 @@ func BenchmarkStreamIdleSubscriptionMemory(b *testing.B) {
 		e.m.Close()
 	}
 }
+
+// A standalone engine opens every declared stream partition at Open, so
+// retention by age runs after a restart on a stream nobody touches.
+func TestStreamPartitionsOpenAtStart(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Storage.SegmentMaxBytes = 512 })
+	sp := e.stream(StreamSpec{Topic: "old", Durability: wire.DurabilityDurable,
+		Retention: wire.StreamRetention{MaxAgeMillis: wire.Some[uint64](60_000)}})
+	for i := range 20 {
+		e.spub(sp, fmt.Sprintf("record-%02d-%s", i, string(make([]byte, 64))))
+	}
+	e.restart()
+	e.m.mu.Lock()
+	n := len(e.m.sparts)
+	e.m.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d stream partitions open after a restart, want 1", n)
+	}
+}
