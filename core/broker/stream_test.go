@@ -62,6 +62,9 @@ func TestStreamSubscriptionsSurviveABrokerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.SubscribeStream(ctx, "events", client.StreamOptions{Partitions: []uint32{0}}); err == nil {
+		t.Fatal("a second stream subscription of one partition on one Client was accepted")
+	}
 	c2 := dialClient(ctx, t, b) // one subscription per partition and connection
 	unnamed, err := c2.SubscribeStream(ctx, "events", client.StreamOptions{Start: client.StartAt(1), Partitions: []uint32{0}})
 	if err != nil {

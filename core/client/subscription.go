@@ -96,6 +96,11 @@ func (c *Client) subscribe(ctx context.Context, topic string, opts SubscribeOpti
 		}
 		seen[p] = true
 	}
+	if stream != nil && c.streamPartsTaken(topic, seen) {
+		// The broker would replace the other subscription's partition
+		// (S-72), which would then silently get nothing more.
+		return nil, fmt.Errorf("fibril client: SubscribeStream: this Client already reads a partition of stream %q; close that subscription or use another Client", topic)
+	}
 	prefetch := opts.Prefetch
 	if prefetch == 0 {
 		prefetch = DefaultPrefetch
@@ -573,4 +578,23 @@ func (ep *endpoint) markHadSubs() {
 	ep.mu.Lock()
 	ep.hadSubs = true
 	ep.mu.Unlock()
+}
+
+// streamPartsTaken reports whether a live stream subscription of this
+// Client reads one of parts of topic: its connection carries at most one
+// subscription per stream partition.
+func (c *Client) streamPartsTaken(topic string, parts map[uint32]bool) bool {
+	c.subsMu.Lock()
+	defer c.subsMu.Unlock()
+	for s := range c.subs {
+		if s.stream == nil || s.topic != topic {
+			continue
+		}
+		for _, ps := range s.parts {
+			if parts[ps.partition] {
+				return true
+			}
+		}
+	}
+	return false
 }

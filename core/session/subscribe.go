@@ -385,19 +385,29 @@ func (s *Session) subscribeStream(req wire.SubscribeStream) (*subscription, erro
 		s.mu.Unlock()
 		return nil, core.Errorf(core.ErrUnavailable, "session ended")
 	}
-	if _, dup := s.subs[key]; dup {
-		s.mu.Unlock()
-		return nil, core.Errorf(core.ErrConflict, "already subscribed to stream %s partition %d on this connection", req.Topic, req.Partition)
-	}
 	if s.nextSubID >= maxSubID {
 		s.mu.Unlock()
 		return nil, core.Errorf(core.ErrUnavailable, "subscription ids exhausted for this session; reconnect")
+	}
+	// S-72: a second SUBSCRIBE_STREAM for a partition replaces the first
+	// on this connection (its deliveries stop; no SUBSCRIPTION_CLOSED, the
+	// client asked for it).
+	var replaced []*subscription
+	if old := s.subs[key]; old != nil {
+		if !old.stream {
+			s.mu.Unlock()
+			return nil, core.Errorf(core.ErrConflict, "already subscribed to %s partition %d on this connection", req.Topic, req.Partition)
+		}
+		old.closed = true
+		delete(s.subs, key)
+		replaced = append(replaced, old)
 	}
 	sub := &subscription{sess: s, id: s.nextSubID, key: key, stream: true}
 	s.nextSubID++
 	s.subs[key] = sub // reserves the key while the engine subscribes
 	dormant := s.conn == nil
 	s.mu.Unlock()
+	s.closeDropped(replaced)
 
 	q, err := sp.Subscribe(sub, queue.StreamSubscribeOptions{
 		DurableName: req.DurableName.Value,
