@@ -177,6 +177,9 @@ func registerEngineMetrics(reg prometheus.Registerer, qm *queue.Manager) {
 	counter("fibril_broker_expired_total", "Messages removed because their TTL passed.", func(s queue.Stats) uint64 { return s.Expired })
 	counter("fibril_broker_dead_lettered_total", "Messages moved to a dead-letter queue.", func(s queue.Stats) uint64 { return s.DeadLettered })
 	counter("fibril_broker_discarded_total", "Messages dropped by a discard DLQ policy.", func(s queue.Stats) uint64 { return s.Discarded })
+	counter("fibril_stream_published_total", "Records appended to streams (confirmed or not).", func(s queue.Stats) uint64 { return s.StreamPublished })
+	counter("fibril_stream_delivered_total", "Stream records handed to subscriptions (each subscription counts its own).", func(s queue.Stats) uint64 { return s.StreamDelivered })
+	counter("fibril_stream_cursor_commits_total", "Durable stream cursor commits (manual acks and auto-ack advances).", func(s queue.Stats) uint64 { return s.CursorCommits })
 	storageCounter := func(name, help string, get func(storage.Counters) uint64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(get(storage.Stats())) }))

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,5 +169,14 @@ func TestStreamSubscriptionAfterAConnectionReset(t *testing.T) {
 	}
 	if fmt.Sprint(seq) != "[m1 m2 m3 m4 m5]" {
 		t.Fatalf("after the reset got %v, want [m1 m2 m3 m4 m5]", seq)
+	}
+	metrics := scrape(t, b)
+	for _, want := range []string{"fibril_stream_published_total 6", "fibril_stream_cursor_commits_total 1"} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^fibril_stream_delivered_total (9|[1-9][0-9])$`).MatchString(metrics) {
+		t.Errorf("fibril_stream_delivered_total below 9 (m0…m4, then m1…m5 again): %s", regexp.MustCompile(`(?m)^fibril_stream_delivered_total .*$`).FindString(metrics))
 	}
 }

@@ -47,9 +47,13 @@ type Manager struct {
 	dlqWG  sync.WaitGroup // dead-letter copies not yet finished
 	dlqRR  atomic.Uint64  // round-robin over a DLQ target's partitions
 
-	stats struct {
-		published, delivered, acked, redelivered, expired, deadLettered, discarded atomic.Uint64
-	}
+	stats engineStats
+}
+
+// engineStats are the process-lifetime counters behind Stats.
+type engineStats struct {
+	published, delivered, acked, redelivered, expired, deadLettered, discarded atomic.Uint64
+	streamPublished, streamDelivered, cursorCommits                            atomic.Uint64
 }
 
 // queue is one (topic, group) queue. Its config may change on redeclare,
@@ -593,6 +597,10 @@ func (m *Manager) Stats() Stats {
 		Expired:      s.expired.Load(),
 		DeadLettered: s.deadLettered.Load(),
 		Discarded:    s.discarded.Load(),
+
+		StreamPublished: s.streamPublished.Load(),
+		StreamDelivered: s.streamDelivered.Load(),
+		CursorCommits:   s.cursorCommits.Load(),
 	}
 }
 

@@ -34,6 +34,7 @@ type StreamPartition struct {
 	name       string
 	log        *storage.Partition
 	maxPayload int // broker.max_message_bytes; 0 = no limit
+	stats      *engineStats
 
 	mu       sync.Mutex
 	visible  uint64 // offsets below it may be delivered (the tier's condition holds)
@@ -91,7 +92,7 @@ func openStreamPartition(dir string, info StreamInfo, n uint32, opts storage.Opt
 	if err != nil {
 		return nil, core.Errorf(core.ErrInternal, "open %s: %v", name, err)
 	}
-	p := &StreamPartition{info: info, index: n, name: name, log: lg, changed: make(chan struct{}),
+	p := &StreamPartition{info: info, index: n, name: name, log: lg, changed: make(chan struct{}), stats: &engineStats{},
 		cursors: map[string]uint64{}, subs: map[*StreamSubscription]struct{}{}}
 	if err := lg.ReplayState(p.applyCursorEntry); err != nil {
 		lg.Close()
@@ -210,6 +211,7 @@ func (p *StreamPartition) publish(msg *Message, done func(offset uint64, err err
 	if err != nil {
 		return core.Errorf(core.ErrInternal, "append to %s: %v", p.name, err)
 	}
+	p.stats.streamPublished.Add(1)
 	if tier != wire.DurabilityDurable {
 		p.advance(off + 1)
 	}
@@ -269,6 +271,7 @@ func (p *StreamPartition) commitCursor(name string, next uint64) error {
 	}
 	p.cursors[name] = next
 	p.mu.Unlock()
+	p.stats.cursorCommits.Add(1)
 	if err := p.log.AppendState(appendCursorEntry(nil, name, next)); err != nil {
 		return err
 	}
@@ -410,6 +413,7 @@ func (m *Manager) StreamPartition(topic string, n uint32) (*StreamPartition, err
 		return nil, err
 	}
 	sp.maxPayload = m.opts.MaxMessageBytes
+	sp.stats = &m.stats
 	m.sparts[k] = sp
 	return sp, nil
 }

@@ -73,7 +73,7 @@ func TestStreamPowerLossKeepsConfirmedRecords(t *testing.T) {
 			}
 		}()
 		arng := rand.New(rand.NewPCG(rng.Uint64(), 1)) // the reader's own
-		go func() { // the reader acks what it got now and then
+		go func() {                                    // the reader acks what it got now and then
 			defer wg.Done()
 			for {
 				select {

@@ -240,6 +240,7 @@ func (s *StreamSubscription) deliverRange(from, limit uint64) error {
 		more := true
 		if matchFilter(s.opts.Filter, rec.Headers) {
 			more = s.c.Deliver(s.delivery(r.Offset, &rec))
+			s.p.stats.streamDelivered.Add(1)
 		}
 		pos = r.Offset + 1
 		s.mu.Lock()

@@ -200,4 +200,7 @@ type SubscribeOptions struct {
 // Stats are process-lifetime counters (reset on restart, S-163).
 type Stats struct {
 	Published, Delivered, Acked, Redelivered, Expired, DeadLettered, Discarded uint64
+	// Streams: records appended, records handed to stream subscriptions
+	// (each subscription counts its own), durable cursor commits.
+	StreamPublished, StreamDelivered, CursorCommits uint64
 }
