@@ -96,10 +96,13 @@ func (c *Client) subscribe(ctx context.Context, topic string, opts SubscribeOpti
 		}
 		seen[p] = true
 	}
-	if stream != nil && c.streamPartsTaken(topic, seen) {
-		// The broker would replace the other subscription's partition
-		// (S-72), which would then silently get nothing more.
-		return nil, fmt.Errorf("fibril client: SubscribeStream: this Client already reads a partition of stream %q; close that subscription or use another Client", topic)
+	if c.partsTaken(topic, group, stream != nil, seen) {
+		// A connection holds one subscription per partition: the broker
+		// answers a second SUBSCRIBE 409 (which this client would retry
+		// until the deadline, as a 409 can also mean "owner unknown"),
+		// and a second SUBSCRIBE_STREAM replaces the first (S-72), which
+		// would then silently get nothing more.
+		return nil, fmt.Errorf("fibril client: this Client already subscribes to a partition of %q; close that subscription or use another Client", topic)
 	}
 	prefetch := opts.Prefetch
 	if prefetch == 0 {
@@ -580,14 +583,14 @@ func (ep *endpoint) markHadSubs() {
 	ep.mu.Unlock()
 }
 
-// streamPartsTaken reports whether a live stream subscription of this
-// Client reads one of parts of topic: its connection carries at most one
-// subscription per stream partition.
-func (c *Client) streamPartsTaken(topic string, parts map[uint32]bool) bool {
+// partsTaken reports whether a live subscription of this Client, of the
+// same kind (queue or stream), reads one of parts of topic (and group):
+// its connection carries at most one subscription per partition.
+func (c *Client) partsTaken(topic string, group wire.Option[string], stream bool, parts map[uint32]bool) bool {
 	c.subsMu.Lock()
 	defer c.subsMu.Unlock()
 	for s := range c.subs {
-		if s.stream == nil || s.topic != topic {
+		if (s.stream != nil) != stream || s.topic != topic || s.group != group {
 			continue
 		}
 		for _, ps := range s.parts {

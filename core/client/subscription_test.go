@@ -443,3 +443,21 @@ func TestSubscribeColdCacheReadsCount(t *testing.T) {
 		t.Fatalf("subscribed partitions %v (%v), want 0, 1 and 2", got, sub.Partitions())
 	}
 }
+
+// A Client's connection carries one subscription per partition: a second
+// Subscribe of a partition it already reads fails at once instead of
+// retrying the broker's 409 until its deadline.
+func TestSubscribeTwiceFailsFast(t *testing.T) {
+	fb := newFake(t, nil)
+	c, fc := dialScripted(t, fb, testOptions(t, fb.addr), wire.Topology{})
+	subscribeScripted(t, c, fc, "q", SubscribeOptions{Prefetch: 8}, 5)
+	start := time.Now()
+	_, err := c.Subscribe(context.Background(), "q", SubscribeOptions{Partitions: []uint32{0}})
+	if err == nil || time.Since(start) > time.Second {
+		t.Fatalf("second Subscribe: %v after %v", err, time.Since(start))
+	}
+	// Another group of the topic is another queue.
+	if c.partsTaken("q", wire.Some("other"), false, map[uint32]bool{0: true}) {
+		t.Fatal("a different group counted as taken")
+	}
+}
