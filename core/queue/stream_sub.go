@@ -27,8 +27,9 @@ type StreamSubscribeOptions struct {
 // the log; only retention skips records). Its reader goroutine runs only
 // while there is something to deliver and the consumer takes it.
 //
-// Flow control: a durable manual-ack subscription stops Prefetch records
-// past its last ack (acks are cumulative, S-75). Every subscription also
+// Flow control: a durable manual-ack subscription stops while Prefetch
+// deliveries are unacknowledged (acks are cumulative, S-75; records its
+// filter skipped take no credit). Every subscription also
 // stops when the consumer's Deliver answers false (the session's queue of
 // deliveries is full) until Resume — the bound for the others, whose acks
 // carry no credit (S-75: ignored).
@@ -37,13 +38,14 @@ type StreamSubscription struct {
 	c    Consumer
 	opts StreamSubscribeOptions
 
-	mu     sync.Mutex
-	pos    uint64 // next offset to read
-	acked  uint64 // durable manual ack: every offset below is acknowledged
-	paused bool
-	closed bool
-	kick   chan struct{} // cap 1: Resume, Ack and Close wake the reader
-	done   chan struct{} // closed when the reader has stopped for good
+	mu      sync.Mutex
+	pos     uint64   // next offset to read
+	acked   uint64   // durable manual ack: every offset below is acknowledged
+	unacked []uint64 // durable manual ack: offsets delivered and not acknowledged, ascending (the credit in use)
+	paused  bool
+	closed  bool
+	kick    chan struct{} // cap 1: Resume, Ack and Close wake the reader
+	done    chan struct{} // closed when the reader has stopped for good
 }
 
 // Subscribe starts a subscription for c (S-72 … S-75). Deliveries carry
@@ -102,6 +104,11 @@ func (s *StreamSubscription) Ack(tags ...uint64) {
 	}
 	moved := hi > s.acked
 	s.acked = hi
+	n := 0
+	for n < len(s.unacked) && s.unacked[n] < hi {
+		n++
+	}
+	s.unacked = append(s.unacked[:0], s.unacked[n:]...)
 	s.mu.Unlock()
 	if !moved {
 		return
@@ -142,6 +149,18 @@ func (s *StreamSubscription) Close() {
 	s.p.mu.Unlock()
 }
 
+// credited reports whether prefetch credit applies: a durable
+// subscription without auto-ack (the others' acks are ignored, S-75).
+func (s *StreamSubscription) credited() bool {
+	return s.opts.DurableName != "" && !s.opts.AutoAck && s.opts.Prefetch > 0
+}
+
+// hasCreditLocked reports whether another record may be delivered. Caller
+// holds mu.
+func (s *StreamSubscription) hasCreditLocked() bool {
+	return !s.credited() || len(s.unacked) < int(s.opts.Prefetch)
+}
+
 func (s *StreamSubscription) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -173,10 +192,7 @@ func (s *StreamSubscription) run() {
 			return
 		}
 		limit := end
-		if s.opts.DurableName != "" && !s.opts.AutoAck && s.opts.Prefetch > 0 {
-			limit = min(limit, s.acked+uint64(s.opts.Prefetch))
-		}
-		idle := s.paused || s.pos >= limit
+		idle := s.paused || s.pos >= limit || !s.hasCreditLocked()
 		waitData := !s.paused && s.pos >= end // only new records can move it
 		from := s.pos
 		s.mu.Unlock()
@@ -238,16 +254,21 @@ func (s *StreamSubscription) deliverRange(from, limit uint64) error {
 			return false
 		}
 		more := true
-		if matchFilter(s.opts.Filter, rec.Headers) {
+		matched := matchFilter(s.opts.Filter, rec.Headers)
+		if matched {
 			more = s.c.Deliver(s.delivery(r.Offset, &rec))
 			s.p.stats.streamDelivered.Add(1)
 		}
 		pos = r.Offset + 1
 		s.mu.Lock()
 		s.pos = pos
+		if matched && s.credited() {
+			s.unacked = append(s.unacked, r.Offset)
+		}
 		if !more {
 			s.paused = true
 		}
+		more = more && s.hasCreditLocked()
 		s.mu.Unlock()
 		return more
 	})

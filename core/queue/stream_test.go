@@ -451,3 +451,22 @@ func TestStreamPartitionsOpenAtStart(t *testing.T) {
 		t.Fatalf("%d stream partitions open after a restart, want 1", n)
 	}
 }
+
+// Prefetch credit counts deliveries, not the records a filter skipped: a
+// durable subscription whose filter passes few records never stalls.
+func TestStreamPrefetchCountsDeliveriesNotFilteredRecords(t *testing.T) {
+	e := newEnv(t)
+	sp := e.stream(StreamSpec{Topic: "events", Durability: wire.DurabilityDurable})
+	for i := range 10 {
+		region := "us"
+		if i == 0 || i == 5 || i == 9 {
+			region = "eu"
+		}
+		e.spub(sp, fmt.Sprint("m", i), "region", region)
+	}
+	s, r := e.ssub(sp, StreamSubscribeOptions{DurableName: "eu", Prefetch: 2, Filter: []wire.FilterClause{{Key: "region", Pattern: "eu"}}})
+	ds := waitN(t, r, 2)
+	wantPayloads(t, ds, "m0", "m5")
+	s.Ack(ds[0].Tag)
+	wantPayloads(t, waitN(t, r, 1), "m9")
+}
