@@ -90,9 +90,7 @@ func TestStreamSubscriptionsSurviveABrokerRestart(t *testing.T) {
 	for i := range 3 {
 		next(durable, fmt.Sprint("m", i), true)
 	}
-	for i := 1; i < 5; i++ {
-		next(unnamed, fmt.Sprint("m", i), false)
-	}
+	next(unnamed, "m1", false) // m2 … m4 stay in the client's buffer
 	// The acks reach the broker before it stops: a ping after them.
 	if _, err := c.Topology(ctx, ""); err != nil {
 		t.Fatal(err)
@@ -106,7 +104,9 @@ func TestStreamSubscriptionsSurviveABrokerRestart(t *testing.T) {
 	next(durable, "m3", false) // the cursor is after m2
 	next(durable, "m4", false)
 	next(durable, "m5", false)
-	next(unnamed, "m5", false) // after the last record it received, m4
+	for _, m := range []string{"m2", "m3", "m4", "m5"} { // nothing it had not handed out is skipped
+		next(unnamed, m, false)
+	}
 }
 
 // A network blip (the connection reset, the session resumed within its

@@ -567,8 +567,15 @@ func (ps *partSub) pop() *Delivery {
 
 // purge drops buffered deliveries of a session that was not resumed: their
 // tags are void and the broker redelivers them.
+//
+// An unnamed stream subscription continues after the last record it
+// received; what is dropped here was not handed out, so it continues at
+// the first dropped record instead (the buffer is in offset order).
 func (ps *partSub) purge() {
 	ps.mu.Lock()
+	if ps.sub.stream != nil && len(ps.buf) > 0 {
+		ps.next = ps.buf[0].Offset
+	}
 	ps.buf = nil
 	ps.mu.Unlock()
 	select {
