@@ -84,6 +84,21 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 		}
 		return
 	}
+	c.store(h, req, received, part)
+}
+
+// partitionLog is where a publish is stored: a queue's partition
+// (*queue.Partition) or a stream's (*queue.StreamPartition).
+type partitionLog interface {
+	Publish(msg *queue.Message, done func(offset uint64, err error)) error
+	PublishDeferred(msg *queue.Message, done func(offset uint64, err error)) error
+	committer
+}
+
+// store appends req to part. An unconfirmed publish is never answered; a
+// confirmed one gets PUBLISH_OK with the offset, or ERROR, from the log's
+// commit callback, and the reader moves on at once.
+func (c *Conn) store(h wire.FrameHeader, req *publishReq, received time.Time, part partitionLog) {
 	if !req.confirm {
 		if err := part.Publish(&req.msg, c.unconfirmedDone(h.Op)); err != nil {
 			c.drop(h.Op, "rejected")
@@ -99,7 +114,7 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 		publish = part.PublishDeferred
 		c.owed = part
 	}
-	err = publish(&req.msg, func(offset uint64, err error) {
+	err := publish(&req.msg, func(offset uint64, err error) {
 		if err != nil {
 			msg := "publish not stored: "
 			if errors.Is(err, replica.ErrNotConfirmed) {
@@ -216,31 +231,5 @@ func (c *Conn) publishStream(h wire.FrameHeader, req *publishReq, received time.
 		fail(core.Code(err), "rejected", err.Error())
 		return
 	}
-	if !req.confirm {
-		if err := sp.Publish(&req.msg, c.unconfirmedDone(h.Op)); err != nil {
-			c.drop(h.Op, "rejected")
-		}
-		return
-	}
-	reqID := h.RequestID
-	publish := sp.Publish
-	if c.br.Buffered() == 0 {
-		publish = sp.PublishDeferred // committed by commitOwed, as a queue publish
-		c.owed = sp
-	}
-	err = publish(&req.msg, func(offset uint64, err error) {
-		if err != nil {
-			c.log.Warn("confirmed stream publish failed", "topic", req.topic, "partition", req.partition, "err", err)
-			c.enqueue(outFrame{op: wire.OpError, reqID: reqID, slot: true,
-				body: &wire.ErrorBody{Code: core.Code(err), Message: "publish not stored: " + err.Error()}})
-			return
-		}
-		c.srv.opts.Metrics.ConfirmLatency.Observe(time.Since(received).Seconds())
-		c.enqueue(outFrame{op: wire.OpPublishOK, reqID: reqID, offset: offset, slot: true})
-	})
-	if err != nil {
-		c.replyError(h.RequestID, core.Code(err), err.Error())
-		return
-	}
-	c.deferReply()
+	c.store(h, req, received, sp)
 }
