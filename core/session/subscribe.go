@@ -142,31 +142,14 @@ func (s *Session) subscribeLocked(req wire.Subscribe) (*subscription, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := keyOf(req.Topic, req.Group, req.Partition)
-	s.mu.Lock()
-	if s.ended {
-		s.mu.Unlock()
-		return nil, core.Errorf(core.ErrUnavailable, "session ended")
+	sub, dormant, err := s.reserve(&subscription{key: keyOf(req.Topic, req.Group, req.Partition), req: req},
+		queue.Key{Topic: req.Topic, Group: req.Group}.String())
+	if err != nil {
+		return nil, err
 	}
-	if _, dup := s.subs[key]; dup {
-		s.mu.Unlock()
-		return nil, core.Errorf(core.ErrConflict, "already subscribed to %s partition %d on this connection", queue.Key{Topic: req.Topic, Group: req.Group}, req.Partition)
-	}
-	if s.nextSubID >= maxSubID {
-		s.mu.Unlock()
-		return nil, core.Errorf(core.ErrUnavailable, "subscription ids exhausted for this session; reconnect")
-	}
-	sub := &subscription{sess: s, id: s.nextSubID, key: key, req: req}
-	s.nextSubID++
-	s.subs[key] = sub // reserves the key while the engine subscribes
-	dormant := s.conn == nil
-	s.mu.Unlock()
-
 	q, err := part.Subscribe(sub, queue.SubscribeOptions{Prefetch: req.Prefetch, AutoAck: req.AutoAck})
 	if err != nil {
-		s.mu.Lock()
-		delete(s.subs, key)
-		s.mu.Unlock()
+		s.unreserve(sub)
 		return nil, err
 	}
 	sub.q = q
@@ -175,6 +158,51 @@ func (s *Session) subscribeLocked(req wire.Subscribe) (*subscription, error) {
 	}
 	s.srv.opts.Metrics.SubscriptionsOpen.Inc()
 	return sub, nil
+}
+
+// reserve gives sub (its key and request set) the session and the next
+// sub id and registers it under its key while the engine subscribes (a
+// caller holding s.transition); dormant reports that no connection
+// follows the session. A queue key already taken is 409 (S-44); a stream
+// subscription of the key is replaced (S-72: its deliveries stop, and no
+// SUBSCRIPTION_CLOSED is sent, the client asked for it). name is the
+// channel as the 409 names it.
+func (s *Session) reserve(sub *subscription, name string) (_ *subscription, dormant bool, _ error) {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return nil, false, core.Errorf(core.ErrUnavailable, "session ended")
+	}
+	old := s.subs[sub.key]
+	if old != nil && !(old.stream && sub.stream) {
+		s.mu.Unlock()
+		return nil, false, core.Errorf(core.ErrConflict, "already subscribed to %s partition %d on this connection", name, sub.key.partition)
+	}
+	if s.nextSubID >= maxSubID {
+		s.mu.Unlock()
+		return nil, false, core.Errorf(core.ErrUnavailable, "subscription ids exhausted for this session; reconnect")
+	}
+	var replaced []*subscription
+	if old != nil {
+		old.closed = true
+		replaced = append(replaced, old)
+	}
+	sub.sess, sub.id = s, s.nextSubID
+	s.nextSubID++
+	s.subs[sub.key] = sub
+	dormant = s.conn == nil
+	s.mu.Unlock()
+	s.closeDropped(replaced)
+	return sub, dormant, nil
+}
+
+// unreserve forgets a reserved subscription the engine refused.
+func (s *Session) unreserve(sub *subscription) {
+	s.mu.Lock()
+	if s.subs[sub.key] == sub {
+		delete(s.subs, sub.key)
+	}
+	s.mu.Unlock()
 }
 
 // announce marks SUBSCRIBE_OK as queued: deliveries that arrived before it
@@ -379,36 +407,10 @@ func (s *Session) subscribeStream(req wire.SubscribeStream) (*subscription, erro
 	if err != nil {
 		return nil, err
 	}
-	key := keyOf(req.Topic, wire.None[string](), req.Partition)
-	s.mu.Lock()
-	if s.ended {
-		s.mu.Unlock()
-		return nil, core.Errorf(core.ErrUnavailable, "session ended")
+	sub, dormant, err := s.reserve(&subscription{key: keyOf(req.Topic, wire.None[string](), req.Partition), stream: true}, req.Topic)
+	if err != nil {
+		return nil, err
 	}
-	if s.nextSubID >= maxSubID {
-		s.mu.Unlock()
-		return nil, core.Errorf(core.ErrUnavailable, "subscription ids exhausted for this session; reconnect")
-	}
-	// S-72: a second SUBSCRIBE_STREAM for a partition replaces the first
-	// on this connection (its deliveries stop; no SUBSCRIPTION_CLOSED, the
-	// client asked for it).
-	var replaced []*subscription
-	if old := s.subs[key]; old != nil {
-		if !old.stream {
-			s.mu.Unlock()
-			return nil, core.Errorf(core.ErrConflict, "already subscribed to %s partition %d on this connection", req.Topic, req.Partition)
-		}
-		old.closed = true
-		delete(s.subs, key)
-		replaced = append(replaced, old)
-	}
-	sub := &subscription{sess: s, id: s.nextSubID, key: key, stream: true}
-	s.nextSubID++
-	s.subs[key] = sub // reserves the key while the engine subscribes
-	dormant := s.conn == nil
-	s.mu.Unlock()
-	s.closeDropped(replaced)
-
 	q, err := sp.Subscribe(sub, queue.StreamSubscribeOptions{
 		DurableName: req.DurableName.Value,
 		Start:       req.Start,
@@ -418,9 +420,7 @@ func (s *Session) subscribeStream(req wire.SubscribeStream) (*subscription, erro
 		Paused:      true, // until sub.q is set: Deliver may ask the writer to resume it
 	})
 	if err != nil {
-		s.mu.Lock()
-		delete(s.subs, key)
-		s.mu.Unlock()
+		s.unreserve(sub)
 		return nil, err
 	}
 	sub.q = q
