@@ -227,13 +227,7 @@ func makePartitionDirs(fsys storage.FS, root string, k Key, count uint32) error 
 			return err
 		}
 	}
-	group := filepath.Dir(partitionDir(root, k, 0))
-	for _, d := range []string{group, filepath.Dir(group), filepath.Join(root, "q"), root} {
-		if err := fsys.SyncDir(d); err != nil {
-			return err
-		}
-	}
-	return nil
+	return syncParents(fsys, root, partitionDir(root, k, 0))
 }
 
 // Name rules (S-16): 1–128 bytes of [a-z0-9._-], no leading or trailing

@@ -427,6 +427,12 @@ func makeDirsDurable(fsys storage.FS, root, dir string) error {
 	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	return syncParents(fsys, root, dir)
+}
+
+// syncParents fsyncs every directory from dir's parent up to root, so that
+// the entries leading to dir survive a power loss.
+func syncParents(fsys storage.FS, root, dir string) error {
 	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
 		if err := fsys.SyncDir(d); err != nil {
 			return err
