@@ -116,32 +116,6 @@ cpu() {
 	done
 }
 
-# new_queue N WANT NAME: declares one-partition queues NAME-1, NAME-2, … on
-# cluster N until one is owned by a broker of the kind wanted (public:
-# node-1 or node-2; private: node-3), at most 8; sets TOPIC, OWNER and
-# GATEWAY (the broker whose client endpoint the topology gives for it: the
-# owner, or for the private owner the public broker that forwards).
-new_queue() {
-	local n=$1 want=$2 name=$3 try endpoint
-	for try in $(seq 1 8); do
-		TOPIC=$name-$try
-		ctl "$n" declare --topic "$TOPIC" --partitions 1 >/dev/null
-		OWNER=""
-		for _ in $(seq 1 100); do
-			read -r OWNER endpoint < <(ctl "$n" topology --owners |
-				awk -v t="$TOPIC" '$2 == t && $5 ~ /^node-/ {print $5, $NF}') || true
-			[ -n "$OWNER" ] && break
-			sleep 0.1
-		done
-		[ -n "$OWNER" ] || die "cluster $n placed no owner for $TOPIC in 10 s"
-		GATEWAY=$OWNER
-		if [[ ${endpoint##*:} =~ ^[0-9]+$ ]]; then GATEWAY=node-$((${endpoint##*:} - PORT - 10 * n + 1)); fi
-		case "$want:$OWNER" in
-		direct:node-1 | direct:node-2 | forwarded:node-3) return 0 ;;
-		esac
-	done
-	die "cluster $n: no $want owner in 8 declarations"
-}
 
 RESULTS=$WORK/results.tsv # rep, row, msgs/s, p99 ms, client, owner, gateway µs/msg
 : >"$RESULTS"
@@ -150,7 +124,9 @@ RESULTS=$WORK/results.tsv # rep, row, msgs/s, p99 ms, client, owner, gateway µs
 run_row() {
 	local rep=$1 n=$2 kind=$3 label rc=0 port
 	label="${TRANSPORTS[n]} $kind"
-	new_queue "$n" "$kind" "f$rep-${TRANSPORTS[n]}-$kind"
+	local want=public # direct: the client's broker owns it
+	[ "$kind" = direct ] || want=private # forwarded: node-3 owns it, a public broker forwards
+	new_queue "$n" "$want" "f$rep-${TRANSPORTS[n]}-$kind"
 	port=$((PORT + 10 * n + ${GATEWAY#node-} - 1))
 	local cmd=("$WORK/bin/fibrilctl" --addr "127.0.0.1:$port")
 	[ "${TRANSPORTS[n]}" = tcp ] || cmd+=(--tls --insecure)

@@ -62,18 +62,6 @@ for sc in ${SCENARIOS//,/ }; do
 	case "$sc" in publish | e2e) ;; *) die "unknown scenario $sc (publish, e2e)" ;; esac
 done
 
-# secs D: a Go duration (500ms, 10s, 2m, 1m30s) in whole seconds, rounded up.
-secs() {
-	python3 - "$1" <<'PY' || die "bad duration $1"
-import math, re, sys
-d = sys.argv[1]
-parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", d)
-if not parts or "".join(a + b for a, b in parts) != d:
-    sys.exit(1)
-unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-print(math.ceil(sum(float(a) * unit[b] for a, b in parts)))
-PY
-}
 # Bound on one bench: its duration, warmup, 10 s drain, and 60 s for the
 # connections, the declarations and the subscriptions.
 BENCH_LIMIT=$(($(secs "$DURATION") + $(secs "$WARMUP") + 70))

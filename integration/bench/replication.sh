@@ -51,16 +51,6 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps must be a positive integer"
-secs() { # a Go-style duration (8s, 500ms, 2m, or bare seconds) in whole seconds, rounded up
-	local d=$1
-	case "$d" in
-	*ms) echo $(((${d%ms} + 999) / 1000)) ;;
-	*s) echo "${d%s}" ;;
-	*m) echo $((${d%m} * 60)) ;;
-	*[!0-9]* | "") die "bad duration $d (use e.g. 8s, 500ms, 2m)" ;;
-	*) echo "$d" ;;
-	esac
-}
 RUN_BOUND=$(($(secs "$DURATION") + $(secs "$WARMUP") + 60)) # a load generator gets this long, then is killed
 if [ "$JS" = 1 ] && ! command -v nats-server >/dev/null; then
 	die "nats-server not on PATH: run $HERE/install-nats.sh, or pass --no-jetstream"
@@ -176,34 +166,6 @@ fwd_confirms() {
 	done | awk '{s += $1} END {print s + 0}'
 }
 
-# new_queue N WANT NAME: declares one-partition queues NAME-1, NAME-2, … on
-# cluster N until one is owned by a broker of the kind wanted (public:
-# node-1 or node-2; private: node-3; any), at most 8; sets TOPIC, OWNER and
-# GATEWAY (the broker whose client endpoint the topology gives for it:
-# the owner, or for a private owner the public broker that forwards). The
-# controller places a new partition on the least loaded broker, so a
-# wrong owner is followed by another.
-new_queue() {
-	local n=$1 want=$2 name=$3 try endpoint
-	for try in $(seq 1 8); do
-		TOPIC=$name-$try
-		ctl "$n" declare --topic "$TOPIC" --partitions 1 >/dev/null
-		OWNER=""
-		for _ in $(seq 1 100); do
-			read -r OWNER endpoint < <(ctl "$n" topology --owners |
-				awk -v t="$TOPIC" '$2 == t && $5 ~ /^node-/ {print $5, $NF}') || true
-			[ -n "$OWNER" ] && break
-			sleep 0.1
-		done
-		[ -n "$OWNER" ] || die "cluster $n placed no owner for $TOPIC in 10 s"
-		GATEWAY=$OWNER
-		if [[ ${endpoint##*:} =~ ^[0-9]+$ ]]; then GATEWAY=node-$((${endpoint##*:} - PORT - 10 * n + 1)); fi
-		case "$want:$OWNER" in
-		any:* | public:node-1 | public:node-2 | private:node-3) return 0 ;;
-		esac
-	done
-	die "cluster $n: no $want owner in 8 declarations"
-}
 
 RESULTS=$WORK/results.tsv # rep, row, msgs/s, p99 ms
 : >"$RESULTS"

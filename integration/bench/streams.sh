@@ -70,7 +70,7 @@ if [ "$JS" = 1 ]; then
 	done
 	grep -q "Server is ready" "$WORK/nats.log" || die "nats-server did not start ($WORK/nats.log)"
 fi
-BOUND=$((${DURATION%s} + ${WARMUP%s} + 90))
+BOUND=$(($(secs "$DURATION") + $(secs "$WARMUP") + 90))
 
 RESULTS=$WORK/results.tsv # rep, row, msgs/s, p99 ms, server µs/msg
 : >"$RESULTS"

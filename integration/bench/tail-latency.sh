@@ -53,7 +53,7 @@ echo "== building fibril and fibrilctl" >&2
 build_fibril "$WORK/bin"
 start_broker "$WORK/bin/fibril" "$WORK/data" "$WORK/broker.log" 30 --config=
 CTL=("$WORK/bin/fibrilctl" --addr "127.0.0.1:$PORT" --admin "127.0.0.1:$ADMIN_PORT")
-BOUND=$((${DURATION%s} + 90))
+BOUND=$(($(secs "$DURATION") + 90))
 
 # confirm_hist FILE: the broker's confirm latency histogram buckets, "le count" lines.
 confirm_hist() {
