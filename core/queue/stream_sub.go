@@ -247,12 +247,6 @@ func (s *StreamSubscription) deliverRange(from, limit uint64) error {
 			derr = core.Errorf(core.ErrInternal, "%s: record %d: %v", s.p.name, r.Offset, err)
 			return false
 		}
-		s.mu.Lock()
-		stop := s.closed || s.paused
-		s.mu.Unlock()
-		if stop {
-			return false
-		}
 		more := true
 		matched := matchFilter(s.opts.Filter, rec.Headers)
 		if matched {
@@ -268,7 +262,9 @@ func (s *StreamSubscription) deliverRange(from, limit uint64) error {
 		if !more {
 			s.paused = true
 		}
-		more = more && s.hasCreditLocked()
+		// One lock per record: the checks for the next record (run made
+		// them for the first) ride on the position update.
+		more = more && !s.closed && !s.paused && s.hasCreditLocked()
 		s.mu.Unlock()
 		return more
 	})
