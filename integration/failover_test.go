@@ -259,6 +259,13 @@ type replicaSet struct {
 // replicaSets reads every partition of orders from nd's admin topology.
 func replicaSets(t *testing.T, nd *clusterNode) map[uint32]replicaSet {
 	t.Helper()
+	return replicaSetsOf(t, nd, "orders")
+}
+
+// replicaSetsOf reads every partition of a queue or stream topic from nd's
+// admin topology.
+func replicaSetsOf(t *testing.T, nd *clusterNode, topic string) map[uint32]replicaSet {
+	t.Helper()
 	code, body := httpGet(t, nd.Admin, "/admin/api/topology", nil)
 	if code != 200 {
 		t.Fatalf("%s topology: %d %s", nd.id, code, body)
@@ -275,7 +282,7 @@ func replicaSets(t *testing.T, nd *clusterNode) map[uint32]replicaSet {
 	}
 	out := map[uint32]replicaSet{}
 	for _, p := range v.Partitions {
-		if p.Topic == "orders" {
+		if p.Topic == topic {
 			out[p.Partition] = p.replicaSet
 		}
 	}

@@ -282,7 +282,7 @@ func (b *Broker) openQueues() error {
 		}(),
 		MaxMessageBytes: int(cfg.Broker.MaxMessageBytes),
 		Logger:          b.log,
-		Gates: func() func(*queue.Partition) queue.ConfirmGate {
+		Gates: func() func(queue.Gated) queue.ConfirmGate {
 			if b.cluster == nil {
 				return nil
 			}

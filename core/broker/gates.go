@@ -15,8 +15,8 @@ import (
 )
 
 // Replica-gated confirms in a cluster broker
-// (docs/ARCHITECTURE.md#replication): every queue partition the engine
-// opens gets an ownedGate. While this broker owns the partition and the
+// (docs/ARCHITECTURE.md#replication): every queue partition and durable
+// stream partition the engine opens gets an ownedGate. While this broker owns the partition and the
 // durability policy needs follower copies, the gate holds its confirms
 // until enough members of the recorded in-sync set reported the records
 // durable, and its first deliveries stop at the replicated watermark
@@ -37,7 +37,7 @@ type gates struct {
 type ownedGate struct {
 	gs    *gates
 	ref   core.PartitionRef
-	part  *queue.Partition
+	part  queue.Gated // a queue's partition or a durable stream's
 	gate  *replica.Gate
 	gated atomic.Bool // confirms and deliveries wait for followers
 
@@ -68,7 +68,7 @@ type localMark struct {
 
 // attach is queue.Options.Gates: it gives the engine's partition p its
 // gate, set up from the current view.
-func (gs *gates) attach(p *queue.Partition) queue.ConfirmGate {
+func (gs *gates) attach(p queue.Gated) queue.ConfirmGate {
 	key, n := p.Ref()
 	ref := core.PartitionRef{Topic: key.Topic, Group: key.Group.Value, Partition: n}
 	rp := gs.c.b.settings.Current().Replication

@@ -118,12 +118,11 @@ func (c *coordinated) lag(ref core.PartitionRef, node core.NodeID) (fp followerP
 	if !ok {
 		return fp, lag, false
 	}
-	key, _ := keysOf(ref)
-	qp, err := c.b.queues.Partition(key, ref.Partition)
+	rp, err := c.replicated(ref)
 	if err != nil {
 		return fp, lag, false
 	}
-	lg, err := qp.ReplicationLog()
+	lg, err := rp.ReplicationLog()
 	if err != nil {
 		return fp, lag, false
 	}
@@ -167,19 +166,47 @@ func (c *coordinated) ownedForReplication(k wire.QueueKey, follower string) (rep
 	case follower != "" && !p.HasFollower(core.NodeID(follower)):
 		return replica.Owned{}, fmt.Errorf("node %s does not follow partition %s (epoch %d)", follower, ref, p.Epoch)
 	}
-	qp, err := c.b.queues.Partition(queue.Key{Topic: k.Topic, Group: k.Group}, k.Partition)
+	rp, err := c.replicated(ref)
 	if err != nil {
 		return replica.Owned{}, err
 	}
-	lg, err := qp.ReplicationLog()
+	lg, err := rp.ReplicationLog()
 	if err != nil {
 		return replica.Owned{}, err
 	}
-	return replica.Owned{Log: lg, Epoch: p.Epoch, Checkpoint: qp.ReplicationCheckpoint}, nil
+	return replica.Owned{Log: lg, Epoch: p.Epoch, Checkpoint: rp.ReplicationCheckpoint}, nil
 }
 
-// followers runs this broker's replicas: one goroutine per queue
-// partition it follows.
+// replicatedPartition is an engine partition as replication uses it: a
+// queue's (*queue.Partition) or a durable stream's
+// (*queue.StreamPartition).
+type replicatedPartition interface {
+	ReplicationLog() (*storage.Partition, error)
+	ReplicationCheckpoint() (eventNext uint64, settled, engine []byte)
+}
+
+// replicated returns the engine's partition ref, opening it when it is
+// not open yet.
+func (c *coordinated) replicated(ref core.PartitionRef) (replicatedPartition, error) {
+	if ref.Group == "" {
+		if k, ok := c.b.queues.Kind(ref.Topic); ok && k == queue.KindStream {
+			sp, err := c.b.queues.StreamPartition(ref.Topic, ref.Partition)
+			if err != nil {
+				return nil, err
+			}
+			return sp, nil
+		}
+	}
+	key, _ := keysOf(ref)
+	qp, err := c.b.queues.Partition(key, ref.Partition)
+	if err != nil {
+		return nil, err
+	}
+	return qp, nil
+}
+
+// followers runs this broker's replicas: one goroutine per queue or
+// durable stream partition it follows.
 type followers struct {
 	c       *coordinated
 	mu      sync.Mutex
@@ -208,8 +235,8 @@ type following struct {
 	fenced atomic.Uint64
 }
 
-// reconcile starts a replica for every queue partition snap says this
-// node follows (and another node owns) and stops the others — a
+// reconcile starts a replica for every queue partition and durable
+// stream partition snap says this node follows (and another node owns) and stops the others — a
 // partition this node now owns is closed as a replica before the engine
 // serves it. Called from the cluster loop after the catalog is applied.
 func (f *followers) reconcile(snap *cluster.Snapshot) {
@@ -218,11 +245,19 @@ func (f *followers) reconcile(snap *cluster.Snapshot) {
 	}
 	self := f.c.self.ID
 	want := make(map[core.PartitionRef]core.NodeID)
-	for _, q := range snap.Queues {
-		for _, p := range q.Parts {
+	add := func(parts []cluster.Partition) {
+		for _, p := range parts {
 			if p.Placed() && p.Node != self && p.HasFollower(self) {
 				want[p.Ref] = p.Node
 			}
+		}
+	}
+	for _, q := range snap.Queues {
+		add(q.Parts)
+	}
+	for _, st := range snap.Streams {
+		if st.Info.Replicated() {
+			add(st.Parts)
 		}
 	}
 	f.mu.Lock()
@@ -549,9 +584,6 @@ func (c *coordinated) closeMoved(snap *cluster.Snapshot) {
 		})
 	}
 	for ref := range moved {
-		if snap.Queue(ref.Topic, ref.Group) == nil {
-			continue // streams are not served by the engine's queues
-		}
 		key, _ := keysOf(ref)
 		c.gates.detach(ref)
 		if err := c.b.queues.Release(key, ref.Partition); err != nil {

@@ -127,9 +127,10 @@ func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.
 	var later []pendingWrite
 	tails := snap.reportedTails()
 	usable := func(id core.NodeID) bool { return slices.Contains(candidates, id) }
-	channel := func(name string, parts []Partition) {
+	channel := func(name string, parts []Partition, followers int) {
 		per := make(map[core.NodeID]int)
 		fp.per = make(map[core.NodeID]int)
+		fp.target = followers
 		for _, p := range parts {
 			if p.Placed() {
 				per[p.Node]++
@@ -202,10 +203,10 @@ func (c *Cluster) place(ctx context.Context, snap *Snapshot, deadSince map[core.
 		}
 	}
 	for _, q := range snap.Queues {
-		channel("q/"+q.Info.Topic+"/"+q.Info.Group.Value, q.Parts)
+		channel("q/"+q.Info.Topic+"/"+q.Info.Group.Value, q.Parts, target)
 	}
 	for _, st := range snap.Streams {
-		channel("s/"+st.Info.Topic, st.Parts)
+		channel("s/"+st.Info.Topic, st.Parts, StreamFollowers(st.Info, target))
 	}
 	for _, w := range later {
 		_ = c.assign(ctx, w.p, w.next)

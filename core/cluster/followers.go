@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/queue"
 )
 
 // DefaultTargetFollowers is the built-in replication.target_followers.
@@ -229,18 +230,42 @@ func (fp *followerPlan) choose(prev []core.NodeID, owner core.NodeID, rotation i
 }
 
 // UnderReplicated counts the placed partitions with fewer live followers
-// than they should have: target (replication.target_followers) capped at
-// the live nodes minus one. A follower that is dead, even within the
-// grace before it is replaced, is a copy missing now.
+// than they should have: target (replication.target_followers), or a
+// stream's own count (StreamFollowers), capped at the live nodes minus
+// one. A follower that is dead, even within the grace before it is
+// replaced, is a copy missing now.
 func (s *Snapshot) UnderReplicated(target int) int {
-	want := min(max(target, 0), max(len(s.LiveNodes())-1, 0))
+	most := max(len(s.LiveNodes())-1, 0)
 	n := 0
-	s.AllPartitions(func(p Partition) {
-		if p.Placed() && s.liveFollowers(p) < want {
-			n++
+	count := func(parts []Partition, want int) {
+		want = min(max(want, 0), most)
+		for _, p := range parts {
+			if p.Placed() && s.liveFollowers(p) < want {
+				n++
+			}
 		}
-	})
+	}
+	for _, q := range s.Queues {
+		count(q.Parts, target)
+	}
+	for _, st := range s.Streams {
+		count(st.Parts, StreamFollowers(st.Info, target))
+	}
 	return n
+}
+
+// StreamFollowers is how many followers each partition of a stream gets
+// (docs/semantics.md#s-85): none for the express tiers, which stay on
+// their owner; the declaration's replication_factor when it has one;
+// else replication.target_followers, as for a queue.
+func StreamFollowers(info queue.StreamInfo, target int) int {
+	if !info.Replicated() {
+		return 0
+	}
+	if rf, ok := info.ReplicationFactor.Get(); ok {
+		return int(min(rf, 1<<16))
+	}
+	return target
 }
 
 // liveFollowers counts p's followers that hold a live lease.

@@ -65,7 +65,7 @@ func (r *Relay) Reconcile(listed []wire.ReconcileSub, add func(client, server wi
 	for i, cs := range listed {
 		key := keyOf(cs.Topic, cs.Group, cs.Partition)
 		fs := r.subs[key]
-		if fs == nil {
+		if fs == nil || fs.stream {
 			continue
 		}
 		keep[key] = true
@@ -79,7 +79,7 @@ func (r *Relay) Reconcile(listed []wire.ReconcileSub, add func(client, server wi
 	// One whose SUBSCRIBE is still in flight stays: the client sent that
 	// SUBSCRIBE and gets its answer.
 	for key, fs := range r.subs {
-		if fs.up == nil || keep[key] {
+		if fs.up == nil || keep[key] || fs.stream { // stream subscriptions are not reconciled (S-83)
 			continue
 		}
 		closeOn[fs.up] = true
@@ -123,12 +123,15 @@ func (r *Relay) reconcileUpstream(u *upstream) {
 	var kept []wire.ReconcileSub
 	r.mu.Lock()
 	for _, fs := range u.subs {
+		if fs.stream {
+			continue // the owner does not reconcile them (S-83)
+		}
 		v := fs.view()
 		v.SubID = fs.ownerID
 		kept = append(kept, v)
 	}
 	for _, fs := range r.subs {
-		if fs.up == nil && fs.on == u {
+		if fs.up == nil && fs.on == u && !fs.stream {
 			v := fs.view()
 			v.SubID = 0 // not known yet; the owner keeps it by partition
 			kept = append(kept, v)

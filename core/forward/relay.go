@@ -120,6 +120,7 @@ type fwdSub struct {
 	// never changed, so that a reconcile while the SUBSCRIBE is in flight
 	// answers the id its SUBSCRIBE_OK will carry.
 	clientID uint64
+	stream   bool      // a SUBSCRIBE_STREAM's: replaced by the next one, never reconciled (S-72, S-83)
 	ownerID  uint64    // the owner's id, from its SUBSCRIBE_OK
 	on       *upstream // while in flight: the upstream its SUBSCRIBE is sent on (guarded by Relay.mu)
 }

@@ -18,23 +18,44 @@ func (r *Relay) Subscribe(id uint64, body []byte, req wire.Subscribe, owner core
 		r.replyError(id, wire.CodeBadRequest, "exclusive consumer groups are not supported by this broker yet")
 		return
 	}
+	r.subscribe(id, body, wire.OpSubscribe, req, false, owner)
+}
+
+// SubscribeStream relays a SUBSCRIBE_STREAM to owner (reader goroutine),
+// as Subscribe does a queue's SUBSCRIBE. A second one for a partition
+// replaces the first (S-72): the owner replaces its subscription when it
+// reads the second, so the relay forgets the first one's owner-side id at
+// once and relays nothing more for it.
+func (r *Relay) SubscribeStream(id uint64, body []byte, req wire.SubscribeStream, owner core.NodeID) {
+	// The view a reconcile and the admin page show (stream subscriptions
+	// are not reconciled, S-83); a stream has no group.
+	view := wire.Subscribe{Topic: req.Topic, Partition: req.Partition, Prefetch: req.Prefetch, AutoAck: req.AutoAck}
+	r.subscribe(id, body, wire.OpSubscribeStream, view, true, owner)
+}
+
+// subscribe reserves the partition's forwarded subscription — at most one
+// per partition and connection, local or forwarded, but a stream's
+// replaces a stream's — and sends op on the upstream session to owner
+// once it is open.
+func (r *Relay) subscribe(id uint64, body []byte, op wire.Op, req wire.Subscribe, stream bool, owner core.NodeID) {
 	key := keyOf(req.Topic, req.Group, req.Partition)
 	r.mu.Lock()
-	_, dup := r.subs[key]
-	if !dup && r.c.HasSubscription(req.Topic, req.Group, req.Partition) {
-		dup = true
-	}
-	if dup {
+	old := r.subs[key]
+	replace := old != nil && old.stream && stream
+	if old != nil && !replace || old == nil && r.c.HasSubscription(req.Topic, req.Group, req.Partition) {
 		r.mu.Unlock()
 		r.replyError(id, wire.CodeConflict, fmt.Sprintf("already subscribed to %s partition %d on this connection", req.Topic, req.Partition))
 		return
 	}
-	fs := &fwdSub{key: key, req: req, clientID: FirstSubID + r.nextSub}
+	fs := &fwdSub{key: key, req: req, stream: stream, clientID: FirstSubID + r.nextSub}
 	r.nextSub++
 	if r.subs == nil {
 		r.subs = make(map[subKey]*fwdSub)
 	}
-	r.subs[key] = fs // reserved while SUBSCRIBE is in flight
+	r.subs[key] = fs // reserved while the request is in flight
+	if replace && old.up != nil {
+		delete(old.up.subs, old.ownerID)
+	}
 	r.mu.Unlock()
 	unreserve := func() {
 		r.mu.Lock()
@@ -44,7 +65,7 @@ func (r *Relay) Subscribe(id uint64, body []byte, req wire.Subscribe, owner core
 		r.mu.Unlock()
 	}
 	r.c.DeferReply()
-	call := &subscribeCall{id: id, req: req, key: key, fs: fs, unreserve: unreserve}
+	call := &subscribeCall{id: id, op: op, req: req, key: key, fs: fs, unreserve: unreserve}
 	r.withUpstream(owner, body, func(u *upstream, body []byte, err error) {
 		if err != nil {
 			unreserve()
@@ -55,11 +76,13 @@ func (r *Relay) Subscribe(id uint64, body []byte, req wire.Subscribe, owner core
 	})
 }
 
-// subscribeCall is one forwarded SUBSCRIBE: the client's request, its
-// reserved subscription and whether it was already re-sent after a move.
+// subscribeCall is one forwarded SUBSCRIBE or SUBSCRIBE_STREAM: the
+// client's request, its reserved subscription and whether it was already
+// re-sent after a move.
 type subscribeCall struct {
 	id        uint64
-	req       wire.Subscribe
+	op        wire.Op        // OpSubscribe or OpSubscribeStream
+	req       wire.Subscribe // a stream's: the fields its view needs
 	key       subKey
 	fs        *fwdSub
 	unreserve func()
@@ -87,7 +110,7 @@ func (r *Relay) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 		fs.on = u
 	}
 	r.mu.Unlock()
-	err := u.call(time.Now(), wire.OpSubscribe, rawBody(body), func(f upclient.Frame, err error) {
+	err := u.call(time.Now(), call.op, rawBody(body), func(f upclient.Frame, err error) {
 		if err == nil && f.Op == wire.OpSubscribeOK {
 			var ok wire.SubscribeOK
 			if derr := ok.Decode(f.Body); derr != nil {
@@ -96,6 +119,14 @@ func (r *Relay) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 				return
 			}
 			r.mu.Lock()
+			if !r.closed && fs.stream && r.subs[call.key] != fs {
+				// Replaced by a later SUBSCRIBE_STREAM meanwhile: the
+				// client still gets this answer, and nothing for it comes.
+				r.mu.Unlock()
+				ok.SubID = fs.clientID
+				r.c.Answer(wire.OpSubscribeOK, id, &ok)
+				return
+			}
 			if r.closed || r.subs[call.key] != fs {
 				r.mu.Unlock()
 				return // the connection ended; the upstream's close releases it
@@ -106,13 +137,13 @@ func (r *Relay) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 			ok.SubID = fs.clientID
 			// Queued here, on the upstream reader, before any DELIVER of
 			// the subscription is read: SUBSCRIBE_OK goes out first.
-			r.gw.m.Requests.WithLabelValues(wire.OpSubscribe.String(), "ok").Inc()
+			r.gw.m.Requests.WithLabelValues(call.op.String(), "ok").Inc()
 			r.c.Answer(wire.OpSubscribeOK, id, &ok)
 			return
 		}
 		if err == nil && f.Op == wire.OpRedirect && !call.resent {
 			if rt := reroute(); rt.Owner != "" && rt.Owner != u.owner {
-				r.gw.m.Requests.WithLabelValues(wire.OpSubscribe.String(), "moved").Inc()
+				r.gw.m.Requests.WithLabelValues(call.op.String(), "moved").Inc()
 				call.resent = true
 				go func() {
 					u2, err := r.upstreamFor(rt.Owner)
@@ -131,7 +162,7 @@ func (r *Relay) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 		if err == nil && f.Op == wire.OpSubscribeErr {
 			f.Op = wire.OpError // docs/protocol.md#answers: subscribe failures use ERROR
 		}
-		r.answerForwarded(wire.OpSubscribe, id, u.owner, reroute, f, err)
+		r.answerForwarded(call.op, id, u.owner, reroute, f, err)
 	})
 	if err != nil {
 		unreserve()

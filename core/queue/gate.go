@@ -1,6 +1,10 @@
 package queue
 
-import "math"
+import (
+	"math"
+
+	"github.com/fibrilgo/fibril/core/storage"
+)
 
 // ConfirmGate holds back the confirms of a replicated partition's records
 // until the partition's durability policy holds
@@ -16,6 +20,17 @@ import "math"
 // Partition.SetDeliverable.
 type ConfirmGate interface {
 	Confirm(off uint64, done func(error))
+}
+
+// Gated is a partition a ConfirmGate governs: a queue's (*Partition) or
+// a durable stream's (*StreamPartition). Whoever runs the gate reads the
+// log it replicates and moves the delivery limit with the watermark.
+type Gated interface {
+	// Ref names the partition: a stream's key has no group.
+	Ref() (Key, uint32)
+	ReplicationLog() (*storage.Partition, error)
+	SetDeliverable(limit uint64)
+	RaiseDeliverable(limit uint64)
 }
 
 // Unlimited is the delivery limit of a partition whose deliveries are not

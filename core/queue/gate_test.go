@@ -41,7 +41,7 @@ func TestGateHoldsConfirmsAndDeliveries(t *testing.T) {
 	g := &heldGate{}
 	var opened *Partition
 	e := newEnv(t, func(o *Options) {
-		o.Gates = func(p *Partition) ConfirmGate { opened = p; return g }
+		o.Gates = func(p Gated) ConfirmGate { opened, _ = p.(*Partition); return g }
 	})
 	p := e.part("orders", 0)
 	if opened != p {

@@ -39,6 +39,8 @@ type Manager struct {
 	kinds   sync.Map   // topic → Kind
 	streams map[string]StreamInfo
 	sparts  map[streamPartKey]*StreamPartition // opened stream partitions, under mu
+	// sreplicas are a follower's replicas of stream partitions (OpenReplica), under mu.
+	sreplicas map[streamPartKey]*storage.Partition
 
 	qmu         sync.Mutex
 	quarantined []QuarantineInfo
@@ -246,6 +248,10 @@ func (m *Manager) Close() error {
 		q.openMu.Unlock()
 		return true
 	})
+	for k, lg := range m.sreplicas {
+		replicas = append(replicas, lg)
+		delete(m.sreplicas, k)
+	}
 	m.mu.Unlock()
 	for _, p := range parts {
 		p.stop()

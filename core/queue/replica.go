@@ -2,6 +2,8 @@ package queue
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/storage"
@@ -46,21 +48,27 @@ func (p *Partition) ReplicationCheckpoint() (eventNext uint64, settled, engine [
 // follower; it returns an *EpochUsedError and the caller moves the
 // assignment to a new epoch first (cluster.NewEpoch).
 func (p *Partition) BeginEpoch(epoch uint64) error {
-	cur := p.epoch.Load()
-	if cur == epoch {
+	return beginEpoch(&p.epoch, p.ReplicationLog, p.name, epoch)
+}
+
+// beginEpoch is BeginEpoch for a queue's or a stream's partition: cur
+// holds the epoch recorded by this process (0: none yet).
+func beginEpoch(cur *atomic.Uint64, log func() (*storage.Partition, error), name string, epoch uint64) error {
+	had := cur.Load()
+	if had == epoch {
 		return nil
 	}
-	lg, err := p.ReplicationLog()
+	lg, err := log()
 	if err != nil {
 		return err
 	}
-	if h := lg.Epochs(); cur == 0 && len(h) > 0 && h[len(h)-1].Epoch >= epoch {
+	if h := lg.Epochs(); had == 0 && len(h) > 0 && h[len(h)-1].Epoch >= epoch {
 		return &EpochUsedError{Last: h[len(h)-1].Epoch}
 	}
 	if err := lg.BeginEpoch(epoch); err != nil {
-		return core.Errorf(core.ErrUnavailable, "%s: %v", p.name, err)
+		return core.Errorf(core.ErrUnavailable, "%s: %v", name, err)
 	}
-	p.epoch.Store(epoch)
+	cur.Store(epoch)
 	return nil
 }
 
@@ -73,39 +81,34 @@ func (e *EpochUsedError) Error() string {
 }
 
 // OpenReplica opens, for a follower, the storage of partition n of a
-// declared queue, in the directory and with the storage options the
-// engine uses, without loading it into the engine. It is refused while the
-// engine serves the partition, and while another replica of it is open;
-// meanwhile the engine refuses to serve it (ErrUnavailable) until
-// CloseReplica.
+// declared queue or stream (a stream's key has no group), in the
+// directory and with the storage options the engine uses, without loading
+// it into the engine. It is refused while the engine serves the
+// partition, and while another replica of it is open; meanwhile the
+// engine refuses to serve it (ErrUnavailable) until CloseReplica.
 func (m *Manager) OpenReplica(key Key, n uint32) (*storage.Partition, error) {
-	key = key.norm()
-	v, ok := m.queues.Load(key)
-	if !ok {
-		return nil, core.Errorf(core.ErrNotFound, "queue %s is not declared", key)
-	}
-	q := v.(*queue)
-	if int(n) >= len(q.parts) {
-		return nil, core.Errorf(core.ErrNotFound, "queue %s has %d partitions; partition %d does not exist", q.key, len(q.parts), n)
-	}
-	q.openMu.Lock()
-	defer q.openMu.Unlock()
-	switch {
-	case m.closed.Load():
-		return nil, errClosed()
-	case q.parts[n].Load() != nil:
-		return nil, core.Errorf(core.ErrConflict, "partition %d of queue %s is served by this broker", n, q.key)
-	case q.replicas[n] != nil:
-		return nil, core.Errorf(core.ErrConflict, "partition %d of queue %s is already open as a replica", n, q.key)
-	}
-	lg, err := storage.OpenPartition(partitionDir(m.opts.Dir, q.key, n), m.opts.Storage)
+	slot, err := m.replicaSlot(key, n)
 	if err != nil {
 		return nil, err
 	}
-	if q.replicas == nil {
-		q.replicas = make(map[uint32]*storage.Partition)
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	switch {
+	case m.closed.Load():
+		return nil, errClosed()
+	case slot.served():
+		return nil, core.Errorf(core.ErrConflict, "%s is served by this broker", slot.what)
+	case slot.get() != nil:
+		return nil, core.Errorf(core.ErrConflict, "%s is already open as a replica", slot.what)
 	}
-	q.replicas[n] = lg
+	if err := makeDirsDurable(m.fs, m.opts.Dir, slot.dir); err != nil {
+		return nil, core.Errorf(core.ErrInternal, "create %s: %v", slot.dir, err)
+	}
+	lg, err := storage.OpenPartition(slot.dir, slot.opts)
+	if err != nil {
+		return nil, err
+	}
+	slot.put(lg)
 	return lg, nil
 }
 
@@ -113,18 +116,17 @@ func (m *Manager) OpenReplica(key Key, n uint32) (*storage.Partition, error) {
 // engine may serve the partition (recovering it from what replication
 // wrote).
 func (m *Manager) CloseReplica(key Key, n uint32) error {
-	v, ok := m.queues.Load(key.norm())
-	if !ok {
-		return core.Errorf(core.ErrNotFound, "queue %s is not declared", key)
+	slot, err := m.replicaSlot(key, n)
+	if err != nil {
+		return err
 	}
-	q := v.(*queue)
-	q.openMu.Lock()
-	defer q.openMu.Unlock()
-	lg := q.replicas[n]
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	lg := slot.get()
 	if lg == nil {
 		return nil
 	}
-	delete(q.replicas, n)
+	slot.put(nil)
 	return lg.Close()
 }
 
@@ -134,7 +136,7 @@ func (m *Manager) CloseReplica(key Key, n uint32) error {
 // owner has. The replica is closed, cut and opened again; it returns the
 // reopened storage.
 func (m *Manager) TruncateReplica(key Key, n uint32, next uint64) (*storage.Partition, error) {
-	return m.redoReplica(key, n, func(dir string) error { return storage.TruncatePartition(dir, next, m.opts.Storage) })
+	return m.redoReplica(key, n, func(dir string, opts storage.Options) error { return storage.TruncatePartition(dir, next, opts) })
 }
 
 // ResetReplica empties the follower's replica of partition n and starts
@@ -142,41 +144,105 @@ func (m *Manager) TruncateReplica(key Key, n uint32, next uint64) (*storage.Part
 // replica's end, so the replica copies from the owner's first record on.
 // Like TruncateReplica, it returns the reopened storage.
 func (m *Manager) ResetReplica(key Key, n uint32, base uint64) (*storage.Partition, error) {
-	return m.redoReplica(key, n, func(dir string) error { return storage.ResetPartition(dir, base, m.opts.Storage) })
+	return m.redoReplica(key, n, func(dir string, opts storage.Options) error { return storage.ResetPartition(dir, base, opts) })
 }
 
 // redoReplica closes the replica of partition n, runs change on its
 // directory and opens it again.
-func (m *Manager) redoReplica(key Key, n uint32, change func(dir string) error) (*storage.Partition, error) {
-	key = key.norm()
-	v, ok := m.queues.Load(key)
-	if !ok {
-		return nil, core.Errorf(core.ErrNotFound, "queue %s is not declared", key)
+func (m *Manager) redoReplica(key Key, n uint32, change func(dir string, opts storage.Options) error) (*storage.Partition, error) {
+	slot, err := m.replicaSlot(key, n)
+	if err != nil {
+		return nil, err
 	}
-	q := v.(*queue)
-	q.openMu.Lock()
-	defer q.openMu.Unlock()
-	lg := q.replicas[n]
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	lg := slot.get()
 	if lg == nil {
-		return nil, core.Errorf(core.ErrConflict, "partition %d of queue %s is not open as a replica", n, q.key)
+		return nil, core.Errorf(core.ErrConflict, "%s is not open as a replica", slot.what)
 	}
-	delete(q.replicas, n)
+	slot.put(nil)
 	if err := lg.Close(); err != nil {
 		return nil, err
 	}
-	dir := partitionDir(m.opts.Dir, q.key, n)
-	if err := change(dir); err != nil {
+	if err := change(slot.dir, slot.opts); err != nil {
 		return nil, err
 	}
 	if m.closed.Load() {
 		return nil, errClosed()
 	}
-	lg, err := storage.OpenPartition(dir, m.opts.Storage)
+	lg, err = storage.OpenPartition(slot.dir, slot.opts)
 	if err != nil {
 		return nil, err
 	}
-	q.replicas[n] = lg
+	slot.put(lg)
 	return lg, nil
+}
+
+// replicaSlot is where one partition's replica is kept while this broker
+// follows it, for a queue's partition or a stream's alike.
+type replicaSlot struct {
+	what   string      // "partition 2 of queue q", for errors
+	mu     sync.Locker // serialises opening and closing the partition's storage
+	dir    string
+	opts   storage.Options
+	served func() bool // the engine has the partition open (under mu)
+	get    func() *storage.Partition
+	put    func(*storage.Partition) // nil forgets it
+}
+
+// replicaSlot finds partition n of the queue or stream key names.
+func (m *Manager) replicaSlot(key Key, n uint32) (replicaSlot, error) {
+	key = key.norm()
+	if !key.Group.Present {
+		m.mu.Lock()
+		info, ok := m.streams[key.Topic]
+		m.mu.Unlock()
+		if ok {
+			if n >= info.PartitionCount {
+				return replicaSlot{}, core.Errorf(core.ErrNotFound, "stream %s has %d partitions; partition %d does not exist", key.Topic, info.PartitionCount, n)
+			}
+			k := streamPartKey{key.Topic, n}
+			slot := replicaSlot{
+				what: fmt.Sprintf("partition %d of stream %s", n, key.Topic), mu: &m.mu,
+				dir: streamPartitionDir(m.opts.Dir, key.Topic, n), opts: streamStorageOptions(m.opts.Storage, info),
+				served: func() bool { return m.sparts[k] != nil },
+			}
+			slot.get, slot.put = entry(&m.sreplicas, k)
+			return slot, nil
+		}
+	}
+	v, ok := m.queues.Load(key)
+	if !ok {
+		return replicaSlot{}, core.Errorf(core.ErrNotFound, "queue %s is not declared", key)
+	}
+	q := v.(*queue)
+	if int(n) >= len(q.parts) {
+		return replicaSlot{}, core.Errorf(core.ErrNotFound, "queue %s has %d partitions; partition %d does not exist", q.key, len(q.parts), n)
+	}
+	slot := replicaSlot{
+		what: fmt.Sprintf("partition %d of queue %s", n, q.key), mu: &q.openMu,
+		dir: partitionDir(m.opts.Dir, q.key, n), opts: m.opts.Storage,
+		served: func() bool { return q.parts[n].Load() != nil },
+	}
+	slot.get, slot.put = entry(&q.replicas, n)
+	return slot, nil
+}
+
+// entry reads and writes k's value in the map *m (made on first put; a
+// nil value deletes k).
+func entry[K comparable](m *map[K]*storage.Partition, k K) (get func() *storage.Partition, put func(*storage.Partition)) {
+	get = func() *storage.Partition { return (*m)[k] }
+	put = func(lg *storage.Partition) {
+		switch {
+		case lg == nil:
+			delete(*m, k)
+		case *m == nil:
+			*m = map[K]*storage.Partition{k: lg}
+		default:
+			(*m)[k] = lg
+		}
+	}
+	return get, put
 }
 
 // Release stops serving partition n of a queue this broker no longer owns
@@ -186,7 +252,11 @@ func (m *Manager) redoReplica(key Key, n uint32, change func(dir string) error) 
 // its subscriptions get nothing more (the caller ends them first). A
 // partition that is not open is left as it is.
 func (m *Manager) Release(key Key, n uint32) error {
-	v, ok := m.queues.Load(key.norm())
+	key = key.norm()
+	if kind, ok := m.Kind(key.Topic); ok && kind == KindStream && !key.Group.Present {
+		return m.releaseStream(streamPartKey{key.Topic, n})
+	}
+	v, ok := m.queues.Load(key)
 	if !ok {
 		return nil
 	}
@@ -205,4 +275,18 @@ func (m *Manager) Release(key Key, n uint32) error {
 	p.mu.Unlock()
 	p.stop()
 	return p.closeStorage()
+}
+
+// releaseStream is Release for a stream's partition: its subscriptions
+// end and its log closes, under the lock that opening it takes, so that
+// nothing opens the directory while it is still open.
+func (m *Manager) releaseStream(k streamPartKey) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sp := m.sparts[k]
+	if sp == nil {
+		return nil
+	}
+	delete(m.sparts, k)
+	return sp.Close()
 }

@@ -12,7 +12,10 @@ import (
 
 // copyReplica does by hand what a replication stream does: the owner's
 // records, then its checkpoint, into the follower's replica.
-func copyReplica(t *testing.T, from *Partition, to *storage.Partition) {
+func copyReplica(t *testing.T, from interface {
+	ReplicationLog() (*storage.Partition, error)
+	ReplicationCheckpoint() (uint64, []byte, []byte)
+}, to *storage.Partition) {
 	t.Helper()
 	lg, err := from.ReplicationLog()
 	if err != nil {

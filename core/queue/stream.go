@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
@@ -36,8 +37,15 @@ type StreamPartition struct {
 	maxPayload int // broker.max_message_bytes; 0 = no limit
 	stats      *engineStats
 
+	// gate holds a replicated durable stream's confirms until its
+	// followers have the records (Options.Gates); nil: none.
+	gate  ConfirmGate
+	epoch atomic.Uint64 // the assignment epoch the log's history ends with, once known (BeginEpoch)
+
 	mu       sync.Mutex
-	visible  uint64 // offsets below it may be delivered (the tier's condition holds)
+	visible  uint64 // offsets below it may be delivered: min(stored, limit)
+	stored   uint64 // the tier's condition holds below it on this broker
+	limit    uint64 // the replicated watermark, when a gate runs (SetDeliverable); else Unlimited
 	changed  chan struct{}
 	watched  bool              // a reader took changed and may wait on it: advance must close it
 	cursors  map[string]uint64 // durable name -> next offset to deliver
@@ -98,7 +106,8 @@ func openStreamPartition(dir string, info StreamInfo, n uint32, opts storage.Opt
 		lg.Close()
 		return nil, core.Errorf(core.ErrInternal, "recover the cursors of %s: %v", name, err)
 	}
-	_, p.visible = lg.Bounds() // what recovery found is on disk
+	_, p.stored = lg.Bounds() // what recovery found is on disk
+	p.visible, p.limit = p.stored, Unlimited
 	p.journalB = lg.StateJournalBytes()
 	return p, nil
 }
@@ -200,9 +209,18 @@ func (p *StreamPartition) publish(msg *Message, done func(offset uint64, err err
 	if deferCommit {
 		appendAsync = p.log.AppendAsyncDeferred
 	}
+	gate := p.gate
 	off, err := appendAsync(data, msg.Received, func(off uint64, err error) {
 		if err == nil && tier == wire.DurabilityDurable {
 			p.advance(off + 1)
+			if gate != nil { // every record, in order: the gate learns the local end from it
+				gate.Confirm(off, func(err error) {
+					if done != nil {
+						done(off, err)
+					}
+				})
+				return
+			}
 		}
 		if tier != wire.DurabilityEphemeral && done != nil {
 			done(off, err)
@@ -221,19 +239,82 @@ func (p *StreamPartition) publish(msg *Message, done func(offset uint64, err err
 	return nil
 }
 
-// advance makes offsets below next deliverable and wakes the readers
-// that wait (no channel is made per record while nobody waits).
+// advance records that the tier's condition holds below next on this
+// broker.
 func (p *StreamPartition) advance(next uint64) {
 	p.mu.Lock()
-	if next > p.visible {
-		p.visible = next
-		if p.watched {
-			close(p.changed)
-			p.changed = make(chan struct{})
-			p.watched = false
-		}
+	if next > p.stored {
+		p.stored = next
+		p.showLocked()
 	}
 	p.mu.Unlock()
+}
+
+// SetDeliverable sets the replicated watermark below which records may be
+// delivered (Gated; S-143 for streams: a replicated durable stream
+// delivers what its followers hold). Unlimited lifts it.
+func (p *StreamPartition) SetDeliverable(limit uint64) {
+	p.mu.Lock()
+	p.limit = limit
+	p.showLocked()
+	p.mu.Unlock()
+}
+
+// RaiseDeliverable is SetDeliverable for a limit that only grows.
+func (p *StreamPartition) RaiseDeliverable(limit uint64) {
+	p.mu.Lock()
+	if limit > p.limit {
+		p.limit = limit
+		p.showLocked()
+	}
+	p.mu.Unlock()
+}
+
+// showLocked recomputes the deliverable end and wakes the readers that
+// wait when it rose (no channel is made per record while nobody waits).
+// A lowered end holds readers that have not passed it; what they read
+// stays read.
+func (p *StreamPartition) showLocked() {
+	v := min(p.stored, p.limit)
+	raised := v > p.visible
+	p.visible = v
+	if raised && p.watched {
+		close(p.changed)
+		p.changed = make(chan struct{})
+		p.watched = false
+	}
+}
+
+// Ref names the partition (Gated): a stream's key has no group.
+func (p *StreamPartition) Ref() (Key, uint32) { return Key{Topic: p.info.Topic}, p.index }
+
+// ReplicationLog returns the partition's storage log, which the owner
+// ships to its followers (Gated).
+func (p *StreamPartition) ReplicationLog() (*storage.Partition, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, core.Errorf(core.ErrUnavailable, "%s is closed", p.name)
+	}
+	return p.log, nil
+}
+
+// ReplicationCheckpoint returns, at one instant, what a new follower
+// installs: the event feed's position, the (empty) settled set and the
+// cursors as one snapshot entry. A commit whose journal entry comes after
+// the feed position may be in the snapshot too; cursors only move
+// forward, so applying it twice changes nothing.
+func (p *StreamPartition) ReplicationCheckpoint() (eventNext uint64, settled, engine []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	eventNext, settled = p.log.EventCheckpoint(0)
+	return eventNext, settled, p.cursorSnapshotLocked()
+}
+
+// BeginEpoch records the assignment epoch before the owner's first
+// append under it (Partition.BeginEpoch has the rules).
+func (p *StreamPartition) BeginEpoch(epoch uint64) error {
+	return beginEpoch(&p.epoch, p.ReplicationLog, p.name, epoch)
 }
 
 // end returns the deliverable end.
@@ -284,6 +365,19 @@ func (p *StreamPartition) commitCursor(name string, next uint64) error {
 // compactCursors rewrites the journal as one snapshot of every cursor.
 func (p *StreamPartition) compactCursors() error {
 	p.mu.Lock()
+	snap := p.cursorSnapshotLocked()
+	p.mu.Unlock()
+	// A commit racing with this snapshot is journalled after it or is
+	// already in it: cursors only move forward, so replay converges.
+	if err := p.log.CompactState(snap); err != nil {
+		return err
+	}
+	p.journalB = p.log.StateJournalBytes()
+	return nil
+}
+
+// cursorSnapshotLocked encodes every cursor as one snapshot entry.
+func (p *StreamPartition) cursorSnapshotLocked() []byte {
 	names := make([]string, 0, len(p.cursors))
 	for n := range p.cursors {
 		names = append(names, n)
@@ -295,14 +389,7 @@ func (p *StreamPartition) compactCursors() error {
 		snap = binary.AppendUvarint(snap, uint64(len(e)))
 		snap = append(snap, e...)
 	}
-	p.mu.Unlock()
-	// A commit racing with this snapshot is journalled after it or is
-	// already in it: cursors only move forward, so replay converges.
-	if err := p.log.CompactState(snap); err != nil {
-		return err
-	}
-	p.journalB = p.log.StateJournalBytes()
-	return nil
+	return snap
 }
 
 // startOffset resolves an ephemeral subscription's start position (S-73)
@@ -404,6 +491,9 @@ func (m *Manager) StreamPartition(topic string, n uint32) (*StreamPartition, err
 	if sp := m.sparts[k]; sp != nil {
 		return sp, nil
 	}
+	if m.sreplicas[k] != nil {
+		return nil, core.Errorf(core.ErrUnavailable, "stream %s partition %d is open here as a replica; its owner is another broker", topic, n)
+	}
 	dir := streamPartitionDir(m.opts.Dir, topic, n)
 	if err := makeDirsDurable(m.fs, m.opts.Dir, dir); err != nil {
 		return nil, core.Errorf(core.ErrInternal, "create %s: %v", dir, err)
@@ -414,6 +504,13 @@ func (m *Manager) StreamPartition(topic string, n uint32) (*StreamPartition, err
 	}
 	sp.maxPayload = m.opts.MaxMessageBytes
 	sp.stats = &m.stats
+	if m.opts.Gates != nil && info.Replicated() {
+		sp.limit = 0 // until the gate's owner says otherwise
+		sp.visible = 0
+		if sp.gate = m.opts.Gates(sp); sp.gate == nil {
+			sp.SetDeliverable(Unlimited)
+		}
+	}
 	m.sparts[k] = sp
 	return sp, nil
 }

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -469,4 +471,103 @@ func TestStreamPrefetchCountsDeliveriesNotFilteredRecords(t *testing.T) {
 	wantPayloads(t, ds, "m0", "m5")
 	s.Ack(ds[0].Tag)
 	wantPayloads(t, waitN(t, r, 1), "m9")
+}
+
+// A durable stream partition is replicated like a queue's (S-85): its
+// replica opens in the engine's directory while the engine refuses to
+// serve it, and once closed it is served with the owner's records and
+// cursors; Release closes a served partition so that it can become a
+// replica again.
+func TestStreamReplicaServedAfterClose(t *testing.T) {
+	owner, follower := newEnv(t), newEnv(t)
+	spec := StreamSpec{Topic: "ev", PartitionCount: wire.Some[uint32](1)}
+	sp := owner.stream(spec)
+	for i := range 5 {
+		owner.spub(sp, fmt.Sprint("m", i))
+	}
+	if err := sp.commitCursor("x", 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follower.m.DeclareStream(spec); err != nil {
+		t.Fatal(err)
+	}
+	key := Key{Topic: "ev"}
+	rep, err := follower.m.OpenReplica(key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follower.m.StreamPartition("ev", 0); !errors.Is(err, core.ErrUnavailable) {
+		t.Fatalf("StreamPartition while a replica is open: %v, want ErrUnavailable", err)
+	}
+	copyReplica(t, sp, rep)
+	if err := follower.m.CloseReplica(key, 0); err != nil {
+		t.Fatal(err)
+	}
+	served, err := follower.m.StreamPartition("ev", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, next := served.Bounds(); next != 5 {
+		t.Fatalf("the served replica ends at %d, want 5", next)
+	}
+	if next, ok := served.Cursor("x"); !ok || next != 3 {
+		t.Fatalf("cursor x = %d (%v), want 3", next, ok)
+	}
+	if _, err := follower.m.OpenReplica(key, 0); !errors.Is(err, core.ErrConflict) {
+		t.Fatalf("OpenReplica of a served partition: %v, want ErrConflict", err)
+	}
+	if err := follower.m.Release(key, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follower.m.OpenReplica(key, 0); err != nil {
+		t.Fatalf("OpenReplica after Release: %v", err)
+	}
+}
+
+// A durable stream's gate holds its confirms, and its records are not
+// delivered past the limit the gate's owner sets (S-85); the express
+// tiers get no gate.
+func TestStreamGateHoldsConfirmsAndDeliveries(t *testing.T) {
+	g := &heldGate{}
+	var gated []Gated
+	e := newEnv(t, func(o *Options) {
+		o.Gates = func(p Gated) ConfirmGate { gated = append(gated, p); return g }
+	})
+	sp := e.stream(StreamSpec{Topic: "ev", PartitionCount: wire.Some[uint32](1), Durability: wire.DurabilityDurable})
+	e.stream(StreamSpec{Topic: "ticks", PartitionCount: wire.Some[uint32](1), Durability: wire.DurabilityEphemeral})
+	if len(gated) != 1 || gated[0] != Gated(sp) {
+		t.Fatalf("Gates saw %v, want only the durable stream's partition", gated)
+	}
+	if k, n := sp.Ref(); k.Topic != "ev" || k.Group.Present || n != 0 {
+		t.Fatalf("Ref() = %v %d", k, n)
+	}
+	_, rec := e.ssub(sp, StreamSubscribeOptions{Start: wire.StreamStart{Kind: wire.StartEarliest}})
+	confirmed := make(chan uint64, 2)
+	for _, p := range []string{"a", "b"} {
+		if err := sp.Publish(&Message{Payload: []byte(p)}, func(off uint64, err error) {
+			if err == nil {
+				confirmed <- off
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, 5*time.Second, "both records at the gate", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.offs) == 2
+	})
+	if len(confirmed) != 0 || len(rec.take()) != 0 {
+		t.Fatal("a record was confirmed or delivered before its gate allowed it")
+	}
+	g.release(nil)
+	for range 2 {
+		<-confirmed
+	}
+	sp.SetDeliverable(1)
+	if ds := waitN(t, rec, 1); string(ds[0].Payload) != "a" {
+		t.Fatalf("delivered %q below the limit 1", ds[0].Payload)
+	}
+	sp.RaiseDeliverable(2)
+	waitN(t, rec, 1)
 }

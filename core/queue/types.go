@@ -78,6 +78,10 @@ type StreamInfo struct {
 	PartitionCount uint32
 }
 
+// Replicated reports whether the stream's records go to followers: only
+// the durable tier's do; the express tiers stay on their owner (S-85).
+func (i StreamInfo) Replicated() bool { return i.Durability == wire.DurabilityDurable }
+
 // Settings are the runtime settings the engine reads on every use, so a
 // change to the runtime settings document applies live (S-170 `delivery`,
 // `partitioning`).
@@ -119,10 +123,10 @@ type Options struct {
 	Now                 func() time.Time   // nil = time.Now
 	Logger              *slog.Logger       // nil = slog.Default()
 	// Gates, when set (a cluster broker), gives each partition the engine
-	// opens its ConfirmGate, or nil for none. A partition with a gate
-	// delivers nothing until its limit is set (Partition.SetDeliverable);
-	// Gates may set it before it returns.
-	Gates func(*Partition) ConfirmGate
+	// opens — a queue's, or a durable stream's — its ConfirmGate, or nil
+	// for none. A partition with a gate delivers nothing until its limit
+	// is set (Gated.SetDeliverable); Gates may set it before it returns.
+	Gates func(Gated) ConfirmGate
 	// Clock drives leases, TTL expiry and delays (added by the engine, so
 	// tests can run them without sleeping). nil = real time, reading Now
 	// above when it is set.

@@ -84,19 +84,25 @@ func (r *SessionRouter) Route(ref core.PartitionRef, publish bool, version uint6
 	return session.Route{Serve: true}
 }
 
-// beginEpoch has a queue partition's log record the assignment epoch
-// before the first append under it (queue.Partition.BeginEpoch): the
-// epoch history replicas compare to find where their logs part.
+// beginEpoch has a partition's log record the assignment epoch before the
+// first append under it (queue.Partition.BeginEpoch): the epoch history
+// replicas compare to find where their logs part.
 func (r *SessionRouter) beginEpoch(snap *cluster.Snapshot, p cluster.Partition) error {
-	q := snap.Queue(p.Ref.Topic, p.Ref.Group)
-	if q == nil {
-		return nil // a stream: its replication comes later
+	var begin func(epoch uint64) error
+	if q := snap.Queue(p.Ref.Topic, p.Ref.Group); q != nil {
+		qp, err := r.Queues.Partition(q.Info.Key, p.Ref.Partition)
+		if err != nil {
+			return err
+		}
+		begin = qp.BeginEpoch
+	} else {
+		sp, err := r.Queues.StreamPartition(p.Ref.Topic, p.Ref.Partition)
+		if err != nil {
+			return err
+		}
+		begin = sp.BeginEpoch
 	}
-	qp, err := r.Queues.Partition(q.Info.Key, p.Ref.Partition)
-	if err != nil {
-		return err
-	}
-	err = qp.BeginEpoch(p.Epoch)
+	err := begin(p.Epoch)
 	var used *queue.EpochUsedError
 	if !errors.As(err, &used) {
 		return err
@@ -108,7 +114,7 @@ func (r *SessionRouter) beginEpoch(snap *cluster.Snapshot, p cluster.Partition) 
 	if err != nil {
 		return err
 	}
-	return qp.BeginEpoch(epoch)
+	return begin(epoch)
 }
 
 // catchUp gives a view that may trail a fresh declaration or placement

@@ -47,6 +47,10 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 			c.drop(h.Op, reason)
 		}
 	}
+	qs := c.srv.opts.Queues
+	if kind, ok := qs.Kind(req.topic); ok && kind == queue.KindStream {
+		req.group = wire.None[string]() // S-77: a stream has no groups
+	}
 	if rt := c.route(req.topic, req.group, req.partition, true, req.version); !rt.Serve {
 		switch {
 		case rt.Forward != "" && c.srv.opts.Upstreams != nil:
@@ -61,7 +65,6 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 		}
 		return
 	}
-	qs := c.srv.opts.Queues
 	if kind, ok := qs.Kind(req.topic); ok && kind == queue.KindStream {
 		c.publishStream(h, req, received, fail)
 		return
@@ -218,10 +221,6 @@ func peekConfirm(b []byte) (confirm, ok bool) {
 // partitioning version and TTL play no role; PUBLISH_OK carries the
 // record's offset once the stream's tier confirms it (S-82).
 func (c *Conn) publishStream(h wire.FrameHeader, req *publishReq, received time.Time, fail func(code uint16, reason, msg string)) {
-	if c.srv.opts.Router != nil {
-		fail(wire.CodeBadRequest, "stream_unsupported", "streams are served by standalone brokers only so far; this broker is in a cluster")
-		return
-	}
 	if h.Op != wire.OpPublish {
 		fail(wire.CodeBadRequest, "rejected", "topic "+req.topic+" is a stream; publish to it with PUBLISH (a stream has no delayed delivery)")
 		return

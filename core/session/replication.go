@@ -56,17 +56,15 @@ func (c *Conn) handleReplication(op wire.Op, id uint64, body []byte) {
 	repl := c.srv.opts.Replication
 	switch b := b.(type) {
 	case *wire.ReplicationRead:
-		req := b.ReadRequest // strings are copies; nothing aliases body
-		ctx := c.replStreams().ctx
-		c.deferReply()
-		go func() {
-			ok, err := repl.Read(ctx, &req)
-			if err != nil {
-				c.enqueue(outFrame{op: wire.OpError, reqID: id, body: &wire.ErrorBody{Code: wire.CodeBadRequest, Message: err.Error()}, slot: true})
-				return
-			}
-			c.enqueue(outFrame{op: wire.OpReplicationReadOK, reqID: id, body: &wire.ReplicationReadOK{ReadOK: *ok}, slot: true})
-		}()
+		c.replicationRead(id, b.ReadRequest, func(ok *wire.ReadOK) (wire.Op, wire.Encoder) {
+			return wire.OpReplicationReadOK, &wire.ReplicationReadOK{ReadOK: *ok}
+		})
+	case *wire.StreamReplicationRead:
+		// A stream partition's pull read: the same read as op 80, whose
+		// key names the stream (its group is always absent).
+		c.replicationRead(id, b.ReadRequest, func(ok *wire.ReadOK) (wire.Op, wire.Encoder) {
+			return wire.OpStreamReplicationReadOK, &wire.StreamReplicationReadOK{ReadOK: *ok}
+		})
 	case *wire.ReplicationCheckpointExport:
 		cp, err := repl.Checkpoint(b.Key, c.peerNode)
 		if err != nil {
@@ -137,4 +135,20 @@ func (c *Conn) endReplication() {
 		delete(rs.byID, id)
 	}
 	rs.mu.Unlock()
+}
+
+// replicationRead answers a pull read (op 80 or 99) in the background
+// with the answer answer builds.
+func (c *Conn) replicationRead(id uint64, req wire.ReadRequest, answer func(*wire.ReadOK) (wire.Op, wire.Encoder)) {
+	ctx := c.replStreams().ctx // req's strings are copies; nothing aliases the frame's body
+	c.deferReply()
+	go func() {
+		ok, err := c.srv.opts.Replication.Read(ctx, &req)
+		if err != nil {
+			c.enqueue(outFrame{op: wire.OpError, reqID: id, body: &wire.ErrorBody{Code: wire.CodeBadRequest, Message: err.Error()}, slot: true})
+			return
+		}
+		op, body := answer(ok)
+		c.enqueue(outFrame{op: op, reqID: id, body: body, slot: true})
+	}()
 }

@@ -92,6 +92,17 @@ func TestReplicationOverASession(t *testing.T) {
 	if err := <-res; err != nil && !errors.Is(err, context.Canceled) {
 		t.Logf("follower ended with %v", err)
 	}
+	// STREAM_REPLICATION_READ (op 99) is the same pull read, answered
+	// with op 100.
+	n2 := e.dial()
+	n2.hello(false)
+	n2.auth("@node", "s3cret")
+	id := n2.Send(wire.OpStreamReplicationRead, &wire.StreamReplicationRead{ReadRequest: wire.ReadRequest{
+		Key: wire.QueueKey{Topic: "orders"}, MessageFrom: 398, MaxMessages: 10, MaxBytes: 1 << 20}})
+	ok := n2.Expect(wire.OpStreamReplicationReadOK, id).(*wire.StreamReplicationReadOK)
+	if m := ok.Messages; m.Kind != wire.ReadBatch || len(m.Batch.Records) != 2 {
+		t.Fatalf("op 99 read from 398: %+v, want the 2 last records", m)
+	}
 	for _, off := range []uint64{0, 150, 399} {
 		a, _ := owner.Read(off)
 		b, err := follower.Read(off)

@@ -368,14 +368,28 @@ func (c *Conn) handleSubscribeStream(id uint64, body []byte) {
 	}
 	kind, ok := c.srv.opts.Queues.Kind(req.Topic)
 	switch {
-	case !ok:
-		c.replyError(id, wire.CodeNotFound, "stream "+req.Topic+" does not exist; declare it first") // S-72
-		return
-	case kind != queue.KindStream:
+	case ok && kind != queue.KindStream:
 		c.replyError(id, wire.CodeBadRequest, "topic "+req.Topic+" is a queue; subscribe to it with SUBSCRIBE")
 		return
-	case c.srv.opts.Router != nil:
-		c.replyError(id, wire.CodeBadRequest, "streams are served by standalone brokers only so far; this broker is in a cluster")
+	case !ok && c.srv.opts.Router == nil:
+		c.replyError(id, wire.CodeNotFound, "stream "+req.Topic+" does not exist; declare it first") // S-72
+		return
+	}
+	// In a cluster, a stream this broker has not heard of yet is looked
+	// up by the router (it answers 404 when the cluster has none either).
+	if rt := c.route(req.Topic, wire.None[string](), req.Partition, false, 0); !rt.Serve {
+		switch {
+		case rt.Forward != "" && c.srv.opts.Upstreams != nil:
+			c.relay.SubscribeStream(id, body, req, rt.Forward)
+		case rt.Redirect != nil:
+			c.reply(wire.OpRedirect, id, rt.Redirect) // S-86
+		default:
+			c.replyError(id, core.Code(rt.Err), rt.Err.Error())
+		}
+		return
+	}
+	if kind, ok := c.srv.opts.Queues.Kind(req.Topic); ok && kind != queue.KindStream {
+		c.replyError(id, wire.CodeBadRequest, "topic "+req.Topic+" is a queue; subscribe to it with SUBSCRIBE")
 		return
 	}
 	sub, err := c.sess.subscribeStream(req)
