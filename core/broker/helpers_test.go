@@ -180,7 +180,7 @@ func memMember(t *testing.T) core.Coordinator {
 func dialClient(ctx context.Context, t testing.TB, b *Broker) *client.Client {
 	t.Helper()
 	c, err := client.Dial(ctx, client.Options{Addrs: []string{b.BrokerAddr().String()},
-		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
+		Username: "fibril", Password: "fibril", Dial: loopbackOnly(t), TLS: clientTLS(b)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,14 @@ type Client struct {
 
 	subsMu sync.Mutex
 	subs   map[*Subscription]struct{}
+
+	// member is the member id of this client's exclusive subscriptions,
+	// once a broker gave one (docs/protocol.md#consumer-groups): sent on
+	// every later exclusive SUBSCRIBE, to every broker, so the client is
+	// one member everywhere.
+	memberMu  sync.Mutex
+	member    wire.UUID
+	hasMember bool
 }
 
 // Stats are counters of broker behaviour the client noticed. Tests assert

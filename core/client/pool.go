@@ -381,9 +381,16 @@ func (ep *endpoint) onPush(conn *Conn, f Frame) {
 		if err := f.Decode(&g); err == nil {
 			cl.log.Info("broker going away", "broker", conn.Addr(), "grace_ms", g.GraceMillis, "message", g.Message)
 		}
+	case wire.OpAssignmentChanged:
+		var ac wire.AssignmentChanged
+		if err := f.Decode(&ac); err != nil {
+			cl.stats.protocolViolations.Add(1)
+			cl.log.Warn("malformed ASSIGNMENT_CHANGED", "err", err)
+			return
+		}
+		cl.onAssignment(conn.Addr(), &ac)
 	default:
-		// ASSIGNMENT_CHANGED (informational, docs/protocol.md#not-yet-served) and RECONCILE_SERVER
-		// (never sent upstream) are ignored.
+		// RECONCILE_SERVER (never sent upstream) is ignored.
 	}
 }
 

@@ -53,6 +53,10 @@ func buildReconcile(policy wire.ReconcilePolicy, subs map[*partSub]struct{}) (*w
 			Group:     ps.sub.group,
 			AutoAck:   ps.sub.opts.AutoAck,
 			Prefetch:  ps.sub.prefetch,
+			// An exclusive subscription rejoins its cohort as the same member (S-96).
+			ConsumerGroup:  optStr(ps.sub.opts.ConsumerGroup),
+			ConsumerTarget: optU32(ps.sub.opts.ConsumerTarget),
+			MemberID:       ps.sub.cl.memberIDFor(ps.sub.opts.ConsumerGroup != ""),
 		})
 	}
 	sort.Slice(rc.Subscriptions, func(i, j int) bool { return rc.Subscriptions[i].SubID < rc.Subscriptions[j].SubID })

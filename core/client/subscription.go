@@ -23,6 +23,32 @@ type SubscribeOptions struct {
 	Prefetch uint32
 	// AutoAck asks the broker to settle each delivery as it sends it.
 	AutoAck bool
+	// ConsumerGroup makes the subscription a member of the queue's
+	// exclusive consumer group of that id ("" = competing consumers, S-87;
+	// Fibril SDKs' exclusive() uses "default"): each partition delivers to
+	// one member at a time. Subscribe every partition so that any of them
+	// can be assigned to this client.
+	ConsumerGroup string
+	// ConsumerTarget is how many partitions this member would like (a
+	// soft cap, S-93); 0 = no preference.
+	ConsumerTarget uint32
+	// OnAssignment, when set, hears every ASSIGNMENT_CHANGED for this
+	// member (S-94), on a connection's reader goroutine: it must not
+	// block. A notice is informational — the broker's gate is what keeps
+	// a partition to one member — and its Generation orders the notices
+	// of one owner only: in a cluster each owner of the queue's
+	// partitions sends its own, and through a gateway they share one
+	// connection.
+	OnAssignment func(Assignment)
+}
+
+// Assignment is an ASSIGNMENT_CHANGED notice: the partitions of a queue
+// one broker assigned to this member of its exclusive consumer group.
+type Assignment struct {
+	Topic, Group, ConsumerGroup string
+	Generation                  uint64
+	Assigned, Added, Revoked    []uint32
+	Broker                      string // the address of the broker that sent it
 }
 
 // Subscription consumes one queue (topic, group) over one or more
@@ -116,6 +142,7 @@ func (c *Client) subscribe(ctx context.Context, topic string, opts SubscribeOpti
 	for _, p := range parts {
 		s.parts = append(s.parts, newPartSub(s, p))
 	}
+	c.trackSub(s, true) // before the first SUBSCRIBE: its ASSIGNMENT_CHANGED may follow at once
 	for _, ps := range s.parts {
 		if err := ps.subscribeOnce(ctx); err != nil {
 			s.Close()
@@ -125,7 +152,6 @@ func (c *Client) subscribe(ctx context.Context, topic string, opts SubscribeOpti
 	for _, ps := range s.parts {
 		go ps.supervise()
 	}
-	c.trackSub(s, true)
 	return s, nil
 }
 
@@ -312,7 +338,8 @@ func (ps *partSub) subscribeOnce(ctx context.Context) error {
 	s := ps.sub
 	k := ps.key()
 	op := wire.OpSubscribe
-	var body wire.Encoder = &wire.Subscribe{Topic: s.topic, Partition: ps.partition, Group: s.group, Prefetch: s.prefetch, AutoAck: s.opts.AutoAck}
+	var body wire.Encoder = &wire.Subscribe{Topic: s.topic, Partition: ps.partition, Group: s.group, Prefetch: s.prefetch, AutoAck: s.opts.AutoAck,
+		ConsumerGroup: optStr(s.opts.ConsumerGroup), ConsumerTarget: optU32(s.opts.ConsumerTarget), MemberID: s.cl.memberID()}
 	if s.stream != nil {
 		op, body = wire.OpSubscribeStream, ps.streamBody()
 	}
@@ -346,11 +373,15 @@ func (ps *partSub) onSubscribeOK(ep *endpoint, conn *Conn, f Frame) error {
 		s.cl.stats.protocolViolations.Add(1)
 		return protocolErrorf("malformed SUBSCRIBE_OK: %v", err)
 	}
+	exclusive := s.opts.ConsumerGroup != "" && s.stream == nil
 	if ok.Topic != s.topic || ok.Partition != ps.partition || ok.Group != s.group ||
-		ok.Prefetch != s.prefetch || ok.MemberID.Present {
+		ok.Prefetch != s.prefetch || ok.MemberID.Present != exclusive {
 		s.cl.stats.protocolViolations.Add(1)
 		return protocolErrorf("SUBSCRIBE_OK echo (%q, %d, %v, prefetch %d, member %v) does not match SUBSCRIBE (%q, %d, %v, prefetch %d)",
 			ok.Topic, ok.Partition, ok.Group, ok.Prefetch, ok.MemberID.Present, s.topic, ps.partition, s.group, s.prefetch)
+	}
+	if id, ok := ok.MemberID.Get(); ok {
+		s.cl.setMemberID(id)
 	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()

@@ -182,6 +182,7 @@ func TestGatewayReconcileCloseKeepsSubscribeInFlight(t *testing.T) {
 // connection ended.
 type relayConn struct {
 	t         *testing.T
+	log       *slog.Logger
 	done      chan struct{}
 	answers   chan wire.Op
 	pushed    atomic.Int64 // relayed bytes queued
@@ -212,7 +213,7 @@ func (c *relayConn) Route(string, wire.Option[string], uint32, bool, uint64) for
 func (c *relayConn) Client() forward.ClientInfo {
 	return forward.ClientInfo{ConnID: 1, Remote: "127.0.0.1:1", User: "alice", ClientID: "00000000-0000-0000-0000-000000000001"}
 }
-func (c *relayConn) Logger() *slog.Logger { return slog.New(slog.NewTextHandler(c.t.Output(), nil)) }
+func (c *relayConn) Logger() *slog.Logger { return c.log }
 
 // core/forward/README.md#bounds: once the client connection has ended,
 // relayed deliveries are dropped (never settled, so the owner redelivers
@@ -225,7 +226,7 @@ func TestRelayDropsDeliveriesAfterTheClientEnded(t *testing.T) {
 	gw := forward.NewGateway(o.dialer(), func() forward.Limits {
 		return forward.Limits{ForwardTimeout: 10 * time.Second, UpstreamConnectTimeout: 2 * time.Second, UpstreamIdleClose: time.Minute}
 	}, nil)
-	cc := &relayConn{t: t, done: make(chan struct{}), answers: make(chan wire.Op, 4)}
+	cc := &relayConn{t: t, log: testLogger(t, slog.LevelInfo), done: make(chan struct{}), answers: make(chan wire.Op, 4)}
 	r := gw.NewRelay(cc, cc.done)
 	req := wire.Subscribe{Topic: "fwd", Partition: 1, Prefetch: 0, AutoAck: true}
 	r.Subscribe(9, req.AppendTo(nil), req, "owner")

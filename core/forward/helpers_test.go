@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,7 +56,7 @@ func newEnv(t *testing.T, mods ...func(*session.Options)) *env {
 		OwnerID:         wire.UUID{0xab, 1},
 		SkeletonDir:     dir + "/sessions",
 		Heartbeat:       time.Second,
-		Logger:          slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:          testLogger(t, slog.LevelDebug),
 		MaxFrameBytes:   2 << 20,
 		MaxMessageBytes: 1 << 20,
 	}
@@ -107,3 +108,30 @@ func (c *client) login() {
 	id = c.Send(wire.OpAuth, &wire.Auth{Username: "alice", Password: "secret"})
 	c.Expect(wire.OpAuthOK, id)
 }
+
+// testLogger logs to t's output until t's cleanup, and nowhere after: an
+// upstream's watchdog may still log once the test has returned, and
+// writing to a finished test's output panics.
+func testLogger(t testing.TB, level slog.Level) *slog.Logger {
+	var mu sync.Mutex
+	done := false
+	t.Cleanup(func() {
+		mu.Lock()
+		done = true
+		mu.Unlock()
+	})
+	out := t.Output()
+	w := writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return len(p), nil
+		}
+		return out.Write(p)
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

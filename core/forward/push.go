@@ -16,6 +16,15 @@ func (u *upstream) onPush(f upclient.Frame) {
 	switch f.Op {
 	case wire.OpDeliver, wire.OpSubscriptionClosed:
 		u.relaySub(f)
+	case wire.OpAssignmentChanged:
+		// Names the queue and cohort, no subscription: relayed as is.
+		r := u.r
+		if r.ending() {
+			return
+		}
+		r.gw.m.BytesIn.Add(float64(wire.HeaderSize + len(f.Body)))
+		r.queued.Add(int64(len(f.Body)))
+		r.c.Push(f.Op, f.RequestID, rawBody(f.Body), len(f.Body))
 	case wire.OpGoingAway:
 		// Not relayed: the owner is draining; the SUBSCRIPTION_CLOSED
 		// frames that follow are, and new operations re-route.

@@ -10,7 +10,8 @@ import (
 // view is the forwarded subscription as RECONCILE_RESULT shows it.
 func (fs *fwdSub) view() wire.ReconcileSub {
 	return wire.ReconcileSub{SubID: fs.clientID, Topic: fs.req.Topic, Partition: fs.req.Partition, Group: fs.req.Group,
-		AutoAck: fs.req.AutoAck, Prefetch: fs.req.Prefetch}
+		AutoAck: fs.req.AutoAck, Prefetch: fs.req.Prefetch, ConsumerGroup: fs.req.ConsumerGroup,
+		ConsumerTarget: fs.req.ConsumerTarget, MemberID: fs.ownerMember}
 }
 
 // Verdict is what the relay's part of a reconcile decided for one

@@ -120,9 +120,12 @@ type fwdSub struct {
 	// never changed, so that a reconcile while the SUBSCRIBE is in flight
 	// answers the id its SUBSCRIBE_OK will carry.
 	clientID uint64
-	stream   bool      // a SUBSCRIBE_STREAM's: replaced by the next one, never reconciled (S-72, S-83)
-	ownerID  uint64    // the owner's id, from its SUBSCRIBE_OK
-	on       *upstream // while in flight: the upstream its SUBSCRIBE is sent on (guarded by Relay.mu)
+	stream   bool   // a SUBSCRIBE_STREAM's: replaced by the next one, never reconciled (S-72, S-83)
+	ownerID  uint64 // the owner's id, from its SUBSCRIBE_OK
+	// ownerMember is the member id the owner's SUBSCRIBE_OK gave an
+	// exclusive subscription (the client's own when it sent one).
+	ownerMember wire.Option[wire.UUID]
+	on          *upstream // while in flight: the upstream its SUBSCRIBE is sent on (guarded by Relay.mu)
 }
 
 // rawBody is a body relayed as received.

@@ -13,11 +13,10 @@ import (
 // Subscribe relays a queue SUBSCRIBE to owner (reader goroutine): the
 // client's prefetch goes up as asked, and the SUBSCRIBE_OK comes back with
 // a client-facing sub id from FirstSubID up.
+// An exclusive one (consumer_group) goes up unchanged too: the owner
+// resolves its member id and plans its partitions, and its
+// ASSIGNMENT_CHANGED comes back as is (push.go).
 func (r *Relay) Subscribe(id uint64, body []byte, req wire.Subscribe, owner core.NodeID) {
-	if req.ConsumerGroup.Present {
-		r.replyError(id, wire.CodeBadRequest, "exclusive consumer groups are not supported by this broker yet")
-		return
-	}
 	r.subscribe(id, body, wire.OpSubscribe, req, false, owner)
 }
 
@@ -131,7 +130,7 @@ func (r *Relay) relaySubscribe(call *subscribeCall, body []byte, u *upstream) {
 				r.mu.Unlock()
 				return // the connection ended; the upstream's close releases it
 			}
-			fs.up, fs.ownerID, fs.on = u, ok.SubID, nil
+			fs.up, fs.ownerID, fs.on, fs.ownerMember = u, ok.SubID, nil, ok.MemberID
 			u.subs[ok.SubID] = fs
 			r.mu.Unlock()
 			ok.SubID = fs.clientID

@@ -44,6 +44,7 @@ type Subscription struct {
 	held     map[uint64]*inflight // tag → unsettled delivery
 	settling int                  // acked deliveries whose journal write is in progress
 	paused   bool
+	standby  bool // a cohort member's subscription to a partition not assigned to it (S-90)
 	closed   bool
 }
 
@@ -58,7 +59,7 @@ func (p *Partition) Subscribe(c Consumer, opts SubscribeOptions) (*Subscription,
 		p.mu.Unlock()
 		return nil, err
 	}
-	s := &Subscription{p: p, c: c, opts: opts, window: int(max(opts.Prefetch, 1)), held: map[uint64]*inflight{}}
+	s := &Subscription{p: p, c: c, opts: opts, window: int(max(opts.Prefetch, 1)), held: map[uint64]*inflight{}, standby: opts.Standby}
 	p.subs = append(p.subs, s)
 	p.dispatchLocked()
 	p.finishLocked()
@@ -123,8 +124,42 @@ func (s *Subscription) Close() {
 	p.finishLocked()
 }
 
+// SetStandby makes the subscription an exclusive consumer group's hot
+// standby (on) or its partition's active member (off) — the gate that
+// lets at most one member of a cohort take deliveries from a partition
+// (S-90). A standby keeps what it holds: its unsettled deliveries settle
+// and their leases run out as usual.
+func (s *Subscription) SetStandby(on bool) {
+	p := s.p
+	p.mu.Lock()
+	if s.closed || s.standby == on {
+		p.mu.Unlock()
+		return
+	}
+	s.standby = on
+	if on {
+		p.mu.Unlock()
+		return
+	}
+	p.dispatchLocked()
+	p.finishLocked()
+}
+
+// Unsettled returns how many deliveries the subscription holds unsettled
+// (0 once it is closed): a cohort hands a partition to another member
+// only once the member it leaves holds none of its deliveries, so that
+// the partition's order holds across the move.
+func (s *Subscription) Unsettled() int {
+	s.p.mu.Lock()
+	defer s.p.mu.Unlock()
+	if s.closed {
+		return 0
+	}
+	return len(s.held) + s.settling
+}
+
 func (s *Subscription) hasCredit() bool {
-	return !s.paused && !s.closed && (s.opts.AutoAck || len(s.held)+s.settling < s.window)
+	return !s.paused && !s.standby && !s.closed && (s.opts.AutoAck || len(s.held)+s.settling < s.window)
 }
 
 // creditLocked reports whether any subscription could take a delivery.

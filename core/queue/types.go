@@ -199,6 +199,9 @@ type Consumer interface {
 type SubscribeOptions struct {
 	Prefetch uint32 // unsettled deliveries outstanding; 0 is treated as 1 (S-46)
 	AutoAck  bool
+	// Standby starts the subscription as an exclusive consumer group's
+	// hot standby: nothing is delivered to it until SetStandby(false).
+	Standby bool
 }
 
 // Stats are process-lifetime counters (reset on restart, S-163).

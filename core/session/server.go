@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core/forward"
+	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -17,6 +18,7 @@ type Server struct {
 	opts      Options
 	sessions  registry
 	skeletons *skeletonStore
+	cohorts   cohorts // exclusive consumer groups (cohort.go)
 
 	stopPush chan struct{}
 
@@ -47,6 +49,10 @@ func New(opts Options) (*Server, error) {
 	s.stopPush = make(chan struct{})
 	if opts.Router != nil {
 		go s.pushTopology(s.stopPush)
+		s.cohorts.partitions = func(k cohortKey) uint32 {
+			info, _ := opts.Queues.QueueInfo(queue.Key{Topic: k.topic, Group: k.group})
+			return info.PartitionCount
+		}
 	}
 	return s, nil
 }

@@ -51,6 +51,10 @@ type Session struct {
 	pushedGen uint64 // topology generation last pushed or fetched at connect (S-119)
 	ended     bool
 	skeleton  bool // a skeleton was persisted for this session (S-106)
+	// member is the id the session joined exclusive consumer groups with,
+	// once it has (S-89: one member id per connection).
+	member    wire.UUID
+	hasMember bool
 }
 
 // subKey is a queue subscription's identity within a session: at most one

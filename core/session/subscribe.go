@@ -15,6 +15,7 @@ type subscription struct {
 	req    wire.Subscribe // as the client asked (SUBSCRIBE_OK echo, reconcile view); queues only
 	stream bool           // a SUBSCRIBE_STREAM: not reconciled, not kept through a reconnect (S-83)
 	q      engineSub
+	member *cohortSub // an exclusive consumer group member's (S-87); nil otherwise
 
 	// Guarded by sess.mu.
 	announced bool              // SUBSCRIBE_OK is queued; deliveries may follow it
@@ -130,8 +131,13 @@ func (s *Session) subscribe(req wire.Subscribe) (*subscription, error) {
 
 // subscribeLocked is subscribe for a caller that holds s.transition.
 func (s *Session) subscribeLocked(req wire.Subscribe) (*subscription, error) {
-	if req.ConsumerGroup.Present {
-		return nil, core.Errorf(core.ErrBadRequest, "exclusive consumer groups are not supported by this broker yet")
+	exclusive := req.ConsumerGroup.Present
+	if exclusive {
+		id, err := s.memberID(req.MemberID)
+		if err != nil {
+			return nil, err
+		}
+		req.MemberID = wire.Some(id) // SUBSCRIBE_OK and reconcile show the effective id (S-89)
 	}
 	qs := s.srv.opts.Queues
 	if kind, ok := qs.Kind(req.Topic); ok && kind == queue.KindStream {
@@ -147,12 +153,21 @@ func (s *Session) subscribeLocked(req wire.Subscribe) (*subscription, error) {
 	if err != nil {
 		return nil, err
 	}
-	q, err := part.Subscribe(sub, queue.SubscribeOptions{Prefetch: req.Prefetch, AutoAck: req.AutoAck})
+	q, err := part.Subscribe(sub, queue.SubscribeOptions{Prefetch: req.Prefetch, AutoAck: req.AutoAck, Standby: exclusive})
 	if err != nil {
 		s.unreserve(sub)
 		return nil, err
 	}
 	sub.q = q
+	if exclusive {
+		cs, err := s.srv.cohorts.join(s, req, q)
+		if err != nil {
+			q.Close()
+			s.unreserve(sub)
+			return nil, err
+		}
+		sub.q, sub.member = cs, cs
+	}
 	if dormant {
 		q.Pause()
 	}
@@ -220,6 +235,9 @@ func (s *Session) announce(sub *subscription) {
 	s.mu.Unlock()
 	if c != nil {
 		c.kick()
+	}
+	if sub.member != nil {
+		s.srv.cohorts.rebalance(sub.member) // its ASSIGNMENT_CHANGED follows its SUBSCRIBE_OK (S-94)
 	}
 }
 
@@ -353,6 +371,7 @@ func (c *Conn) handleSubscribe(id uint64, body []byte) {
 		Prefetch:       req.Prefetch, // echoed unclamped (wire.SubscribeOK)
 		ConsumerGroup:  req.ConsumerGroup,
 		ConsumerTarget: req.ConsumerTarget,
+		MemberID:       sub.req.MemberID, // the effective one, present only for a member (S-89)
 	})
 	c.sess.announce(sub)
 	c.sess.saveSkeleton()
