@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -47,6 +49,7 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 	stream := fs.Bool("stream", false, "consume a stream (every consumer sees every record) instead of a queue")
 	start := fs.String("start", "latest", "--stream without --durable: where to start: earliest, latest, offset:N, back:N or time:RFC3339")
 	durable := fs.String("durable", "", "--stream: durable cursor name; acknowledged records are not read again under it")
+	cohort := fs.String("consumer-group", "", "join the queue's exclusive consumer group of this name: each partition delivers to one member at a time (Fibril SDKs' exclusive() is \"default\")")
 	var filters filterFlag
 	fs.Var(&filters, "filter", "--stream: only records with header key matching pattern ('*' = any run), as key=pattern; repeat to AND")
 	if err := parseNoArgs(fs, args); err != nil {
@@ -54,8 +57,8 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 	}
 	var startPos client.StreamStart
 	if *stream {
-		if *group != "" || *nack || *fail {
-			return usagef("--group, --nack and --fail apply to queues, not streams")
+		if *group != "" || *nack || *fail || *cohort != "" {
+			return usagef("--group, --consumer-group, --nack and --fail apply to queues, not streams")
 		}
 		var err error
 		if startPos, err = parseStart(*start); err != nil {
@@ -96,6 +99,7 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 		}
 	}
 
+	stderr := &lockedWriter{w: e.stderr} // assignment notices arrive on another goroutine
 	c, err := g.dial(ctx, e)
 	if err != nil {
 		return err
@@ -107,7 +111,13 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 		sub, err = c.SubscribeStream(sctx, *topic, client.StreamOptions{Partitions: parts, DurableName: *durable,
 			Start: startPos, Filter: filters, Prefetch: pf, AutoAck: *autoAck})
 	} else {
-		sub, err = c.Subscribe(sctx, *topic, client.SubscribeOptions{Group: *group, Partitions: parts, Prefetch: pf, AutoAck: *autoAck})
+		opts := client.SubscribeOptions{Group: *group, Partitions: parts, Prefetch: pf, AutoAck: *autoAck, ConsumerGroup: *cohort}
+		if *cohort != "" {
+			opts.OnAssignment = func(a client.Assignment) {
+				fmt.Fprintf(stderr, "consumer group %s: partitions %v assigned by %s (generation %d)\n", a.ConsumerGroup, a.Assigned, a.Broker, a.Generation)
+			}
+		}
+		sub, err = c.Subscribe(sctx, *topic, opts)
 	}
 	cancel()
 	if err != nil {
@@ -139,12 +149,12 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 				break // interrupted
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
-				fmt.Fprintf(e.stderr, "nothing arrived for %v\n", *wait)
+				fmt.Fprintf(stderr, "nothing arrived for %v\n", *wait)
 				break
 			}
 			var sce *client.SubscriptionClosedError
 			if errors.As(err, &sce) && sub.Err() == nil {
-				fmt.Fprintf(e.stderr, "warning: %v\n", err)
+				fmt.Fprintf(stderr, "warning: %v\n", err)
 				continue // other partitions are still alive
 			}
 			return fmt.Errorf("consume %s: %w", *topic, err)
@@ -163,7 +173,7 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 		}
 		acancel()
 		if err != nil {
-			fmt.Fprintf(e.stderr, "warning: %s partition %d offset %d not settled: %v\n", settled, d.Partition, d.Offset, err)
+			fmt.Fprintf(stderr, "warning: %s partition %d offset %d not settled: %v\n", settled, d.Partition, d.Offset, err)
 		}
 		if *asJSON {
 			if err := enc.Encode(toJSON(d, settled)); err != nil {
@@ -173,7 +183,7 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 			fmt.Fprintln(e.stdout, formatDelivery(d))
 		}
 	}
-	fmt.Fprintf(e.stderr, "%d message(s) consumed\n", got)
+	fmt.Fprintf(stderr, "%d message(s) consumed\n", got)
 	return nil
 }
 
@@ -274,4 +284,16 @@ func parseStart(v string) (client.StreamStart, error) {
 		return client.StartTime(t), nil
 	}
 	return client.StreamStart{}, fmt.Errorf("%q is not earliest, latest, offset:N, back:N or time:RFC3339", v)
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

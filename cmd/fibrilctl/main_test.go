@@ -563,3 +563,25 @@ func TestClusterCommandsRender(t *testing.T) {
 		}
 	}
 }
+
+// consume --consumer-group joins the queue's exclusive consumer group: the
+// member is told its partitions, and gets every message of them.
+func TestConsumeConsumerGroup(t *testing.T) {
+	topic := fmt.Sprintf("jobs-%d", time.Now().UnixNano())
+	mustOK(t, ctl(t, "", "declare", "--topic", topic, "--partitions", "2"), "declare")
+	for i := range 4 {
+		mustOK(t, ctl(t, "", "publish", "--topic", topic, "--partition", fmt.Sprint(i%2), fmt.Sprint("j", i)), "publish")
+	}
+	r := ctl(t, "", "consume", "--topic", topic, "--partitions", "0,1", "--consumer-group", "workers", "--count", "4")
+	mustOK(t, r, "consume --consumer-group")
+	if !strings.Contains(r.stderr, "consumer group workers: partitions [0 1] assigned") {
+		t.Fatalf("the member was not told it has both partitions:\n%s", r.stderr)
+	}
+	if n := strings.Count(r.stdout, "\n"); n != 4 {
+		t.Fatalf("consumed %d lines, want 4:\n%s", n, r.stdout)
+	}
+	r = ctl(t, "", "consume", "--stream", "--topic", topic, "--consumer-group", "workers")
+	if r.code != 2 || !strings.Contains(r.stderr, "--consumer-group") {
+		t.Fatalf("--consumer-group with --stream: exit %d, %s", r.code, r.stderr)
+	}
+}

@@ -59,6 +59,11 @@ type cohort struct {
 	// settle what it holds before the planned one takes deliveries.
 	moving   map[uint32]bool
 	watching bool // a goroutine checks the moves (watchMoves)
+	// retired are member subscriptions replaced by a later one of the
+	// same member and partition (a reconnect that did not resume: the old
+	// session waits out its grace), kept until they close: what they
+	// hold must settle before the partition delivers again.
+	retired map[*cohortSub]bool
 }
 
 // member is one member of a cohort: a member id and its subscriptions,
@@ -150,7 +155,11 @@ func (reg *cohorts) join(sess *Session, req wire.Subscribe, q *queue.Subscriptio
 	m.target = req.ConsumerTarget.Value
 	cs := &cohortSub{Subscription: q, reg: reg, c: c, m: m, part: req.Partition, sess: sess}
 	if old := m.subs[req.Partition]; old != nil {
-		old.SetStandby(true) // the member's earlier subscription there (another connection of it)
+		old.SetStandby(true) // the member's earlier subscription there (an earlier connection of it)
+		if c.retired == nil {
+			c.retired = make(map[*cohortSub]bool)
+		}
+		c.retired[old] = true
 	}
 	m.subs[req.Partition] = cs
 	return cs, nil
@@ -163,6 +172,7 @@ func (reg *cohorts) leave(cs *cohortSub) {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	c, m := cs.c, cs.m
+	delete(c.retired, cs)
 	if m.subs[cs.part] != cs {
 		return
 	}
@@ -287,6 +297,11 @@ func (reg *cohorts) gateLocked(c *cohort) {
 func (reg *cohorts) othersHold(c *cohort, p uint32, active *cohortSub) bool {
 	for _, m := range c.members {
 		if cs := m.subs[p]; cs != nil && cs != active && cs.Unsettled() > 0 {
+			return true
+		}
+	}
+	for cs := range c.retired {
+		if cs.part == p && cs.Unsettled() > 0 {
 			return true
 		}
 	}
