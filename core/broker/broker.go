@@ -328,6 +328,7 @@ func (b *Broker) sessionSettings() session.Settings {
 			UpstreamConnectTimeout:  settings.Ms(r.UpstreamConnectTimeoutMS),
 			UpstreamIdleClose:       settings.Ms(r.UpstreamIdleCloseMS),
 			MaxInflightForwardBytes: r.MaxInflightForwardBytes,
+			ResumeWithin:            settings.Ms(d.Connection.ReconnectGraceMS),
 		},
 	}
 }

@@ -3,12 +3,15 @@ package broker
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/testkit"
+	"github.com/fibrilgo/fibril/transport/faultproxy"
 )
 
 // An exclusive consumer group through the gateway, with the Go client,
@@ -110,6 +113,80 @@ func TestExclusiveGroupThroughTheGateway(t *testing.T) {
 			if got := take(9, map[string]*client.Subscription{"a": subA}); len(got["a"]) != parts {
 				t.Fatalf("after b left, a got partitions %v", got)
 			}
+		})
+	}
+}
+
+// How long an exclusive group takes to give a dead member's partitions to
+// another member: member a's connection is reset (through a fault proxy)
+// while member b waits as a hot standby; the time runs from the reset to
+// b's first delivery from a partition a had. With the reconnect grace at 0
+// that is the broker's own work (noticing the reset, the rebalance, the
+// gate); with the default grace (5 s) the dead member's session waits out
+// the grace first. A measurement, not a pass/fail test: it runs only with
+// FIBRIL_MEASURE=1 and logs its numbers.
+//
+//	FIBRIL_MEASURE=1 go test -run TestMeasureCohortRebalance -v ./core/broker
+func TestMeasureCohortRebalance(t *testing.T) {
+	if os.Getenv("FIBRIL_MEASURE") != "1" {
+		t.Skip("a measurement: set FIBRIL_MEASURE=1 to run it")
+	}
+	for _, grace := range []int{0, 5000} {
+		t.Run(fmt.Sprintf("grace_%dms", grace), func(t *testing.T) {
+			b := startBroker(t, fmt.Sprintf("--runtime_seed.connection.reconnect_grace_ms=%d", grace))
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			c := dialClient(ctx, t, b)
+			const parts = 4
+			if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "jobs", Partitions: parts}); err != nil {
+				t.Fatal(err)
+			}
+			all := []uint32{0, 1, 2, 3}
+			pub := c.Publisher("jobs", client.PublisherOptions{})
+			rounds := 10
+			if grace > 0 {
+				rounds = 3
+			}
+			var took []time.Duration
+			for range rounds {
+				proxy := faultproxy.NewTCP(t, b.BrokerAddr().String())
+				ca, err := client.Dial(ctx, client.Options{Addrs: []string{proxy.Addr()}, Username: "fibril", Password: "fibril", Dial: loopbackOnly(t)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var mu sync.Mutex
+				var mine []uint32
+				if _, err := ca.Subscribe(ctx, "jobs", client.SubscribeOptions{Partitions: all, ConsumerGroup: "g",
+					OnAssignment: func(a client.Assignment) { mu.Lock(); mine = a.Assigned; mu.Unlock() }}); err != nil {
+					t.Fatal(err)
+				}
+				cb := dialClient(ctx, t, b)
+				subB, err := cb.Subscribe(ctx, "jobs", client.SubscribeOptions{Partitions: all, ConsumerGroup: "g"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				testkit.Eventually(t, 5*time.Second, "a keeps two partitions", func() bool { mu.Lock(); defer mu.Unlock(); return len(mine) == 2 })
+				mu.Lock()
+				p := mine[0]
+				mu.Unlock()
+				killed := time.Now()
+				proxy.Reset()
+				ca.Close()
+				if _, err := pub.PublishConfirmed(ctx, client.Message{Partition: &p, Payload: []byte("after")}); err != nil {
+					t.Fatal(err)
+				}
+				d, err := subB.Next(ctx)
+				if err != nil || d.Partition != p {
+					t.Fatalf("b got %v, %v", d, err)
+				}
+				took = append(took, time.Since(killed))
+				_ = d.Ack(ctx)
+				cb.Close()
+				proxy.Close()
+			}
+			slices.Sort(took)
+			t.Logf("grace %d ms: from a member's death to its partition delivering to another member: min %v, median %v, max %v over %d rounds",
+				grace, took[0], took[len(took)/2], took[len(took)-1], len(took))
 		})
 	}
 }

@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/fibrilgo/fibril/core"
@@ -24,16 +25,16 @@ type PeerDialer struct {
 }
 
 // Dial is a Dialer.
-func (d PeerDialer) Dial(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, onPush func(upclient.Frame)) (Upstream, error) {
+func (d PeerDialer) Dial(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, resume *wire.ResumeIdentity, onPush func(upclient.Frame)) (Upstream, error) {
 	p, ok := d.Lookup(owner)
 	if !ok {
-		return Upstream{}, core.Errorf(core.ErrPeerRefused, "owner %s is not live in this broker's view", owner)
+		return Upstream{}, fmt.Errorf("%w: owner %s is not live in this broker's view (%w)", core.ErrPeerRefused, owner, ErrOwnerNotLive)
 	}
 	link, err := d.Links.Get(ctx, p)
 	if err != nil {
 		return Upstream{}, err
 	}
-	conn, stream, err := d.Login.Dial(ctx, link, 0, onPush)
+	conn, stream, err := d.Login.DialResume(ctx, link, 0, resume, onPush)
 	if err != nil {
 		if !errors.Is(err, core.ErrPeerRefused) {
 			err = core.Errorf(core.ErrPeerRefused, "upstream handshake with %s failed: %v", owner, err)
@@ -41,6 +42,8 @@ func (d PeerDialer) Dial(ctx context.Context, owner core.NodeID, fs wire.Forward
 		return Upstream{}, err
 	}
 	fs.OriginNodeID = string(d.Login.Self)
+	// Also on a resumed session: the owner takes it again from the same
+	// origin, and a session that was not resumed needs it.
 	if _, err := peer.Forwarded(ctx, conn, fs); err != nil {
 		_ = conn.Close()
 		d.Logger.Debug("FORWARDED_SESSION refused", "owner", string(owner), "err", err) // the gateway warns, rate-limited
@@ -53,3 +56,7 @@ func (d PeerDialer) Dial(ctx context.Context, owner core.NodeID, fs wire.Forward
 }
 
 var errUpstreamAborted = errors.New("upstream session aborted by the gateway")
+
+// ErrOwnerNotLive is wrapped by a Dialer's error when the owner holds no
+// live lease in this broker's view: a session of its cannot be resumed.
+var ErrOwnerNotLive = errors.New("the owner is not live")

@@ -20,6 +20,10 @@ type Limits struct {
 	UpstreamConnectTimeout  time.Duration // routing.upstream_connect_timeout_ms
 	UpstreamIdleClose       time.Duration // routing.upstream_idle_close_ms
 	MaxInflightForwardBytes int64         // routing.max_inflight_forward_bytes
+	// ResumeWithin is how long after its link dropped an upstream session
+	// is resumed: connection.reconnect_grace_ms, the owner's grace (the
+	// cluster runs one setting); 0 turns resume off.
+	ResumeWithin time.Duration
 }
 
 // refusedFailFast is how long an owner that refused a connection gets 503

@@ -10,7 +10,8 @@ type RelayMetrics struct {
 	InflightBytes  prometheus.Gauge
 	Rejected       *prometheus.CounterVec // limit
 	Confirms       prometheus.Counter
-	ConfirmLatency prometheus.Counter // microseconds, summed
+	ConfirmLatency prometheus.Counter     // microseconds, summed
+	Resumes        *prometheus.CounterVec // outcome
 }
 
 // NewRelayMetrics creates the series and registers them with reg (nil: not
@@ -32,9 +33,11 @@ func NewRelayMetrics(reg prometheus.Registerer) *RelayMetrics {
 			Name: "fibril_forward_confirms_total", Help: "Owners' PUBLISH_OKs relayed to clients."}),
 		ConfirmLatency: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fibril_forward_confirm_latency_microseconds_total", Help: "Sum of the time from reading a forwarded confirmed publish to relaying the owner's PUBLISH_OK, in microseconds (divide by fibril_forward_confirms_total)."}),
+		Resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fibril_forward_upstream_resumes_total", Help: "Upstream sessions whose link dropped, by what resuming them gave: resumed (everything kept), partly_lost (some subscriptions closed), lost (a new session, or none)."}, []string{"outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Requests, m.BytesIn, m.BytesOut, m.InflightBytes, m.Rejected, m.Confirms, m.ConfirmLatency)
+		reg.MustRegister(m.Requests, m.BytesIn, m.BytesOut, m.InflightBytes, m.Rejected, m.Confirms, m.ConfirmLatency, m.Resumes)
 	}
 	return m
 }

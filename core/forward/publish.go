@@ -35,7 +35,7 @@ func (r *Relay) relayPublish(h wire.FrameHeader, body []byte, req PublishRef, ow
 	m.BytesOut.Add(float64(wire.HeaderSize + len(body)))
 	if !req.Confirm {
 		u.lastUse.Store(time.Now().UnixNano())
-		if err := u.up.Conn.Send(h.Op, 0, rawBody(body)); err != nil {
+		if err := u.link().Conn.Send(h.Op, 0, rawBody(body)); err != nil {
 			r.c.Drop(h.Op, "upstream_lost")
 			m.Requests.WithLabelValues(h.Op.String(), "dropped").Inc()
 			return

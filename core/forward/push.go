@@ -86,13 +86,13 @@ func (r *Relay) ending() bool {
 // heartbeat monitor does not count the wait, and its PINGs keep the owner
 // from declaring the upstream dead.
 func (r *Relay) waitRelayRoom(u *upstream) {
-	unpark := u.up.Conn.ParkReader()
+	unpark := u.link().Conn.ParkReader()
 	defer unpark()
 	for r.queued.Load() > relayHighBytes {
 		select {
 		case <-r.done:
 			return
-		case <-u.up.Conn.Done():
+		case <-u.link().Conn.Done():
 			return
 		case <-r.room:
 		case <-time.After(100 * time.Millisecond):

@@ -32,12 +32,13 @@ import (
 // Upstream sessions live with the client connection: when it ends they
 // are closed in order (an empty RECONCILE_CLIENT first, so the owner
 // requeues what they held, then a clean end of stream, with FFS2's
-// release_on_close). Upstream resume is a later capability.
+// release_on_close). A link that drops is resumed (resume.go).
 
 // Upstream is an open upstream session, as the relay holds it.
 type Upstream struct {
 	// Conn speaks the wire protocol to the owner: HELLO, AUTH as @node and
-	// FORWARDED_SESSION are done.
+	// FORWARDED_SESSION are done; Conn.Handshake has the owner's HELLO_OK,
+	// with the session's resume identity and the resume outcome.
 	Conn *upclient.Conn
 	// Abort ends the session as a broken link would (the owner keeps its
 	// grace); Conn.Close ends it in order.
@@ -46,12 +47,13 @@ type Upstream struct {
 
 // Dialer opens an upstream session to owner on behalf of the
 // client described by fs (OriginNodeID is the dialer's to fill), within
-// ctx. onPush receives every server-initiated frame (DELIVER,
+// ctx, presenting resume in HELLO when it is set (the upstream's link
+// dropped and the gateway resumes the session). onPush receives every server-initiated frame (DELIVER,
 // SUBSCRIPTION_CLOSED, GOING_AWAY, …) on the upstream's reader goroutine;
 // its body is only valid during the call. An error wraps
 // core.ErrPeerRefused when the owner could not be reached, or
 // core.ErrUnavailable when it is not forwarding-capable.
-type Dialer func(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, onPush func(upclient.Frame)) (Upstream, error)
+type Dialer func(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, resume *wire.ResumeIdentity, onPush func(upclient.Frame)) (Upstream, error)
 
 // FirstSubID is the first client-facing id of a forwarded subscription
 // (core/forward/README.md#sub-ids): the ids of local subscriptions stay
@@ -264,13 +266,13 @@ func (r *Relay) openUpstream(owner core.NodeID) (*upstream, error) {
 	cl := r.c.Client()
 	fs := wire.ForwardedSession{V2: true, HopCount: wire.ForwardedHopCount, Flags: wire.FlagReleaseOnClose,
 		ConnectionID: cl.ConnID, ClientRemoteAddr: cl.Remote, ActingUsername: cl.User, ClientID: cl.ClientID}
-	u := &upstream{r: r, owner: owner, subs: make(map[uint64]*fwdSub), gone: make(chan struct{})}
+	u := &upstream{r: r, owner: owner, fs: fs, subs: make(map[uint64]*fwdSub), gone: make(chan struct{})}
 	timeout := set.UpstreamConnectTimeout
 	if timeout <= 0 {
 		timeout = core.DefaultConnectTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	up, err := dial(ctx, owner, fs, u.onPush)
+	up, err := dial(ctx, owner, fs, nil, u.onPush)
 	cancel()
 	if err != nil {
 		r.gw.counts.release(owner)
@@ -282,7 +284,7 @@ func (r *Relay) openUpstream(owner core.NodeID) (*upstream, error) {
 		}
 		return nil, core.Errorf(core.ErrUnavailable, "cannot reach the owner %s: %v; retry", owner, err)
 	}
-	u.up = up
+	u.up.Store(&up)
 	u.lastUse.Store(now.UnixNano())
 	r.mu.Lock()
 	if r.closed || r.ups[owner] != nil {
@@ -327,7 +329,7 @@ func (r *Relay) Close() {
 	r.mu.Unlock()
 	for _, u := range ups {
 		u.closing("client_closed")
-		go closeUpstream(u.up)
+		go closeUpstream(*u.link())
 	}
 }
 

@@ -72,6 +72,10 @@ type fakeOwner struct {
 	// gate, when set before the first dial, holds every dial until it is
 	// closed (an owner slow to answer).
 	gate chan struct{}
+	// outcome answers a HELLO that presents a resume identity; resumes
+	// receives each identity presented.
+	outcome atomic.Int32
+	resumes chan wire.ResumeIdentity
 }
 
 type ownerConn struct {
@@ -85,7 +89,8 @@ func newFakeOwner(t *testing.T) *fakeOwner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &fakeOwner{t: t, ln: ln, conns: make(chan *ownerConn, 4), ffs: make(chan wire.ForwardedSession, 4)}
+	o := &fakeOwner{t: t, ln: ln, conns: make(chan *ownerConn, 4), ffs: make(chan wire.ForwardedSession, 4),
+		resumes: make(chan wire.ResumeIdentity, 4)}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -108,7 +113,16 @@ func (o *fakeOwner) handshake(c *ownerConn) {
 		}
 		switch h.Op {
 		case wire.OpHello:
-			c.send(wire.OpHelloOK, h.RequestID, &wire.HelloOK{ProtocolVersion: 1, Compliance: wire.Compliance, ServerName: "fake-owner"})
+			ok := &wire.HelloOK{ProtocolVersion: 1, Compliance: wire.Compliance, ServerName: "fake-owner",
+				OwnerID: wire.UUID{0xfa}, ClientID: wire.UUID{byte(o.dials.Load())}, ResumeToken: wire.UUID{0x70}}
+			var hello wire.Hello
+			if hello.Decode(body) == nil {
+				if id, ok2 := hello.Resume.Get(); ok2 {
+					o.resumes <- id
+					ok.ResumeOutcome = wire.ResumeOutcome(o.outcome.Load())
+				}
+			}
+			c.send(wire.OpHelloOK, h.RequestID, ok)
 		case wire.OpAuth:
 			c.send(wire.OpAuthOK, h.RequestID, nil)
 		case wire.OpForwardedSession:
@@ -123,7 +137,7 @@ func (o *fakeOwner) handshake(c *ownerConn) {
 
 // dialer is the gateway's forward.Dialer, to this fake owner.
 func (o *fakeOwner) dialer() forward.Dialer {
-	return func(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, onPush func(upclient.Frame)) (forward.Upstream, error) {
+	return func(ctx context.Context, owner core.NodeID, fs wire.ForwardedSession, resume *wire.ResumeIdentity, onPush func(upclient.Frame)) (forward.Upstream, error) {
 		o.dials.Add(1)
 		if o.gate != nil {
 			select {
@@ -135,7 +149,7 @@ func (o *fakeOwner) dialer() forward.Dialer {
 		if o.refuse.Load() {
 			return forward.Upstream{}, core.Errorf(core.ErrPeerRefused, "connection refused (test)")
 		}
-		conn, err := upclient.DialConn(ctx, o.ln.Addr().String(), upclient.ConnConfig{Username: "@node", Password: "s3cret",
+		conn, err := upclient.DialConn(ctx, o.ln.Addr().String(), upclient.ConnConfig{Username: "@node", Password: "s3cret", Resume: resume,
 			OnPush: func(_ *upclient.Conn, f upclient.Frame) { onPush(f) }})
 		if err != nil {
 			return forward.Upstream{}, core.Errorf(core.ErrPeerRefused, "%v", err)
@@ -525,5 +539,94 @@ func TestGatewaySubscribeRetriesOnceOnMove(t *testing.T) {
 	up2.send(wire.OpDeliver, 1000, &wire.Deliver{SubID: 8, Topic: "fwd", Partition: 3, DeliveryTag: 1, Payload: []byte("m")})
 	if dh, db := c.Read(2 * time.Second); dh.Op != wire.OpDeliver || db.(*wire.Deliver).SubID != ok.SubID {
 		t.Fatalf("client got %s %+v, want the new owner's delivery", dh.Op, db)
+	}
+}
+
+// core/forward/README.md#resume: the link to the owner drops under two
+// forwarded subscriptions. With resume on, the gateway dials again
+// presenting the session's identity. Resumed: it lists its subscriptions
+// in a RECONCILE_CLIENT; the one the owner still has stays (its
+// deliveries and settles flow on the new connection), the one it lost is
+// closed towards the client. Not found: both are closed, and the next
+// operation runs on the new session.
+func TestGatewayUpstreamResume(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		outcome wire.ResumeOutcome
+	}{{"resumed", wire.ResumeResumed}, {"not_found", wire.ResumeNotFound}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, o, _ := newGatewayEnvWith(t, func(l *forward.Limits) { l.ResumeWithin = 5 * time.Second })
+			o.outcome.Store(int32(tc.outcome))
+			c := e.dial()
+			c.login()
+			var up *ownerConn
+			clientIDs := map[uint64]uint64{} // owner sub id → client-facing
+			for i, p := range []uint32{1, 2} {
+				c.SendID(wire.OpSubscribe, uint64(10+i), &wire.Subscribe{Topic: "fwd", Partition: p, Prefetch: 4})
+				if up == nil {
+					up = o.next()
+					<-o.ffs
+				}
+				h, _ := up.read()
+				up.send(wire.OpSubscribeOK, h.RequestID, &wire.SubscribeOK{SubID: uint64(5 + i), Topic: "fwd", Partition: p, Prefetch: 4})
+				clientIDs[uint64(5+i)] = c.Expect(wire.OpSubscribeOK, uint64(10+i)).(*wire.SubscribeOK).SubID
+			}
+			// A confirmed publish written and not answered when the link
+			// drops: its outcome is unknown (504), resume or not.
+			c.SendID(wire.OpPublish, 20, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("in flight")})
+			if h, _ := up.read(); h.Op != wire.OpPublish {
+				t.Fatalf("owner got %s", h.Op)
+			}
+			up.nc.Close() // the link drops
+			c.ExpectError(wire.OpError, 20, wire.CodeOutcomeUnknown)
+			up2 := o.next()
+			<-o.ffs
+			if id := <-o.resumes; id.OwnerID != (wire.UUID{0xfa}) || id.ResumeToken != (wire.UUID{0x70}) {
+				t.Fatalf("the resume presented %+v, not the session's identity", id)
+			}
+			if tc.outcome != wire.ResumeResumed {
+				closed := map[uint64]bool{}
+				for range 2 {
+					_, b := c.Read(3 * time.Second)
+					if sc, ok := b.(*wire.SubscriptionClosed); ok && sc.Code == wire.ReasonOwnerMoved {
+						closed[sc.SubID] = true
+					}
+				}
+				if !closed[clientIDs[5]] || !closed[clientIDs[6]] {
+					t.Fatalf("after a lost session the client got closes for %v, want both %v", closed, clientIDs)
+				}
+				c.SendID(wire.OpPublish, 30, &wire.Publish{Topic: "fwd", RequireConfirm: true, Payload: []byte("x")})
+				h, _ := up2.read()
+				up2.send(wire.OpPublishOK, h.RequestID, &wire.PublishOK{Offset: 1})
+				c.Expect(wire.OpPublishOK, 30)
+				return
+			}
+			h, body := up2.read()
+			var rc wire.ReconcileClient
+			if h.Op != wire.OpReconcileClient || rc.Decode(body) != nil || len(rc.Subscriptions) != 2 {
+				t.Fatalf("after the resume the owner got %s %+v, want RECONCILE_CLIENT with both subscriptions", h.Op, rc)
+			}
+			var entries []wire.ReconcileEntry
+			for _, s := range rc.Subscriptions {
+				a := wire.ActionKeep
+				if s.SubID == 6 {
+					a = wire.ActionCloseClientSide // the owner lost this one
+				}
+				entries = append(entries, wire.ReconcileEntry{Client: wire.Some(s), Server: wire.Some(s), Action: a})
+			}
+			up2.send(wire.OpReconcileResult, h.RequestID, &wire.ReconcileResult{Entries: entries})
+			_, b := c.Read(3 * time.Second)
+			if sc, ok := b.(*wire.SubscriptionClosed); !ok || sc.SubID != clientIDs[6] {
+				t.Fatalf("client got %+v, want SUBSCRIPTION_CLOSED for the lost subscription only", b)
+			}
+			up2.send(wire.OpDeliver, 0, &wire.Deliver{SubID: 5, Topic: "fwd", Partition: 1, DeliveryTag: 9, Payload: []byte("m")})
+			if _, b := c.Read(3 * time.Second); b.(*wire.Deliver).SubID != clientIDs[5] {
+				t.Fatalf("the kept subscription's delivery: %+v", b)
+			}
+			c.SendID(wire.OpAck, 0, &wire.Ack{Topic: "fwd", Partition: 1, Tags: []uint64{9}})
+			if h, _ := up2.read(); h.Op != wire.OpAck {
+				t.Fatalf("the ACK went up as %s", h.Op)
+			}
+		})
 	}
 }

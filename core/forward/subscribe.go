@@ -186,10 +186,28 @@ func (r *Relay) Settle(op wire.Op, topic string, group wire.Option[string], part
 	if u == nil {
 		return true // SUBSCRIBE still in flight: nothing was delivered to settle
 	}
+	if u.resuming.Load() {
+		// The link is down and being resumed: the settle waits with the
+		// other operations for the owner and goes to the resumed session,
+		// where its delivery tags still hold (resume.go).
+		r.withUpstream(u.owner, body, func(u *upstream, body []byte, err error) {
+			if err != nil {
+				r.c.Drop(op, "upstream_lost")
+				return
+			}
+			r.sendSettle(u, op, body)
+		})
+		return true
+	}
+	r.sendSettle(u, op, body)
+	return true
+}
+
+// sendSettle writes an ACK or NACK on u.
+func (r *Relay) sendSettle(u *upstream, op wire.Op, body []byte) {
 	u.lastUse.Store(time.Now().UnixNano())
 	r.gw.m.BytesOut.Add(float64(wire.HeaderSize + len(body)))
-	if err := u.up.Conn.Send(op, 0, rawBody(body)); err != nil {
+	if err := u.link().Conn.Send(op, 0, rawBody(body)); err != nil {
 		r.c.Drop(op, "upstream_lost")
 	}
-	return true
 }

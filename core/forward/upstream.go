@@ -20,8 +20,12 @@ import (
 type upstream struct {
 	r     *Relay
 	owner core.NodeID
-	up    Upstream
+	fs    wire.ForwardedSession // as first sent, for a resume
+	up    atomic.Pointer[Upstream]
 	subs  map[uint64]*fwdSub // by the owner's sub id; guarded by Relay.mu
+	// resuming is set while the session's link is down and being resumed
+	// (resume.go): settles wait for it with the other operations.
+	resuming atomic.Bool
 
 	outstanding atomic.Int64 // requests sent, not yet answered
 	// pinned counts the operations that picked this upstream and have not
@@ -42,6 +46,9 @@ type upstream struct {
 	gone         chan struct{}
 	reason       atomic.Pointer[string] // why this broker ended it (the first reason wins); nil: it was lost
 }
+
+// link is the session's current connection (a resume replaces it).
+func (u *upstream) link() *Upstream { return u.up.Load() }
 
 // closing records why this broker ends the upstream session, for the log
 // line cleanup writes.
@@ -72,7 +79,7 @@ func (u *upstream) end() {
 // error means nothing was queued and done will not run.
 func (u *upstream) call(now time.Time, op wire.Op, body wire.Encoder, done func(upclient.Frame, error)) error {
 	u.begin(now)
-	err := u.up.Conn.Go(op, body, func(f upclient.Frame, err error) {
+	err := u.link().Conn.Go(op, body, func(f upclient.Frame, err error) {
 		u.end()
 		done(f, err)
 	})
@@ -98,7 +105,10 @@ func (u *upstream) watch() {
 	defer tick.Stop()
 	for {
 		select {
-		case <-u.up.Conn.Done():
+		case <-u.link().Conn.Done():
+			if u.resume() {
+				continue // the same session, on a new connection
+			}
 			return
 		case <-tick.C:
 		}
@@ -109,7 +119,7 @@ func (u *upstream) watch() {
 			r.c.Logger().Warn("upstream session aborted: no answer within routing.forward_timeout_ms", "owner", string(u.owner),
 				"timeout", set.ForwardTimeout, "outstanding", u.outstanding.Load())
 			u.closing("forward_timeout")
-			u.up.Abort()
+			u.link().Abort()
 			return
 		}
 		r.mu.Lock()
@@ -121,7 +131,7 @@ func (u *upstream) watch() {
 		r.mu.Unlock()
 		if idle {
 			u.closing("idle")
-			closeUpstream(u.up)
+			closeUpstream(*u.link())
 			return
 		}
 	}
@@ -138,19 +148,12 @@ func (u *upstream) cleanup() {
 	if r.ups[u.owner] == u {
 		delete(r.ups, u.owner)
 	}
-	subs := make([]*fwdSub, 0, len(u.subs))
-	for id, fs := range u.subs {
-		subs = append(subs, fs)
-		delete(u.subs, id)
-		if r.subs[fs.key] == fs {
-			delete(r.subs, fs.key)
-		}
-	}
 	closing := r.closed
 	r.mu.Unlock()
+	subs := u.dropSubs()
 	r.gw.counts.release(u.owner)
 	close(u.gone)
-	reason, err := "lost", u.up.Conn.Err()
+	reason, err := "lost", u.link().Conn.Err()
 	if why := u.reason.Load(); why != nil {
 		reason = *why
 	} else if err == nil || errors.Is(err, upclient.ErrClosed) {

@@ -32,8 +32,17 @@ type Login struct {
 // started; closing it closes the stream in order. An error before the
 // stream exists wraps core.ErrPeerRefused.
 func (u Login) Dial(ctx context.Context, link core.Link, heartbeat time.Duration, onPush func(client.Frame)) (*client.Conn, core.Stream, error) {
+	return u.DialResume(ctx, link, heartbeat, nil, onPush)
+}
+
+// DialResume is Dial presenting resume in HELLO (nil: none): a gateway
+// resuming an upstream session whose link dropped. The connection's
+// Handshake says the outcome; AUTH as @node proves the node again, as a
+// resumed node session requires (docs/protocol.md#resume).
+func (u Login) DialResume(ctx context.Context, link core.Link, heartbeat time.Duration, resume *wire.ResumeIdentity, onPush func(client.Frame)) (*client.Conn, core.Stream, error) {
 	var stream core.Stream
 	cfg := client.ConnConfig{
+		Resume:        resume,
 		ClientName:    "fibril-peer " + string(u.Self),
 		ClientVersion: "1",
 		Username:      NodePrincipal,

@@ -168,3 +168,27 @@ func TestExclusiveConsumerGroup(t *testing.T) {
 		t.Fatalf("b got %q, want n1 first", d.Payload)
 	}
 }
+
+// S-96: a reconcile restore rejoins an exclusive subscription as the same
+// member: the restored entry keeps the member id, the session adopts it,
+// and the member is told its assignment again.
+func TestCohortRestoreRejoinsAsTheSameMember(t *testing.T) {
+	e := newEnv(t)
+	c := e.dial()
+	c.login()
+	c.Expect(wire.OpDeclareQueueOK, c.Send(wire.OpDeclareQueue, &wire.DeclareQueue{Topic: "q", PartitionCount: wire.Some(uint32(1))}))
+	member := uuid(0x42)
+	id := c.Send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileRestore, Subscriptions: []wire.ReconcileSub{
+		{SubID: 7, Topic: "q", Prefetch: 2, ConsumerGroup: wire.Some("g"), MemberID: wire.Some(member)},
+	}})
+	res := c.Expect(wire.OpReconcileResult, id).(*wire.ReconcileResult)
+	if len(res.Entries) != 1 || res.Entries[0].Action != wire.ActionKeep || res.Entries[0].Server.Value.MemberID.Value != member ||
+		res.Entries[0].Server.Value.ConsumerGroup.Value != "g" {
+		t.Fatalf("restore of a member's subscription: %+v", res)
+	}
+	if ac := c.nextAssignment(); !slices.Equal(ac.Assigned, []uint32{0}) {
+		t.Fatalf("assignment after the restore: %+v", ac)
+	}
+	// The session now is that member: another id is refused (S-89).
+	c.ExpectError(wire.OpError, c.subscribeExclusive("other", 0, "g", wire.Some(uuid(0x43))), wire.CodeConflict)
+}

@@ -1,0 +1,174 @@
+package broker
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/metricstest"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/testkit"
+	"github.com/fibrilgo/fibril/transport/faultproxy"
+)
+
+// gatewayBehindProxy starts a public broker (n0) and a private one (n1)
+// whose peer address is a fault proxy in front of its listener: the
+// gateway's upstream sessions to n1 run through the proxy, which the test
+// can reset. ownerFlags go to n1.
+func gatewayBehindProxy(t *testing.T, ownerFlags ...string) ([]*Broker, *faultproxy.Proxy) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	proxy := faultproxy.NewTCP(t, addr)
+	bs := startMemClusterWith(t, 2, func(i int) []string {
+		if i == 1 {
+			return append([]string{"--broker.visibility=private", "--broker.listener.bind=" + addr,
+				"--broker.peer_advertise=" + proxy.Addr()}, ownerFlags...)
+		}
+		return nil
+	})
+	return bs, proxy
+}
+
+// privatePartition declares topic with two partitions and returns the one
+// the private broker n1 owns.
+func privatePartition(ctx context.Context, t *testing.T, c *client.Client, bs []*Broker, topic string) uint32 {
+	t.Helper()
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: topic, Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var part uint32
+	testkit.Eventually(t, 5*time.Second, "a partition owned by the private broker", func() bool {
+		for n := range uint32(2) {
+			if p, ok := bs[0].cluster.cl.Snapshot().Partition(core.PartitionRef{Topic: topic, Partition: n}); ok && p.Node == bs[1].nodeID {
+				part = n
+				return true
+			}
+		}
+		return false
+	})
+	return part
+}
+
+// Upstream resume, kept (core/forward/README.md#resume): the link between
+// the gateway and a private owner drops while a forwarded subscription
+// holds two unacknowledged deliveries. The gateway resumes the upstream
+// session within the owner's grace: nothing is closed towards the client,
+// the held deliveries are still settled by the client's acks (the owner
+// ends with nothing in flight and redelivers nothing), and the
+// subscription goes on delivering.
+func TestUpstreamResumeKeepsTheSession(t *testing.T) {
+	bs, proxy := gatewayBehindProxy(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, bs[0])
+	part := privatePartition(ctx, t, c, bs, "held")
+	pub := c.Publisher("held", client.PublisherOptions{})
+	send := func(m string) {
+		t.Helper()
+		if _, err := pub.PublishConfirmed(ctx, client.Message{Partition: &part, Payload: []byte(m)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub, err := c.Subscribe(ctx, "held", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send("m0")
+	send("m1")
+	var held []*client.Delivery
+	for range 2 {
+		d, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, d)
+	}
+	proxy.Reset() // the link drops; both brokers live on
+	testkit.Eventually(t, 10*time.Second, "the upstream session resumed", func() bool {
+		v, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": "resumed"})
+		return v == 1
+	})
+	for _, d := range held {
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("m2")
+	d, err := sub.Next(ctx)
+	if err != nil || string(d.Payload) != "m2" {
+		t.Fatalf("after the resume the subscription delivered %v (%v), want m2 (the held ones settled, not redelivered)", d, err)
+	}
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "nothing in flight on the owner", func() bool {
+		for _, pd := range bs[1].queues.Depths() {
+			if pd.Key == (queue.Key{Topic: "held"}) && pd.Partition == part {
+				return pd.Inflight == 0 && pd.Ready == 0
+			}
+		}
+		return false
+	})
+	for _, outcome := range []string{"partly_lost", "lost"} {
+		if v, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": outcome}); v != 0 {
+			t.Errorf("resumes with outcome %s: %v", outcome, v)
+		}
+	}
+}
+
+// Upstream resume, lost: an outage longer than the reconnect grace (300
+// ms here, the cluster's one setting): the owner ends the session and
+// requeues what it held, the gateway gives up resuming and closes the
+// forwarded subscription towards the client (OwnerMoved), the client
+// subscribes again, and the message the lost session held is delivered
+// again.
+func TestUpstreamResumeLostSession(t *testing.T) {
+	bs, proxy := gatewayBehindProxy(t)
+	if code, body := editRuntimeSettings(t, bs[0], func(doc map[string]any) {
+		doc["connection"].(map[string]any)["reconnect_grace_ms"] = 300
+		doc["routing"].(map[string]any)["upstream_connect_timeout_ms"] = 500 // a dial into the outage fails soon
+	}); code != 200 {
+		t.Fatalf("put settings: %d %s", code, body)
+	}
+	testkit.Eventually(t, 5*time.Second, "both brokers apply the grace", func() bool {
+		return bs[0].settings.Current().Connection.ReconnectGraceMS == 300 && bs[1].settings.Current().Connection.ReconnectGraceMS == 300
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, bs[0])
+	part := privatePartition(ctx, t, c, bs, "held")
+	pub := c.Publisher("held", client.PublisherOptions{})
+	if _, err := pub.PublishConfirmed(ctx, client.Message{Partition: &part, Payload: []byte("m0")}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.Subscribe(ctx, "held", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := sub.Next(ctx); err != nil || string(d.Payload) != "m0" {
+		t.Fatalf("first delivery %v, %v", d, err)
+	}
+	// An outage past the owner's grace: the owner ends the session
+	// meanwhile.
+	proxy.Set(faultproxy.Faults{Blackhole: true})
+	proxy.Reset()
+	time.Sleep(time.Second) // the outage itself, not a wait for a result
+	proxy.Set(faultproxy.Faults{})
+	d, err := sub.Next(ctx)
+	if err != nil || string(d.Payload) != "m0" {
+		t.Fatalf("after the lost session: %v (%v), want m0 again", d, err)
+	}
+	lost, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": "lost"})
+	resumed, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": "resumed"})
+	if lost != 1 || resumed != 0 {
+		t.Fatalf("fibril_forward_upstream_resumes_total: lost %v, resumed %v; want 1 and 0", lost, resumed)
+	}
+}
