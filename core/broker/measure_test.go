@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -97,6 +98,72 @@ func TestMeasureIdleUpstreams(t *testing.T) {
 	t.Logf("per forwarded client session (client + gateway session + upstream + owner session + QUIC stream ends): %.1f KiB", perForwarded/1024)
 	t.Logf("per upstream session (the difference): %.1f KiB; goroutines per forwarded session: %.1f", (perForwarded-perDirect)/1024, float64(g1-g0)/n)
 	for _, c := range append(direct, forwarded...) {
+		c.Close()
+	}
+}
+
+// The memory one idle stream subscription costs on the broker side: n raw
+// connections each subscribe to a queue partition (nothing to read), then
+// n others each to a stream partition (a durable name, a reader goroutine
+// waiting for records); the difference per connection is the stream
+// subscription's cost over a queue subscription's (both counts include
+// the client connection, the same on both sides). A measurement, not a
+// pass/fail test: it runs only with FIBRIL_MEASURE=1 and logs its numbers.
+//
+//	FIBRIL_MEASURE=1 go test -run TestMeasureIdleStreamSubscriptions -v ./core/broker
+func TestMeasureIdleStreamSubscriptions(t *testing.T) {
+	if os.Getenv("FIBRIL_MEASURE") != "1" {
+		t.Skip("a measurement: set FIBRIL_MEASURE=1 to run it")
+	}
+	const n = 1000
+	b := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	admin := dialClient(ctx, t, b)
+	if _, err := admin.DeclareQueue(ctx, client.QueueSpec{Topic: "q", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.DeclareStream(ctx, client.StreamSpec{Topic: "s", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse + m.StackInuse
+	}
+	open := func(op wire.Op, body func(i int) wire.Encoder) []*client.Conn {
+		conns := make([]*client.Conn, 0, n)
+		for i := range n {
+			c, err := client.DialConn(ctx, b.BrokerAddr().String(), client.ConnConfig{Username: "fibril", Password: "fibril", ReadBufferSize: 4 << 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := c.Do(ctx, op, body(i))
+			if err != nil || f.Op != wire.OpSubscribeOK {
+				t.Fatalf("subscribe: %v %v", f.Op, err)
+			}
+			conns = append(conns, c)
+		}
+		return conns
+	}
+	base := heap()
+	g0 := runtime.NumGoroutine()
+	queues := open(wire.OpSubscribe, func(int) wire.Encoder { return &wire.Subscribe{Topic: "q", Prefetch: 32} })
+	afterQueues := heap()
+	g1 := runtime.NumGoroutine()
+	streams := open(wire.OpSubscribeStream, func(i int) wire.Encoder {
+		return &wire.SubscribeStream{Topic: "s", DurableName: wire.Some(fmt.Sprint("reader-", i)), Prefetch: 32}
+	})
+	afterStreams := heap()
+	g2 := runtime.NumGoroutine()
+	perQueue := float64(afterQueues-base) / n
+	perStream := float64(afterStreams-afterQueues) / n
+	t.Logf("per connection with an idle queue subscription: %.1f KiB, %.1f goroutines", perQueue/1024, float64(g1-g0)/n)
+	t.Logf("per connection with an idle durable stream subscription: %.1f KiB, %.1f goroutines", perStream/1024, float64(g2-g1)/n)
+	t.Logf("an idle stream subscription over a queue subscription: %.1f KiB", (perStream-perQueue)/1024)
+	for _, c := range append(queues, streams...) {
 		c.Close()
 	}
 }

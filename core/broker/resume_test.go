@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,5 +172,72 @@ func TestUpstreamResumeLostSession(t *testing.T) {
 	resumed, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": "resumed"})
 	if lost != 1 || resumed != 0 {
 		t.Fatalf("fibril_forward_upstream_resumes_total: lost %v, resumed %v; want 1 and 0", lost, resumed)
+	}
+}
+
+// The link between the gateway and a private owner drops twice while a
+// client publishes with confirms through the gateway: publishes in flight
+// at a drop fail (504 or 503), the others keep being confirmed across the
+// resumes, and every publish the client saw confirmed is on the owner —
+// never a confirm without the owner's.
+func TestUpstreamResumeUnderConfirmedPublishing(t *testing.T) {
+	bs, proxy := gatewayBehindProxy(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, bs[0])
+	part := privatePartition(ctx, t, c, bs, "busy")
+	pub := c.Publisher("busy", client.PublisherOptions{})
+	var mu sync.Mutex
+	confirmed := map[string]bool{}
+	failed := 0
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 { // several publishes in flight at each drop
+		wg.Go(func() {
+			for i := 0; i < 5000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				m := fmt.Sprintf("w%d-m%d", w, i)
+				pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err := pub.PublishConfirmed(pctx, client.Message{Partition: &part, Payload: []byte(m)})
+				pcancel()
+				mu.Lock()
+				if err != nil {
+					failed++
+				} else {
+					confirmed[m] = true
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for range 4 {
+		time.Sleep(250 * time.Millisecond) // publishing goes on meanwhile
+		proxy.Reset()
+	}
+	time.Sleep(250 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	resumed, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": "resumed"})
+	t.Logf("%d confirmed, %d failed, %v resumes", len(confirmed), failed, resumed)
+	if resumed < 2 || len(confirmed) < 100 {
+		t.Fatalf("%v resumes, %d confirmed: the publishing did not go on across the drops", resumed, len(confirmed))
+	}
+	sub, err := c.Subscribe(ctx, "busy", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(confirmed) > 0 {
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		d, err := sub.Next(dctx)
+		dcancel()
+		if err != nil {
+			t.Fatalf("%d confirmed publishes are not on the owner (e.g. %s): %v", len(confirmed), firstKey(confirmed), err)
+		}
+		delete(confirmed, string(d.Payload))
+		_ = d.Ack(ctx)
 	}
 }
