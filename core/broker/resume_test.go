@@ -17,10 +17,16 @@ import (
 )
 
 // gatewayBehindProxy starts a public broker (n0) and a private one (n1)
-// whose peer address is a fault proxy in front of its listener: the
+// over TCP, n1's peer address a fault proxy in front of its listener: the
 // gateway's upstream sessions to n1 run through the proxy, which the test
-// can reset. ownerFlags go to n1.
-func gatewayBehindProxy(t *testing.T, ownerFlags ...string) ([]*Broker, *faultproxy.Proxy) {
+// can reset.
+func gatewayBehindProxy(t *testing.T) ([]*Broker, *faultproxy.Proxy) {
+	return gatewayBehindProxyOver(t, "tcp")
+}
+
+// gatewayBehindProxyOver is gatewayBehindProxy over transport tr (quic: a
+// UDP proxy, TLS, and QUIC connections that die after 1 s of silence).
+func gatewayBehindProxyOver(t *testing.T, tr string) ([]*Broker, *faultproxy.Proxy) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -28,15 +34,21 @@ func gatewayBehindProxy(t *testing.T, ownerFlags ...string) ([]*Broker, *faultpr
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	proxy := faultproxy.NewTCP(t, addr)
+	proxy := faultproxy.NewTCP
+	flags := transportFlags(t, tr)
+	if tr == "quic" {
+		proxy = faultproxy.NewUDP
+		flags = append(flags, "--transport.quic.max_idle_timeout_ms=1000")
+	}
+	p := proxy(t, addr)
 	bs := startMemClusterWith(t, 2, func(i int) []string {
 		if i == 1 {
 			return append([]string{"--broker.visibility=private", "--broker.listener.bind=" + addr,
-				"--broker.peer_advertise=" + proxy.Addr()}, ownerFlags...)
+				"--broker.peer_advertise=" + p.Addr()}, flags...)
 		}
-		return nil
+		return flags
 	})
-	return bs, proxy
+	return bs, p
 }
 
 // privatePartition declares topic with two partitions and returns the one
@@ -240,4 +252,58 @@ func TestUpstreamResumeUnderConfirmedPublishing(t *testing.T) {
 		delete(confirmed, string(d.Payload))
 		_ = d.Ack(ctx)
 	}
+}
+
+// Upstream resume over QUIC: the path between the gateway and the owner
+// goes silent for longer than QUIC's idle timeout, so the QUIC connection
+// (and the upstream stream on it) dies at both ends. Once the path is back,
+// within the owner's grace, the gateway resumes the session on a new QUIC
+// connection: the held delivery is settled by the client's ack after it,
+// and the subscription goes on.
+func TestUpstreamResumeOverQUIC(t *testing.T) {
+	bs, proxy := gatewayBehindProxyOver(t, "quic")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, bs[0])
+	part := privatePartition(ctx, t, c, bs, "held")
+	pub := c.Publisher("held", client.PublisherOptions{})
+	send := func(m string) {
+		t.Helper()
+		if _, err := pub.PublishConfirmed(ctx, client.Message{Partition: &part, Payload: []byte(m)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub, err := c.Subscribe(ctx, "held", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send("m0")
+	held, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Set(faultproxy.Faults{Blackhole: true})
+	time.Sleep(2 * time.Second) // the outage: past QUIC's 1 s idle timeout, within the 5 s grace
+	proxy.Set(faultproxy.Faults{})
+	testkit.Eventually(t, 10*time.Second, "the upstream session resumed", func() bool {
+		v, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": "resumed"})
+		return v == 1
+	})
+	if err := held.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	send("m1")
+	if d, err := sub.Next(ctx); err != nil || string(d.Payload) != "m1" {
+		t.Fatalf("after the resume: %v (%v), want m1 (m0 settled, not redelivered)", d, err)
+	} else if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "nothing in flight on the owner", func() bool {
+		for _, pd := range bs[1].queues.Depths() {
+			if pd.Key == (queue.Key{Topic: "held"}) && pd.Partition == part {
+				return pd.Inflight == 0 && pd.Ready == 0
+			}
+		}
+		return false
+	})
 }
