@@ -85,12 +85,7 @@ func TestUpstreamResumeKeepsTheSession(t *testing.T) {
 	c := dialClient(ctx, t, bs[0])
 	part := privatePartition(ctx, t, c, bs, "held")
 	pub := c.Publisher("held", client.PublisherOptions{})
-	send := func(m string) {
-		t.Helper()
-		if _, err := pub.PublishConfirmed(ctx, client.Message{Partition: &part, Payload: []byte(m)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	send := confirmedTo(ctx, t, pub, part)
 	sub, err := c.Subscribe(ctx, "held", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +102,7 @@ func TestUpstreamResumeKeepsTheSession(t *testing.T) {
 	}
 	proxy.Reset() // the link drops; both brokers live on
 	testkit.Eventually(t, 10*time.Second, "the upstream session resumed", func() bool {
-		v, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": "resumed"})
+		v, _ := resumes(t, bs[0], "resumed")
 		return v == 1
 	})
 	for _, d := range held {
@@ -123,16 +118,9 @@ func TestUpstreamResumeKeepsTheSession(t *testing.T) {
 	if err := d.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 5*time.Second, "nothing in flight on the owner", func() bool {
-		for _, pd := range bs[1].queues.Depths() {
-			if pd.Key == (queue.Key{Topic: "held"}) && pd.Partition == part {
-				return pd.Inflight == 0 && pd.Ready == 0
-			}
-		}
-		return false
-	})
+	ownerSettled(t, bs[1], "held", part)
 	for _, outcome := range []string{"partly_lost", "lost"} {
-		if v, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": outcome}); v != 0 {
+		if v, _ := resumes(t, bs[0], outcome); v != 0 {
 			t.Errorf("resumes with outcome %s: %v", outcome, v)
 		}
 	}
@@ -180,8 +168,8 @@ func TestUpstreamResumeLostSession(t *testing.T) {
 	if err != nil || string(d.Payload) != "m0" {
 		t.Fatalf("after the lost session: %v (%v), want m0 again", d, err)
 	}
-	lost, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": "lost"})
-	resumed, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": "resumed"})
+	lost, _ := resumes(t, bs[0], "lost")
+	resumed, _ := resumes(t, bs[0], "resumed")
 	if lost != 1 || resumed != 0 {
 		t.Fatalf("fibril_forward_upstream_resumes_total: lost %v, resumed %v; want 1 and 0", lost, resumed)
 	}
@@ -233,7 +221,7 @@ func TestUpstreamResumeUnderConfirmedPublishing(t *testing.T) {
 	time.Sleep(250 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	resumed, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": "resumed"})
+	resumed, _ := resumes(t, bs[0], "resumed")
 	t.Logf("%d confirmed, %d failed, %v resumes", len(confirmed), failed, resumed)
 	if resumed < 2 || len(confirmed) < 100 {
 		t.Fatalf("%v resumes, %d confirmed: the publishing did not go on across the drops", resumed, len(confirmed))
@@ -262,17 +250,16 @@ func TestUpstreamResumeUnderConfirmedPublishing(t *testing.T) {
 // and the subscription goes on.
 func TestUpstreamResumeOverQUIC(t *testing.T) {
 	bs, proxy := gatewayBehindProxyOver(t, "quic")
+	// No followers: otherwise n1 dials n0 directly to follow n0's
+	// partition, and the two brokers' one QUIC connection may be that
+	// one, which does not pass the proxy.
+	setTargetFollowers(t, bs, bs[0], 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := dialClient(ctx, t, bs[0])
 	part := privatePartition(ctx, t, c, bs, "held")
 	pub := c.Publisher("held", client.PublisherOptions{})
-	send := func(m string) {
-		t.Helper()
-		if _, err := pub.PublishConfirmed(ctx, client.Message{Partition: &part, Payload: []byte(m)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	send := confirmedTo(ctx, t, pub, part)
 	sub, err := c.Subscribe(ctx, "held", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +273,7 @@ func TestUpstreamResumeOverQUIC(t *testing.T) {
 	time.Sleep(2 * time.Second) // the outage: past QUIC's 1 s idle timeout, within the 5 s grace
 	proxy.Set(faultproxy.Faults{})
 	testkit.Eventually(t, 10*time.Second, "the upstream session resumed", func() bool {
-		v, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": "resumed"})
+		v, _ := resumes(t, bs[0], "resumed")
 		return v == 1
 	})
 	if err := held.Ack(ctx); err != nil {
@@ -298,12 +285,169 @@ func TestUpstreamResumeOverQUIC(t *testing.T) {
 	} else if err := d.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
+	ownerSettled(t, bs[1], "held", part)
+}
+
+// A resume through a path that lost the gateway's connection but left the
+// owner's end open (a relay that keeps its upstream socket): the owner
+// sees the resumed connection while it still holds the old one, which
+// only its idle timeout ends, 15 s later. The resumed session works at
+// once, and the old connection's end leaves it alone: after it, the
+// subscription still delivers and settles.
+func TestUpstreamResumeWhileTheOwnerHoldsTheOldConnection(t *testing.T) {
+	bs, proxy := gatewayBehindProxy(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, bs[0])
+	part := privatePartition(ctx, t, c, bs, "held")
+	pub := c.Publisher("held", client.PublisherOptions{})
+	send := confirmedTo(ctx, t, pub, part)
+	sub, err := c.Subscribe(ctx, "held", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func(want string) {
+		t.Helper()
+		d, err := sub.Next(ctx)
+		if err != nil || string(d.Payload) != want {
+			t.Fatalf("delivered %v (%v), want %s", d, err, want)
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("m0")
+	held, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle0, _ := metricstest.Lookup(t, bs[1].registry, "fibril_tcp_errors_total", map[string]string{"reason": "idle_timeout"})
+	proxy.ResetAOnly()
+	testkit.Eventually(t, 10*time.Second, "the upstream session resumed", func() bool {
+		v, _ := resumes(t, bs[0], "resumed")
+		return v == 1
+	})
+	if err := held.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	send("m1")
+	deliver("m1")
+	testkit.Eventually(t, 30*time.Second, "the owner's idle timeout ending the old connection", func() bool {
+		v, _ := metricstest.Lookup(t, bs[1].registry, "fibril_tcp_errors_total", map[string]string{"reason": "idle_timeout"})
+		return v > idle0
+	})
+	send("m2")
+	deliver("m2")
+	ownerSettled(t, bs[1], "held", part)
+	if v, _ := resumes(t, bs[0], "resumed"); v != 1 {
+		t.Fatalf("%v resumes: the old connection's end disturbed the resumed session", v)
+	}
+}
+
+// A client that resumes its own session on the gateway keeps its
+// forwarded subscription (core/forward/README.md#client-resume): the
+// client's connection to the gateway is reset while it holds a delivery
+// from a privately owned partition; the Go client resumes its session,
+// the forwarded subscription is kept (no second SUBSCRIBE goes up), the
+// held delivery's ACK settles it on the owner, and what was published
+// meanwhile is delivered.
+func TestClientResumeOnTheGatewayKeepsForwardedSubscriptions(t *testing.T) {
+	// The gateway advertises the proxy, so the client reaches it for the
+	// private partition through the proxy only.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	proxy := faultproxy.NewTCP(t, addr)
+	bs := startMemClusterWith(t, 2, func(i int) []string {
+		if i == 1 {
+			return []string{"--broker.visibility=private"}
+		}
+		return []string{"--broker.listener.bind=" + addr, "--broker.listener.advertise=" + proxy.Addr(), "--broker.peer_advertise=" + addr}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := dialClient(ctx, t, bs[0])
+	part := privatePartition(ctx, t, admin, bs, "held")
+	c, err := client.Dial(ctx, client.Options{Addrs: []string{proxy.Addr()}, Username: "fibril", Password: "fibril", Dial: func(ctx context.Context, network, a string) (net.Conn, error) {
+		if a != proxy.Addr() {
+			t.Errorf("the client dialled %s, not the proxy", a)
+		}
+		return loopbackOnly(t)(ctx, network, a)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pub := admin.Publisher("held", client.PublisherOptions{})
+	send := confirmedTo(ctx, t, pub, part)
+	sub, err := c.Subscribe(ctx, "held", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send("m0")
+	held, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subscribes := func() float64 {
+		v, _ := metricstest.Lookup(t, bs[0].registry, "fibril_forward_requests_total", map[string]string{"op": "SUBSCRIBE", "outcome": "ok"})
+		return v
+	}
+	before := subscribes()
+	if before != 1 {
+		t.Fatalf("forwarded SUBSCRIBEs counted: %v, want 1", before)
+	}
+	resumed0, _ := metricstest.Lookup(t, bs[0].registry, "fibril_tcp_resume_accepted_total", nil)
+	proxy.Reset()
+	send("m1") // while the client is away
+	d, err := sub.Next(ctx)
+	if err != nil || string(d.Payload) != "m1" {
+		t.Fatalf("after the resume: %v (%v), want m1", d, err)
+	}
+	if err := held.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ownerSettled(t, bs[1], "held", part)
+	if after := subscribes(); after != before {
+		t.Fatalf("%v forwarded SUBSCRIBEs after the resume: the subscription was not kept", after-before)
+	}
+	if v, _ := metricstest.Lookup(t, bs[0].registry, "fibril_tcp_resume_accepted_total", nil); v <= resumed0 {
+		t.Fatal("the client did not resume its session on the gateway: the test proves nothing")
+	}
+}
+
+// confirmedTo returns a function that publishes a payload with a confirm
+// to partition part through pub, failing the test on an error.
+func confirmedTo(ctx context.Context, t *testing.T, pub *client.Publisher, part uint32) func(string) {
+	return func(m string) {
+		t.Helper()
+		if _, err := pub.PublishConfirmed(ctx, client.Message{Partition: &part, Payload: []byte(m)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ownerSettled waits until partition part of topic on b has nothing ready
+// and nothing in flight: every message was delivered and settled.
+func ownerSettled(t *testing.T, b *Broker, topic string, part uint32) {
+	t.Helper()
 	testkit.Eventually(t, 5*time.Second, "nothing in flight on the owner", func() bool {
-		for _, pd := range bs[1].queues.Depths() {
-			if pd.Key == (queue.Key{Topic: "held"}) && pd.Partition == part {
+		for _, pd := range b.queues.Depths() {
+			if pd.Key == (queue.Key{Topic: topic}) && pd.Partition == part {
 				return pd.Inflight == 0 && pd.Ready == 0
 			}
 		}
 		return false
 	})
+}
+
+// resumes is fibril_forward_upstream_resumes_total{outcome} on b.
+func resumes(t *testing.T, b *Broker, outcome string) (float64, bool) {
+	return metricstest.Lookup(t, b.registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": outcome})
 }

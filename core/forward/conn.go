@@ -41,6 +41,10 @@ type ClientConn interface {
 	Client() ClientInfo
 	// Logger is the connection's logger, with what the handshake learnt.
 	Logger() *slog.Logger
+	// Opened is closed once the connection may carry pushes (its quiet
+	// window is over, docs/protocol.md#quiet-window): a resumed session's
+	// relayed pushes wait for it.
+	Opened() <-chan struct{}
 }
 
 // Target is where this broker's view sends a partition's operation now:

@@ -4,7 +4,7 @@
 // broker's shared address), relays the client's operations to the owner
 // over an upstream session and hands the owner's answers back.
 //
-// It owns the upstream sessions — one per (client connection, owner),
+// It owns the upstream sessions — one per (client session, owner),
 // opened on first use by a Dialer (PeerDialer: a stream over core/peer's
 // links, the @node login, FORWARDED_SESSION) — the relayed operations and
 // their answers (publishes, subscriptions, deliveries, settles, the

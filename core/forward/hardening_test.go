@@ -214,6 +214,11 @@ func (c *relayConn) Client() forward.ClientInfo {
 	return forward.ClientInfo{ConnID: 1, Remote: "127.0.0.1:1", User: "alice", ClientID: "00000000-0000-0000-0000-000000000001"}
 }
 func (c *relayConn) Logger() *slog.Logger { return c.log }
+func (c *relayConn) Opened() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
 
 // core/forward/README.md#bounds: once the client connection has ended,
 // relayed deliveries are dropped (never settled, so the owner redelivers

@@ -18,8 +18,13 @@ func (u *upstream) onPush(f upclient.Frame) {
 		u.relaySub(f)
 	case wire.OpAssignmentChanged:
 		// Names the queue and cohort, no subscription: relayed as is.
-		r := u.r
+		r := u.relay()
 		if r.ending() {
+			if r = r.awaitHandover(u); r == nil {
+				return
+			}
+		}
+		if !r.awaitOpen(u) {
 			return
 		}
 		r.gw.m.BytesIn.Add(float64(wire.HeaderSize + len(f.Body)))
@@ -28,19 +33,18 @@ func (u *upstream) onPush(f upclient.Frame) {
 	case wire.OpGoingAway:
 		// Not relayed: the owner is draining; the SUBSCRIPTION_CLOSED
 		// frames that follow are, and new operations re-route.
-		u.r.c.Logger().Info("upstream owner is going away", "owner", string(u.owner))
+		u.relay().c.Logger().Info("upstream owner is going away", "owner", string(u.owner))
 	}
 }
 
 // relaySub relays a DELIVER or SUBSCRIPTION_CLOSED with the sub id (the
 // first field after the magic) rewritten to the client-facing one.
 func (u *upstream) relaySub(f upclient.Frame) {
-	r := u.r
 	if len(f.Body) < 12 {
 		return
 	}
 	ownerID := binary.BigEndian.Uint64(f.Body[4:12])
-	r.mu.Lock()
+	r := u.lockRelay()
 	fs := u.subs[ownerID]
 	if fs != nil && f.Op == wire.OpSubscriptionClosed {
 		delete(u.subs, ownerID)
@@ -49,8 +53,16 @@ func (u *upstream) relaySub(f upclient.Frame) {
 		}
 	}
 	r.mu.Unlock()
-	if fs == nil || r.ending() {
-		return // a subscription the client no longer has, or no client
+	if fs == nil {
+		return // a subscription the client no longer has
+	}
+	if r.ending() {
+		if r = r.awaitHandover(u); r == nil {
+			return // no client
+		}
+	}
+	if !r.awaitOpen(u) {
+		return
 	}
 	body := f.Body // a push owns its body (client.ConnConfig.OnPush): rewrite it in place
 	binary.BigEndian.PutUint64(body[4:12], fs.clientID)
@@ -109,4 +121,25 @@ func (r *Relay) Written(n int) {
 		default:
 		}
 	}
+}
+
+// awaitOpen waits until r's client connection may carry pushes — a
+// resumed session's connection is still in its handshake's quiet window
+// (docs/protocol.md#quiet-window) — holding the upstream's reader, and
+// reports false when the connection or the upstream ended first.
+func (r *Relay) awaitOpen(u *upstream) bool {
+	select {
+	case <-r.c.Opened():
+		return true
+	default:
+	}
+	unpark := u.link().Conn.ParkReader()
+	defer unpark()
+	select {
+	case <-r.c.Opened():
+		return true
+	case <-r.done:
+	case <-u.link().Conn.Done():
+	}
+	return false
 }

@@ -29,10 +29,12 @@ import (
 // rewritten in place to the client-facing id (from 2^48 up, above every
 // id of a local subscription). Per owner, order is the upstream's order.
 //
-// Upstream sessions live with the client connection: when it ends they
-// are closed in order (an empty RECONCILE_CLIENT first, so the owner
-// requeues what they held, then a clean end of stream, with FFS2's
-// release_on_close). A link that drops is resumed (resume.go).
+// Upstream sessions live with the client's session: when it ends they are
+// closed in order (an empty RECONCILE_CLIENT first, so the owner requeues
+// what they held, then a clean end of stream, with FFS2's
+// release_on_close); while it waits out its reconnect grace they wait
+// with it, and a resume of it hands them to the new connection (Park,
+// Adopt). A link to an owner that drops is resumed (resume.go).
 
 // Upstream is an open upstream session, as the relay holds it.
 type Upstream struct {
@@ -83,6 +85,15 @@ type Relay struct {
 	subs    map[subKey]*fwdSub
 	nextSub uint64
 	closed  bool
+	// parked: the client connection ended and its session waits out its
+	// reconnect grace; a resume of that session on another connection
+	// moves everything to that connection's relay (Adopt). handover is
+	// closed then, or when the relay closes; pushes that arrive meanwhile
+	// wait for it (awaitHandover).
+	parked       bool
+	handover     chan struct{}
+	handoverOnce sync.Once
+	heir         *Relay // the relay that adopted this one
 	// failLog rate-limits logForwardFailure: one line a second.
 	failLog lograte.Limiter[struct{}]
 	// opening holds, per owner whose upstream session is being opened, the
@@ -266,7 +277,8 @@ func (r *Relay) openUpstream(owner core.NodeID) (*upstream, error) {
 	cl := r.c.Client()
 	fs := wire.ForwardedSession{V2: true, HopCount: wire.ForwardedHopCount, Flags: wire.FlagReleaseOnClose,
 		ConnectionID: cl.ConnID, ClientRemoteAddr: cl.Remote, ActingUsername: cl.User, ClientID: cl.ClientID}
-	u := &upstream{r: r, owner: owner, fs: fs, subs: make(map[uint64]*fwdSub), gone: make(chan struct{})}
+	u := &upstream{owner: owner, fs: fs, subs: make(map[uint64]*fwdSub), gone: make(chan struct{})}
+	u.rel.Store(r)
 	timeout := set.UpstreamConnectTimeout
 	if timeout <= 0 {
 		timeout = core.DefaultConnectTimeout
@@ -327,16 +339,110 @@ func (r *Relay) Close() {
 	}
 	r.ups = nil
 	r.mu.Unlock()
+	r.endHandover()
 	for _, u := range ups {
 		u.closing("client_closed")
 		go closeUpstream(*u.link())
 	}
 }
 
+// endHandover wakes the pushes waiting for a parked relay's heir, once.
+func (r *Relay) endHandover() { r.handoverOnce.Do(func() { close(r.handover) }) }
+
 // NewRelay returns the forwarding state of the client connection c; done
 // is closed when that connection is ending.
 func (g *Gateway) NewRelay(c ClientConn, done <-chan struct{}) *Relay {
-	return &Relay{gw: g, c: c, done: done, room: make(chan struct{}, 1), failLog: lograte.Limiter[struct{}]{Every: time.Second}}
+	return &Relay{gw: g, c: c, done: done, room: make(chan struct{}, 1), failLog: lograte.Limiter[struct{}]{Every: time.Second},
+		handover: make(chan struct{})}
+}
+
+// Park keeps the relay's upstream sessions and forwarded subscriptions
+// after its client connection ended, while the client's session waits out
+// its reconnect grace: a resume of the session hands them to the new
+// connection (Adopt); the session's end closes them (Close). What owners
+// push meanwhile waits, holding the upstream's reader (and so, through the
+// transport's flow control and the owner's prefetch, the owner).
+func (r *Relay) Park() {
+	r.mu.Lock()
+	r.parked = !r.closed
+	r.mu.Unlock()
+}
+
+// Adopt moves the upstream sessions and forwarded subscriptions of old —
+// the relay of the connection the client's session was resumed from — to
+// r (core/forward/README.md#client-resume): the client keeps its forwarded
+// subscriptions and settles what they delivered. Requests the old
+// connection sent are still answered there (its connection is gone, so
+// they are not answered at all); stream subscriptions are not kept
+// (S-83), nor the ones whose SUBSCRIBE was still in flight. An owner r
+// already has an upstream session to keeps r's; old's to it is closed.
+func (r *Relay) Adopt(old *Relay) {
+	if old == r {
+		return
+	}
+	old.mu.Lock()
+	if old.closed || old.heir != nil {
+		old.mu.Unlock()
+		return
+	}
+	ups, subs, next := old.ups, old.subs, old.nextSub
+	old.ups, old.subs = nil, nil
+	old.heir = r
+	r.mu.Lock()
+	var extra []*upstream
+	for owner, u := range ups {
+		if r.ups[owner] != nil || r.closed {
+			extra = append(extra, u)
+			continue
+		}
+		if r.ups == nil {
+			r.ups = make(map[core.NodeID]*upstream)
+		}
+		r.ups[owner] = u
+		u.rel.Store(r)
+	}
+	for key, fs := range subs {
+		if fs.stream || fs.up == nil || fs.up.relay() != r || r.subs[key] != nil {
+			if fs.up != nil {
+				delete(fs.up.subs, fs.ownerID)
+			}
+			continue
+		}
+		if r.subs == nil {
+			r.subs = make(map[subKey]*fwdSub)
+		}
+		r.subs[key] = fs
+	}
+	r.nextSub = max(r.nextSub, next)
+	r.mu.Unlock()
+	old.mu.Unlock()
+	old.endHandover()
+	for _, u := range extra {
+		u.closing("superseded")
+		go closeUpstream(*u.link())
+	}
+}
+
+// awaitHandover waits, while r is parked, for the relay that adopts it and
+// returns that relay (nil when r closed, or was not parked). It holds the
+// upstream's reader, as waitRelayRoom does.
+func (r *Relay) awaitHandover(u *upstream) *Relay {
+	r.mu.Lock()
+	parked := r.parked
+	r.mu.Unlock()
+	if !parked {
+		return nil
+	}
+	unpark := u.link().Conn.ParkReader()
+	defer unpark()
+	select {
+	case <-r.handover:
+	case <-u.link().Conn.Done():
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.heir
 }
 
 // Subscriptions lists the connection's forwarded subscriptions as

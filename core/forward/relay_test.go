@@ -392,7 +392,9 @@ func TestGatewayLimitAccounting(t *testing.T) {
 		opts.Router = r
 		opts.Upstreams = o.dialer()
 		opts.Settings = func() session.Settings {
-			return session.Settings{ReconnectGrace: 5 * time.Second, RestartTTL: time.Minute, Forwarding: forward.Limits{
+			// No reconnect grace: a connection's end ends its session, and
+			// with it the session's upstream sessions.
+			return session.Settings{ReconnectGrace: 0, RestartTTL: time.Minute, Forwarding: forward.Limits{
 				ForwardTimeout: 2 * time.Second, UpstreamConnectTimeout: 2 * time.Second, UpstreamIdleClose: time.Minute,
 				MaxUpstreamsPerOwner: 1, MaxInflightForwardBytes: 1 << 20}}
 		}
@@ -628,5 +630,77 @@ func TestGatewayUpstreamResume(t *testing.T) {
 				t.Fatalf("the ACK went up as %s", h.Op)
 			}
 		})
+	}
+}
+
+// core/forward/README.md#client-resume: a client that resumes its own
+// session on the gateway keeps its forwarded subscriptions. Its connection
+// drops; the upstream session stays, and a DELIVER the owner sends
+// meanwhile waits; the client resumes on a new connection (AUTH again,
+// then RECONCILE_CLIENT), its forwarded subscription is kept under its id,
+// the waiting DELIVER arrives, and its ACKs reach the owner on the same
+// upstream session — no new dial, no close towards the owner.
+func TestGatewayClientResumeKeepsForwardedSubscriptions(t *testing.T) {
+	e, o, _ := newGatewayEnv(t)
+	c := e.dial()
+	id := c.Send(wire.OpHello, &wire.Hello{ClientName: "test", ClientVersion: "0", ProtocolVersion: 1})
+	ident := c.Expect(wire.OpHelloOK, id).(*wire.HelloOK).Identity()
+	c.Expect(wire.OpAuthOK, c.Send(wire.OpAuth, &wire.Auth{Username: "alice", Password: "secret"}))
+	c.SendID(wire.OpSubscribe, 9, &wire.Subscribe{Topic: "fwd", Partition: 1, Prefetch: 4})
+	up := o.next()
+	<-o.ffs
+	h, _ := up.read()
+	up.send(wire.OpSubscribeOK, h.RequestID, &wire.SubscribeOK{SubID: 5, Topic: "fwd", Partition: 1, Prefetch: 4})
+	subID := c.Expect(wire.OpSubscribeOK, 9).(*wire.SubscribeOK).SubID
+	up.send(wire.OpDeliver, 0, &wire.Deliver{SubID: 5, Topic: "fwd", Partition: 1, DeliveryTag: 11, Payload: []byte("m1")})
+	if _, b := c.Read(3 * time.Second); b.(*wire.Deliver).DeliveryTag != 11 {
+		t.Fatalf("first delivery %+v", b)
+	}
+	c.nc.Close()
+	testkit.Eventually(t, 5*time.Second, "the gateway saw the connection end", func() bool { return e.srv.Stats().Connections == 0 })
+	up.send(wire.OpDeliver, 0, &wire.Deliver{SubID: 5, Topic: "fwd", Partition: 1, DeliveryTag: 12, Payload: []byte("m2")})
+
+	c2 := e.dial()
+	id = c2.Send(wire.OpHello, &wire.Hello{ClientName: "test", ClientVersion: "0", ProtocolVersion: 1, Resume: wire.Some(ident)})
+	if ok := c2.Expect(wire.OpHelloOK, id).(*wire.HelloOK); ok.ResumeOutcome != wire.ResumeResumed {
+		t.Fatalf("resume outcome %v", ok.ResumeOutcome)
+	}
+	// The resumed session's deliveries may come as soon as HELLO_OK
+	// (S-101), before the answers that follow.
+	var waited *wire.Deliver
+	until := func(op wire.Op, reqID uint64) wire.Body {
+		t.Helper()
+		for {
+			h, b := c2.Read(3 * time.Second)
+			if d, ok := b.(*wire.Deliver); ok {
+				waited = d
+				continue
+			}
+			if h.Op != op || h.RequestID != reqID {
+				t.Fatalf("got %s id %d, want %s id %d", h.Op, h.RequestID, op, reqID)
+			}
+			return b
+		}
+	}
+	until(wire.OpAuthOK, c2.Send(wire.OpAuth, &wire.Auth{Username: "alice", Password: "secret"}))
+	id = c2.Send(wire.OpReconcileClient, &wire.ReconcileClient{Policy: wire.ReconcileConservative,
+		Subscriptions: []wire.ReconcileSub{{SubID: subID, Topic: "fwd", Partition: 1, Prefetch: 4}}})
+	res := until(wire.OpReconcileResult, id).(*wire.ReconcileResult)
+	if len(res.Entries) != 1 || res.Entries[0].Action != wire.ActionKeep || res.Entries[0].Server.Value.SubID != subID {
+		t.Fatalf("reconcile after the resume: %+v", res)
+	}
+	if waited == nil {
+		_, b := c2.Read(3 * time.Second)
+		waited, _ = b.(*wire.Deliver)
+	}
+	if waited == nil || waited.DeliveryTag != 12 || waited.SubID != subID {
+		t.Fatalf("the delivery that waited: %+v", waited)
+	}
+	c2.SendID(wire.OpAck, 0, &wire.Ack{Topic: "fwd", Partition: 1, Tags: []uint64{11, 12}})
+	if h, body := up.read(); h.Op != wire.OpAck {
+		t.Fatalf("owner got %s %x, want the ACK on the same upstream", h.Op, body)
+	}
+	if n := o.dials.Load(); n != 1 {
+		t.Fatalf("%d dials: the resume opened a new upstream session", n)
 	}
 }

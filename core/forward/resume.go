@@ -35,7 +35,7 @@ import (
 // whether u goes on (on a resumed or new connection); false means u is
 // over and the watchdog cleans up.
 func (u *upstream) resume() bool {
-	r := u.r
+	r := u.relay()
 	within := r.gw.limits().ResumeWithin
 	if u.reason.Load() != nil || within <= 0 {
 		return false // this broker ended it, or resume is off
@@ -126,7 +126,7 @@ func (u *upstream) resume() bool {
 // redial dials the owner with the session's resume identity until it
 // answers or within has passed since now (nil then).
 func (u *upstream) redial(within time.Duration) *Upstream {
-	r := u.r
+	r := u.relay()
 	hs := u.link().Conn.Handshake()
 	ident := hs.Hello.Identity()
 	deadline := time.Now().Add(within)
@@ -172,9 +172,8 @@ const resumeAttempt = time.Second
 // gateway holds on u (conservative: the owner closes the ones not
 // listed) and forgets those the owner no longer has, returning them.
 func (u *upstream) reconcileResumed() []*fwdSub {
-	r := u.r
 	var listed []wire.ReconcileSub
-	r.mu.Lock()
+	r := u.lockRelay()
 	for _, fs := range u.subs {
 		if fs.stream {
 			continue // not reconciled (S-83): the owner kept it or not, as it does for its own clients
@@ -206,7 +205,7 @@ func (u *upstream) reconcileResumed() []*fwdSub {
 		}
 	}
 	var out []*fwdSub
-	r.mu.Lock()
+	r = u.lockRelay()
 	for id, fs := range u.subs {
 		if gone[id] {
 			delete(u.subs, id)
@@ -223,8 +222,7 @@ func (u *upstream) reconcileResumed() []*fwdSub {
 // dropSubs forgets every forwarded subscription of u (its session is
 // gone) and returns them.
 func (u *upstream) dropSubs() []*fwdSub {
-	r := u.r
-	r.mu.Lock()
+	r := u.lockRelay()
 	defer r.mu.Unlock()
 	out := make([]*fwdSub, 0, len(u.subs))
 	for id, fs := range u.subs {

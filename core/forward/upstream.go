@@ -18,7 +18,10 @@ import (
 
 // upstream is one upstream session of a client connection.
 type upstream struct {
-	r     *Relay
+	// rel is the relay that holds the session: its client connection's,
+	// or, after that client resumed its own session on another
+	// connection, that connection's (Relay.Adopt). Its mu guards subs.
+	rel   atomic.Pointer[Relay]
 	owner core.NodeID
 	fs    wire.ForwardedSession // as first sent, for a resume
 	up    atomic.Pointer[Upstream]
@@ -49,6 +52,22 @@ type upstream struct {
 
 // link is the session's current connection (a resume replaces it).
 func (u *upstream) link() *Upstream { return u.up.Load() }
+
+// relay is the relay that holds u now.
+func (u *upstream) relay() *Relay { return u.rel.Load() }
+
+// lockRelay locks the mu of the relay that holds u (the one that guards
+// u.subs) and returns that relay: u may move to another relay meanwhile.
+func (u *upstream) lockRelay() *Relay {
+	for {
+		r := u.relay()
+		r.mu.Lock()
+		if u.relay() == r {
+			return r
+		}
+		r.mu.Unlock()
+	}
+}
 
 // closing records why this broker ends the upstream session, for the log
 // line cleanup writes.
@@ -99,7 +118,6 @@ func notSent(err error) string {
 // aborted: core/forward/README.md#failures), or after routing.upstream_idle_close_ms with no
 // subscription, no request in flight and no operation about to send one.
 func (u *upstream) watch() {
-	r := u.r
 	defer u.cleanup()
 	tick := time.NewTicker(watchEvery)
 	defer tick.Stop()
@@ -112,6 +130,7 @@ func (u *upstream) watch() {
 			return
 		case <-tick.C:
 		}
+		r := u.relay()
 		set := r.gw.limits()
 		now := time.Now()
 		if u.outstanding.Load() > 0 && set.ForwardTimeout > 0 &&
@@ -122,7 +141,7 @@ func (u *upstream) watch() {
 			u.link().Abort()
 			return
 		}
-		r.mu.Lock()
+		r = u.lockRelay()
 		idle := len(u.subs) == 0 && u.outstanding.Load() == 0 && u.pinned.Load() == 0 && set.UpstreamIdleClose > 0 &&
 			now.Sub(time.Unix(0, u.lastUse.Load())) > set.UpstreamIdleClose
 		if idle {
@@ -143,8 +162,7 @@ func (u *upstream) watch() {
 // released. Requests in flight were answered by the connection's death
 // (503 when never written, 504 for a written confirmed publish).
 func (u *upstream) cleanup() {
-	r := u.r
-	r.mu.Lock()
+	r := u.lockRelay()
 	if r.ups[u.owner] == u {
 		delete(r.ups, u.owner)
 	}

@@ -74,10 +74,11 @@ type Conn struct {
 	closeOnce  sync.Once
 	writerDone chan struct{}
 
-	draining   atomic.Bool  // shutdown: stop reading, answer what is in flight, then close
-	windowOpen atomic.Bool  // quiet window over (docs/protocol.md#quiet-window)
-	lastRecv   atomic.Int64 // unix nanos of the last frame received
-	orderly    atomic.Bool  // the peer ended the stream at a frame boundary
+	draining   atomic.Bool   // shutdown: stop reading, answer what is in flight, then close
+	windowOpen atomic.Bool   // quiet window over (docs/protocol.md#quiet-window)
+	opened     chan struct{} // closed when windowOpen turns true
+	lastRecv   atomic.Int64  // unix nanos of the last frame received
+	orderly    atomic.Bool   // the peer ended the stream at a frame boundary
 	// releaseOnClose: an accepted FFS2 asked for the session to end at
 	// once on an orderly close (docs/protocol.md#forwarded-session) instead of waiting its grace.
 	releaseOnClose atomic.Bool
@@ -142,6 +143,7 @@ func newConn(srv *Server, nc net.Conn, id uint64) *Conn {
 		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
 		writerDone: make(chan struct{}),
+		opened:     make(chan struct{}),
 	}
 	if _, viaPeer := nc.(core.Stream); !viaPeer {
 		// Only the peer transport hands the server a core.Stream; its
@@ -317,15 +319,18 @@ func (c *Conn) finishGracefully() {
 // and detaches the connection from its session.
 func (c *Conn) terminate() {
 	c.close()
-	c.relay.Close()
 	c.endForwarded()
 	c.endReplication()
+	parked := false
 	if c.sess != nil {
 		select {
 		case <-c.writerDone:
 		case <-time.After(3 * c.srv.opts.Heartbeat):
 		}
-		c.sess.detach(c)
+		parked = c.sess.detach(c)
+	}
+	if !parked {
+		c.relay.Close() // its upstream sessions close in order
 	}
 	c.srv.forget(c)
 }
@@ -408,6 +413,7 @@ func (c *Conn) kick() {
 // openWindow ends the quiet window (docs/protocol.md#quiet-window): pushes may flow.
 func (c *Conn) openWindow() {
 	if !c.windowOpen.Swap(true) {
+		close(c.opened)
 		c.kick()
 	}
 }

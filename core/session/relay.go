@@ -50,3 +50,5 @@ func (p *relayPort) Client() forward.ClientInfo {
 }
 
 func (p *relayPort) Logger() *slog.Logger { return p.conn().log }
+
+func (p *relayPort) Opened() <-chan struct{} { return p.conn().opened }

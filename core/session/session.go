@@ -51,6 +51,10 @@ type Session struct {
 	pushedGen uint64 // topology generation last pushed or fetched at connect (S-119)
 	ended     bool
 	skeleton  bool // a skeleton was persisted for this session (S-106)
+	// parked is the relay of the connection that dropped while the
+	// session waits out its grace: its upstream sessions and forwarded
+	// subscriptions, for the connection that resumes the session.
+	parked *forward.Relay
 	// member is the id the session joined exclusive consumer groups with,
 	// once it has (S-89: one member id per connection).
 	member    wire.UUID
@@ -154,6 +158,8 @@ func (s *Session) attach(c *Conn) {
 	s.graceGen++
 	streams := s.dropStreamsLocked() // a superseded connection's, when it has not detached yet
 	subs := s.subList()
+	parked := s.parked
+	s.parked = nil
 	for _, sub := range s.throttled {
 		sub.throttled = false // resumed below with every subscription
 	}
@@ -169,6 +175,10 @@ func (s *Session) attach(c *Conn) {
 	}
 	if old != nil && old != c {
 		old.log.Info("connection superseded by a resume", "by_conn", c.id)
+		c.relay.Adopt(old.relay) // its forwarded subscriptions go on here
+	}
+	if parked != nil {
+		c.relay.Adopt(parked) // the dropped connection's forwarded subscriptions go on here
 	}
 	s.closeDropped(streams)
 	for _, sub := range subs {
@@ -204,14 +214,16 @@ func (s *Session) closeDropped(subs []*subscription) {
 // detach runs when c's socket has ended. If c is still the connection the
 // session follows, the session goes dormant for the reconnect grace, or
 // ends at once when the grace is 0 (S-102, S-103). A superseded
-// connection changes nothing.
-func (s *Session) detach(c *Conn) {
+// connection changes nothing. It reports whether the session keeps c's
+// relay — its forwarded subscriptions — for a resume (dormant);
+// otherwise the caller closes it.
+func (s *Session) detach(c *Conn) (parked bool) {
 	s.transition.Lock()
 	s.mu.Lock()
 	if s.conn != c || s.ended {
 		s.mu.Unlock()
 		s.transition.Unlock()
-		return
+		return false
 	}
 	s.conn = nil
 	grace := s.srv.opts.Settings().ReconnectGrace
@@ -223,13 +235,13 @@ func (s *Session) detach(c *Conn) {
 		s.mu.Unlock()
 		s.transition.Unlock()
 		s.end("forwarded session closed in order (release_on_close)")
-		return
+		return false
 	}
 	if grace <= 0 {
 		s.mu.Unlock()
 		s.transition.Unlock()
 		s.end("socket closed, no reconnect grace")
-		return
+		return false
 	}
 	s.graceGen++
 	gen := s.graceGen
@@ -237,7 +249,16 @@ func (s *Session) detach(c *Conn) {
 	s.dormant = true
 	streams := s.dropStreamsLocked()
 	subs := s.subList()
+	// The connection's forwarded subscriptions wait with the session: a
+	// resume hands them to the new connection (attach), the end closes
+	// them.
+	c.relay.Park()
+	prev := s.parked
+	s.parked = c.relay
 	s.mu.Unlock()
+	if prev != nil {
+		prev.Close()
+	}
 	m.SessionsDormant.Inc()
 	m.GraceEntered.Inc()
 	for _, sub := range subs {
@@ -245,6 +266,7 @@ func (s *Session) detach(c *Conn) {
 	}
 	s.closeDropped(streams)
 	s.transition.Unlock()
+	return true
 }
 
 // stopGrace cancels a pending grace expiry (shutdown: the process is
@@ -296,7 +318,12 @@ func (s *Session) end(reason string) {
 	clear(s.subs)
 	s.pushes = nil
 	hadSkeleton := s.skeleton
+	parked := s.parked
+	s.parked = nil
 	s.mu.Unlock()
+	if parked != nil {
+		parked.Close() // the forwarded subscriptions end in order: their owners requeue
+	}
 	for _, sub := range subs {
 		sub.q.Close()
 	}

@@ -166,6 +166,7 @@ func (c *Conn) writeRound(ping bool) bool {
 				return false
 			}
 			if f.opensWindow && !c.windowOpen.Swap(true) {
+				close(c.opened)
 				again = pushes == nil // RECONCILE_RESULT is out: take the held pushes now
 			}
 			if f.closeAfter {

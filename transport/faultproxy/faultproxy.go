@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -68,8 +69,9 @@ type Proxy struct {
 	faults Faults
 	closed bool
 	// tcp
-	ln    net.Listener
-	pairs map[*pair]struct{}
+	ln       net.Listener
+	pairs    map[*pair]struct{}
+	halfOpen []*pair // ResetAOnly's, whose B sides close with the proxy
 	// udp
 	pc       *net.UDPConn
 	sessions map[string]*session
@@ -79,8 +81,12 @@ type Proxy struct {
 }
 
 // pair is one proxied TCP connection: a is the accepted side, b the
-// upstream side.
-type pair struct{ a, b *net.TCPConn }
+// upstream side. halfOpen (ResetAOnly) keeps b open when the pair is
+// dropped.
+type pair struct {
+	a, b     *net.TCPConn
+	halfOpen atomic.Bool
+}
 
 // session is one UDP client's path: the upstream socket whose replies go
 // back to client.
@@ -181,14 +187,51 @@ func (p *Proxy) Close() {
 		p.pc.Close()
 	}
 	p.Reset()
+	p.mu.Lock()
+	halfOpen := p.halfOpen
+	p.halfOpen = nil
+	p.mu.Unlock()
+	for _, pr := range halfOpen {
+		pr.b.SetLinger(0) //nolint:errcheck // best effort: close anyway
+		pr.b.Close()
+	}
 	p.wg.Wait()
 }
 
 func (pr *pair) reset() {
 	for _, c := range []*net.TCPConn{pr.a, pr.b} {
+		if c == pr.b && pr.halfOpen.Load() {
+			continue
+		}
 		c.SetLinger(0) //nolint:errcheck // best effort: close anyway
 		c.Close()
 	}
+}
+
+// ResetAOnly resets the accepted side of every current TCP connection and
+// leaves the target's side open, silent: A sees its connection die at
+// once, while B keeps a connection that carries nothing more until B's own
+// timeouts end it (a relay or middlebox that lost the path but not B's
+// socket). The B sides close with the proxy. New connections work as
+// before.
+func (p *Proxy) ResetAOnly() {
+	p.mu.Lock()
+	pairs := p.pairs
+	p.pairs = make(map[*pair]struct{})
+	p.halfOpen = append(p.halfOpen, keys(pairs)...)
+	p.mu.Unlock()
+	for pr := range pairs {
+		pr.halfOpen.Store(true)
+		pr.reset()
+	}
+}
+
+func keys(m map[*pair]struct{}) []*pair {
+	out := make([]*pair, 0, len(m))
+	for pr := range m {
+		out = append(out, pr)
+	}
+	return out
 }
 
 func (p *Proxy) acceptLoop() {
