@@ -41,6 +41,9 @@ type StreamPartition struct {
 	// followers have the records (Options.Gates); nil: none.
 	gate  ConfirmGate
 	epoch atomic.Uint64 // the assignment epoch the log's history ends with, once known (BeginEpoch)
+	// shut is closed, readable without mu: a publish checks it (the log
+	// refuses appends once closed anyway; this gives the clearer error).
+	shut atomic.Bool
 
 	mu       sync.Mutex
 	visible  uint64 // offsets below it may be delivered: min(stored, limit)
@@ -198,10 +201,7 @@ func (p *StreamPartition) publish(msg *Message, done func(offset uint64, err err
 	}
 	r := record{ContentType: ct, Headers: headers, Published: msg.Published, Received: msg.Received, Payload: msg.Payload}
 	data := r.encode()
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
+	if p.shut.Load() {
 		return core.Errorf(core.ErrUnavailable, "%s is closed", p.name)
 	}
 	tier := p.info.Durability
@@ -451,6 +451,7 @@ func (p *StreamPartition) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.shut.Store(true)
 	subs := make([]*StreamSubscription, 0, len(p.subs))
 	for s := range p.subs {
 		subs = append(subs, s)
