@@ -50,6 +50,11 @@ const (
 	// it follows whose owner is not live: what the placement controller
 	// reads to promote one (core/cluster, failover.go).
 	LabelTails = "fibril/tails"
+	// LabelCohorts carries the members of the exclusive consumer groups
+	// subscribed to partitions this node owns, with those partitions
+	// (cluster.FormatCohortMembers): what the controller plans cohorts
+	// from (docs/semantics.md#s-98).
+	LabelCohorts = "fibril/cohorts"
 )
 
 // Labels are a node's key/value annotations.

@@ -27,6 +27,7 @@ import (
 	"github.com/fibrilgo/fibril/core/config"
 	"github.com/fibrilgo/fibril/core/lograte"
 	"github.com/fibrilgo/fibril/core/routing"
+	"github.com/fibrilgo/fibril/core/session"
 	"github.com/fibrilgo/fibril/core/settings"
 	"github.com/fibrilgo/fibril/core/wire"
 	"github.com/fibrilgo/fibril/plugins"
@@ -178,6 +179,7 @@ func (c *coordinated) run() {
 			c.promoteFenced(snap)
 			c.retainLinks(snap)
 			c.warnNoGateway(snap)
+			c.applyCohortPlans(snap)
 			applied = snap.Index
 		}
 		if fresh || time.Since(gated) >= gateTick {
@@ -285,4 +287,23 @@ func toEndpoints(adv []wire.AdvertisedAddress) []core.Endpoint {
 		out[i] = core.Endpoint{Host: a.Host, Port: a.Port, Tags: a.Tags}
 	}
 	return out
+}
+
+// applyCohortPlans hands the controller's exclusive consumer group plans
+// to the session server, which gates this broker's partitions by them
+// (docs/semantics.md#s-98).
+func (c *coordinated) applyCohortPlans(snap *cluster.Snapshot) {
+	if c.b.sessions == nil {
+		return
+	}
+	var plans []session.CohortPlan
+	snap.Cohorts(func(ref cluster.CohortRef, p *cluster.CohortPlan) {
+		sp := session.CohortPlan{Topic: ref.Topic, Group: ref.Group, ID: ref.ID, Generation: p.Generation,
+			Assign: make(map[uint32]wire.UUID, len(p.Assign))}
+		for n, id := range p.Assign {
+			sp.Assign[n] = id
+		}
+		plans = append(plans, sp)
+	})
+	c.b.sessions.ApplyCohortPlans(plans)
 }

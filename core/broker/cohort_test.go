@@ -21,19 +21,26 @@ import (
 func TestExclusiveGroupThroughTheGateway(t *testing.T) {
 	for _, tr := range []string{"tcp", "quic"} {
 		t.Run(tr, func(t *testing.T) {
-			bs, c := startPrivateCluster(t, 3, transportFlags(t, tr)...)
+			// A short reconnect grace: a member that leaves is gone once its
+			// session on the gateway ends (S-95).
+			flags := append(transportFlags(t, tr), "--runtime_seed.connection.reconnect_grace_ms=300")
+			bs, c := startPrivateCluster(t, 3, flags...)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			const parts = 3
 			if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "jobs", Partitions: parts}); err != nil {
 				t.Fatal(err)
 			}
+			// The latest assignment each member heard (every owner sends the
+			// controller's plan, S-98: the same set and generation).
 			var mu sync.Mutex
-			notices := map[string]int{}
+			latest := map[string]client.Assignment{}
 			note := func(who string) func(client.Assignment) {
 				return func(a client.Assignment) {
 					mu.Lock()
-					notices[who]++
+					if a.Generation >= latest[who].Generation {
+						latest[who] = a
+					}
 					mu.Unlock()
 				}
 			}
@@ -98,10 +105,19 @@ func TestExclusiveGroupThroughTheGateway(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			testkit.Eventually(t, 5*time.Second, "both members told their assignments", func() bool {
+			testkit.Eventually(t, 5*time.Second, "both members told one plan that splits the partitions", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
-				return notices["a"] > 0 && notices["b"] > 0
+				a, b := latest["a"], latest["b"]
+				if a.Generation != b.Generation || len(a.Assigned) == 0 || len(b.Assigned) == 0 || len(a.Assigned)+len(b.Assigned) != parts {
+					return false
+				}
+				for _, p := range a.Assigned {
+					if slices.Contains(b.Assigned, p) {
+						return false
+					}
+				}
+				return true
 			})
 			send(30, "both-")
 			got := take(30, map[string]*client.Subscription{"a": subA, "b": subB})

@@ -18,6 +18,7 @@ import (
 	"github.com/fibrilgo/fibril/core/config"
 	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/peer"
+	"github.com/fibrilgo/fibril/core/session"
 	"github.com/fibrilgo/fibril/core/tlsconf"
 	"github.com/fibrilgo/fibril/plugins"
 	"github.com/fibrilgo/fibril/plugins/host"
@@ -401,5 +402,20 @@ func (b *Broker) heartbeatLabels() core.Labels {
 	if fwd > 0 {
 		l[core.LabelForwardedSessions] = strconv.Itoa(fwd)
 	}
+	l[core.LabelCohorts] = cohortLabel(b.sessions.CohortMembers())
 	return l
+}
+
+// cohortLabel renders the exclusive consumer groups subscribed here for
+// core.LabelCohorts ("" for none).
+func cohortLabel(cms []session.CohortMembers) string {
+	m := make(map[cluster.CohortRef]map[[16]byte]cluster.CohortMember, len(cms))
+	for _, cm := range cms {
+		ref := cluster.CohortRef{Topic: cm.Topic, Group: cm.Group, ID: cm.ID}
+		m[ref] = make(map[[16]byte]cluster.CohortMember, len(cm.Members))
+		for id, mr := range cm.Members {
+			m[ref][id] = cluster.CohortMember{Target: mr.Target, Parts: mr.Parts}
+		}
+	}
+	return cluster.FormatCohortMembers(m)
 }

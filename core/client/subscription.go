@@ -35,10 +35,10 @@ type SubscribeOptions struct {
 	// OnAssignment, when set, hears every ASSIGNMENT_CHANGED for this
 	// member (S-94), on a connection's reader goroutine: it must not
 	// block. A notice is informational — the broker's gate is what keeps
-	// a partition to one member — and its Generation orders the notices
-	// of one owner only: in a cluster each owner of the queue's
-	// partitions sends its own, and through a gateway they share one
-	// connection.
+	// a partition to one member. In a cluster every owner of the queue's
+	// partitions sends the controller's plan (S-98): the same set with
+	// the same Generation, so a notice with a lower Generation than one
+	// already heard is stale.
 	OnAssignment func(Assignment)
 }
 

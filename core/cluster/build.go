@@ -263,7 +263,7 @@ func (b *builder) incremental(prev *Snapshot, kvs []core.KV, index uint64) *Snap
 		}
 	}
 	s := &Snapshot{Index: index, Members: prev.Members, MemberIDs: prev.MemberIDs, Gateways: prev.Gateways,
-		Queues: prev.Queues, Streams: prev.Streams, queues: prev.queues, streams: prev.streams}
+		Queues: prev.Queues, Streams: prev.Streams, queues: prev.queues, streams: prev.streams, cohorts: prev.cohorts}
 	if len(changed) == 0 {
 		return s
 	}
@@ -359,6 +359,16 @@ func full(kvs []core.KV, index uint64) *Snapshot {
 			}
 			s.queues[queueID{info.Topic, info.Group.Value}] = q
 			s.Queues = append(s.Queues, q)
+		case strings.HasPrefix(kv.Key, prefixCohorts):
+			ref, ok := parseCohortKey(kv.Key)
+			plan, ok2 := decodePlan(kv.Value, kv.Version)
+			if !ok || !ok2 {
+				continue
+			}
+			if s.cohorts == nil {
+				s.cohorts = make(map[CohortRef]*CohortPlan)
+			}
+			s.cohorts[ref] = plan
 		case strings.HasPrefix(kv.Key, prefixStreams):
 			info, err := queue.DecodeStreamInfo(kv.Value)
 			if err != nil {

@@ -53,7 +53,9 @@ func (c *Cluster) runController(lead core.Leadership) {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, c.opts.TTL)
-		c.place(ctx, c.Snapshot(), deadSince)
+		snap := c.Snapshot()
+		c.place(ctx, snap, deadSince)
+		c.planCohorts(ctx, snap)
 		cancel()
 		select {
 		case <-lead.Lost():

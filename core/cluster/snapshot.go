@@ -105,6 +105,8 @@ type Snapshot struct {
 
 	queues  map[queueID]*Queue
 	streams map[string]*Stream
+	// cohorts are the recorded exclusive consumer group plans (cohorts.go).
+	cohorts map[CohortRef]*CohortPlan
 	// routing is the fingerprint of the routing content (Generation).
 	routing uint64
 }

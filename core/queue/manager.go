@@ -495,15 +495,6 @@ func (m *Manager) HasQueue(key Key) bool {
 	return ok
 }
 
-// QueueInfo returns a queue's declaration, if the engine knows it.
-func (m *Manager) QueueInfo(key Key) (QueueInfo, bool) {
-	v, ok := m.queues.Load(key.norm())
-	if !ok {
-		return QueueInfo{}, false
-	}
-	return v.(*queue).info(), true
-}
-
 // Queues lists every queue, sorted by topic then group.
 func (m *Manager) Queues() []QueueInfo {
 	var out []QueueInfo

@@ -1,8 +1,6 @@
 package session
 
 import (
-	"bytes"
-	"cmp"
 	"crypto/rand"
 	"maps"
 	"slices"
@@ -27,19 +25,84 @@ import (
 // none: they went back to Ready), so the partition's order holds across
 // the move.
 //
-// The registry is per broker. In a cluster an owner sees its own
-// partitions' subscriptions only, so it plans every partition of the
-// queue, giving one it does not serve to any member it knows (members
-// subscribe to every partition), and gates its own; owners that see the
-// same members plan alike (docs/semantics.md#s-98).
+// On a standalone broker the registry plans its cohorts itself. In a
+// cluster the controller plans each cohort over all its queue's
+// partitions from the members every owner reports (CohortMembers); each
+// owner gates its own partitions by that plan, and a partition whose
+// planned member has no subscription here delivers to nobody
+// (docs/semantics.md#s-98).
 
 // cohorts is the server's registry: at most one cohort per queue (S-88).
 type cohorts struct {
 	mu sync.Mutex
 	m  map[cohortKey]*cohort
-	// partitions, when set (a cluster broker), is the partition count of
-	// a queue: the plan then covers them all.
-	partitions func(cohortKey) uint32
+	// clustered: the plans are the controller's (ApplyCohortPlans), made
+	// from the members every owner reports (CohortMembers), instead of
+	// this broker's own.
+	clustered bool
+	plans     map[planKey]CohortPlan
+}
+
+// planKey names a cohort in the controller's plans.
+type planKey struct{ topic, group, id string }
+
+// CohortPlan is the controller's plan of one cohort (docs/semantics.md#s-98).
+type CohortPlan struct {
+	Topic, Group, ID string
+	Generation       uint64
+	Assign           map[uint32]wire.UUID
+}
+
+// CohortMembers are the members of one cohort subscribed here, with their
+// consumer_target and the partitions they subscribed to here: what a
+// cluster broker reports for the controller's plan.
+type CohortMembers struct {
+	Topic, Group, ID string
+	Members          map[wire.UUID]CohortMemberReport
+}
+
+// CohortMemberReport is one member in CohortMembers.
+type CohortMemberReport struct {
+	Target uint32
+	Parts  []uint32
+}
+
+// CohortMembers lists the cohorts with members here.
+func (s *Server) CohortMembers() []CohortMembers {
+	reg := &s.cohorts
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	out := make([]CohortMembers, 0, len(reg.m))
+	for _, c := range reg.m {
+		cm := CohortMembers{Topic: c.key.topic, Group: c.key.group.Value, ID: c.id, Members: map[wire.UUID]CohortMemberReport{}}
+		for id, m := range c.members {
+			cm.Members[id] = CohortMemberReport{Target: m.target, Parts: slices.Sorted(maps.Keys(m.subs))}
+		}
+		out = append(out, cm)
+	}
+	return out
+}
+
+// ApplyCohortPlans installs the controller's plans (a cluster broker, on
+// every new view): each cohort here whose plan changed is gated and told
+// again. Plans of cohorts without members here are kept for when members
+// join.
+func (s *Server) ApplyCohortPlans(plans []CohortPlan) {
+	reg := &s.cohorts
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	next := make(map[planKey]CohortPlan, len(plans))
+	for _, p := range plans {
+		next[planKey{p.Topic, p.Group, p.ID}] = p
+	}
+	old := reg.plans
+	reg.plans = next
+	for _, c := range reg.m {
+		k := planKey{c.key.topic, c.key.group.Value, c.id}
+		if o, n := old[k], next[k]; o.Generation != n.Generation || !maps.Equal(o.Assign, n.Assign) {
+			reg.rebalanceLocked(c)
+		}
+	}
 }
 
 // cohortKey is a queue: its topic and group.
@@ -198,46 +261,19 @@ func (reg *cohorts) rebalance(cs *cohortSub) {
 	}
 }
 
-// rebalanceLocked makes a new plan, tells the members whose set changed
-// (and a member never told yet, its initial assignment) and moves the
-// gates.
+// rebalanceLocked makes a new plan — or, in a cluster, takes the
+// controller's — tells the members whose set changed (and a member never
+// told yet, its initial assignment) and moves the gates.
 func (reg *cohorts) rebalanceLocked(c *cohort) {
-	members := make([]planMember, 0, len(c.members))
-	parts := map[uint32]bool{}
-	for _, m := range c.members {
-		pm := planMember{id: m.id, target: m.target}
-		for p := range m.subs {
-			pm.parts = append(pm.parts, p)
-			parts[p] = true
+	var plan map[uint32]wire.UUID
+	if reg.clustered {
+		ext := reg.plans[planKey{c.key.topic, c.key.group.Value, c.id}]
+		plan, c.gen = ext.Assign, ext.Generation
+	} else {
+		plan = reg.localPlan(c)
+		if !maps.Equal(plan, c.plan) {
+			c.gen++
 		}
-		members = append(members, pm)
-	}
-	if reg.partitions != nil {
-		// Partitions served elsewhere: every member known here may have
-		// them (it subscribes there).
-		for p := range reg.partitions(c.key) {
-			if !parts[p] {
-				for i := range members {
-					members[i].parts = append(members[i].parts, p)
-				}
-				parts[p] = false
-			}
-		}
-	}
-	plan := planCohort(slices.Sorted(maps.Keys(parts)), members, c.plan)
-	changed := false
-	for p, mid := range plan {
-		if c.plan[p] != mid {
-			changed = true
-		}
-	}
-	for p := range c.plan {
-		if _, ok := plan[p]; !ok {
-			changed = true
-		}
-	}
-	if changed {
-		c.gen++
 	}
 	c.plan = plan
 	for _, m := range c.members {
@@ -262,6 +298,30 @@ func (reg *cohorts) rebalanceLocked(c *cohort) {
 	reg.gateLocked(c)
 }
 
+// localPlan plans c on a standalone broker: the partitions its members
+// subscribed to, sticky from c's current plan.
+func (reg *cohorts) localPlan(c *cohort) map[uint32]wire.UUID {
+	members := make([]queue.CohortMember, 0, len(c.members))
+	parts := map[uint32]bool{}
+	for _, m := range c.members {
+		pm := queue.CohortMember{ID: m.id, Target: m.target}
+		for p := range m.subs {
+			pm.Parts = append(pm.Parts, p)
+			parts[p] = true
+		}
+		members = append(members, pm)
+	}
+	prev := make(map[uint32][16]byte, len(c.plan))
+	for p, id := range c.plan {
+		prev[p] = id
+	}
+	out := make(map[uint32]wire.UUID)
+	for p, id := range queue.PlanCohort(slices.Sorted(maps.Keys(parts)), members, prev) {
+		out[p] = id
+	}
+	return out
+}
+
 // gateLocked sets every member subscription's gate from the plan: the
 // planned member's is active once no other member's subscription to the
 // partition holds an unsettled delivery; the others are standbys.
@@ -275,10 +335,11 @@ func (reg *cohorts) gateLocked(c *cohort) {
 	}
 	clear(c.moving)
 	for p, mid := range c.plan {
-		active := c.members[mid].subs[p]
-		if active == nil {
-			continue // a partition served by another broker
+		m := c.members[mid]
+		if m == nil || m.subs[p] == nil {
+			continue // served by another broker, or its member is not subscribed here: nobody gets it here
 		}
+		active := m.subs[p]
 		if reg.othersHold(c, p, active) {
 			active.SetStandby(true)
 			c.moving[p] = true
@@ -349,101 +410,6 @@ func (m *member) sessions() []*Session {
 		}
 	}
 	return out
-}
-
-// planMember is a member as the plan sees it: its id, consumer_target and
-// the partitions it subscribed to.
-type planMember struct {
-	id     wire.UUID
-	target uint32
-	parts  []uint32
-}
-
-// planCohort assigns each of parts (sorted) to one member that subscribed
-// to it (S-91 … S-93):
-//   - deterministic: members are taken in id order;
-//   - balanced: each member's share is len(parts)/len(members), and the
-//     remainder goes one each to the members holding the most now, then in
-//     id order; a consumer_target lowers a member's share;
-//   - sticky: a member keeps its current partitions up to its share (S-92);
-//   - coverage first: a partition left over goes to the member with the
-//     fewest, under its share first, preferring member p mod n, so that
-//     owners planning their own partitions alike spread them over the
-//     members.
-func planCohort(parts []uint32, members []planMember, prev map[uint32]wire.UUID) map[uint32]wire.UUID {
-	plan := make(map[uint32]wire.UUID, len(parts))
-	if len(members) == 0 || len(parts) == 0 {
-		return plan
-	}
-	slices.SortFunc(members, func(a, b planMember) int { return bytes.Compare(a.id[:], b.id[:]) })
-	n := len(members)
-	held := make(map[wire.UUID]int, n)
-	for _, mid := range prev {
-		held[mid]++
-	}
-	share := make(map[wire.UUID]int, n)
-	order := make([]int, n) // who gets the remainder first
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(held[members[b].id], held[members[a].id]) })
-	for rank, i := range order {
-		s := len(parts) / n
-		if rank < len(parts)%n {
-			s++
-		}
-		if t := members[i].target; t > 0 {
-			s = min(s, int(t))
-		}
-		share[members[i].id] = s
-	}
-	subscribed := func(i int, p uint32) bool { return slices.Contains(members[i].parts, p) }
-	index := make(map[wire.UUID]int, n)
-	for i, m := range members {
-		index[m.id] = i
-	}
-	count := make(map[wire.UUID]int, n)
-	var left []uint32
-	for _, p := range parts {
-		if mid, ok := prev[p]; ok {
-			if i, ok := index[mid]; ok && subscribed(i, p) && count[mid] < share[mid] {
-				plan[p] = mid
-				count[mid]++
-				continue
-			}
-		}
-		left = append(left, p)
-	}
-	for _, p := range left {
-		best := -1
-		better := func(i int) bool {
-			if best < 0 {
-				return true
-			}
-			a, b := members[i].id, members[best].id
-			underA, underB := count[a] < share[a], count[b] < share[b]
-			if underA != underB {
-				return underA
-			}
-			return count[a] < count[b]
-		}
-		pref := int(p) % n
-		if subscribed(pref, p) && count[members[pref].id] < share[members[pref].id] {
-			best = pref
-		} else {
-			for i := range members {
-				if subscribed(i, p) && better(i) {
-					best = i
-				}
-			}
-		}
-		if best < 0 {
-			continue // nobody here subscribed to p (cannot happen: parts come from the members)
-		}
-		plan[p] = members[best].id
-		count[members[best].id]++
-	}
-	return plan
 }
 
 // diffSorted returns what b adds to a and what it drops from it (both

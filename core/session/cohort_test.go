@@ -1,7 +1,6 @@
 package session
 
 import (
-	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -10,54 +9,6 @@ import (
 )
 
 func uuid(b byte) wire.UUID { return wire.UUID{b} }
-
-// S-91 … S-93: the plan is deterministic, balanced, sticky and covers
-// every partition; a member only gets partitions it subscribed to.
-func TestPlanCohort(t *testing.T) {
-	all := []uint32{0, 1, 2, 3}
-	a, b, c := uuid(1), uuid(2), uuid(3)
-	two := []planMember{{id: b, parts: all}, {id: a, parts: all}}
-	plan := planCohort(all, two, nil)
-	want := map[uint32]wire.UUID{0: a, 1: b, 2: a, 3: b}
-	if !maps.Equal(plan, want) {
-		t.Fatalf("two members: %v, want %v", plan, want)
-	}
-	// A third member takes one partition; the others keep theirs up to
-	// their share (S-92): only one partition moves.
-	three := []planMember{{id: a, parts: all}, {id: b, parts: all}, {id: c, parts: all}}
-	next := planCohort(all, three, plan)
-	moved, per := 0, map[wire.UUID]int{}
-	for p, m := range next {
-		per[m]++
-		if plan[p] != m {
-			moved++
-		}
-	}
-	if len(next) != 4 || moved != 1 || per[c] != 1 || per[a]+per[b] != 3 {
-		t.Fatalf("third member joins: %v (moved %d)", next, moved)
-	}
-	// The same inputs give the same plan (S-91).
-	if again := planCohort(all, three, plan); !maps.Equal(again, next) {
-		t.Fatalf("not deterministic: %v then %v", next, again)
-	}
-	// A member is only given what it subscribed to; coverage comes first.
-	partial := []planMember{{id: a, parts: []uint32{1}}, {id: b, parts: all}}
-	plan = planCohort(all, partial, nil)
-	for p, m := range plan {
-		if m == a && p != 1 {
-			t.Fatalf("member a got partition %d it did not subscribe to: %v", p, plan)
-		}
-	}
-	if len(plan) != 4 {
-		t.Fatalf("not every partition assigned: %v", plan)
-	}
-	// consumer_target is a soft cap: the others fill up first, and what is
-	// left is still assigned (S-93).
-	capped := []planMember{{id: a, target: 1, parts: all}, {id: b, target: 1, parts: all}}
-	if plan := planCohort(all, capped, nil); len(plan) != 4 {
-		t.Fatalf("under-provisioned cohort left partitions unassigned: %v", plan)
-	}
-}
 
 // subscribeExclusive sends an exclusive SUBSCRIBE and returns its id.
 func (c *client) subscribeExclusive(topic string, partition uint32, cohort string, member wire.Option[wire.UUID]) uint64 {

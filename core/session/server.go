@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core/forward"
-	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -49,10 +48,7 @@ func New(opts Options) (*Server, error) {
 	s.stopPush = make(chan struct{})
 	if opts.Router != nil {
 		go s.pushTopology(s.stopPush)
-		s.cohorts.partitions = func(k cohortKey) uint32 {
-			info, _ := opts.Queues.QueueInfo(queue.Key{Topic: k.topic, Group: k.group})
-			return info.PartitionCount
-		}
+		s.cohorts.clustered = true
 	}
 	return s, nil
 }
