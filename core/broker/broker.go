@@ -127,7 +127,8 @@ func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	}
 	if b.cluster != nil {
 		b.cluster.cl.SetLabelSource(b.heartbeatLabels) // published with the heartbeat
-		b.cluster.start()                              // readiness follows the cluster lease
+		b.sessions.OnCohortChange(b.cluster.cohortsChanged)
+		b.cluster.start() // readiness follows the cluster lease
 	} else {
 		b.admin.SetReady()
 	}

@@ -52,7 +52,10 @@ type coordinated struct {
 	self  routing.Self
 	stop  chan struct{}
 	done  chan struct{}
-	ran   bool // run was started (close waits for it)
+	// cohortPending: a write of the cohort members label is due
+	// (cohortsChanged).
+	cohortPending atomic.Bool
+	ran           bool // run was started (close waits for it)
 	// promoting: a promoteFenced attempt runs.
 	promoting atomic.Bool
 	// applied are the queues of the last snapshot installed without error
@@ -307,3 +310,27 @@ func (c *coordinated) applyCohortPlans(snap *cluster.Snapshot) {
 	})
 	c.b.sessions.ApplyCohortPlans(plans)
 }
+
+// cohortsChanged publishes the exclusive consumer group members now
+// (core.LabelCohorts) instead of with the next heartbeat, so a member's
+// join or leave reaches the controller's plan at once. A burst of changes
+// (a member subscribes to every partition in turn) is merged into one
+// write after cohortPublishPause. The heartbeat publishes the label too,
+// as every label it reads from the source: should its write of an older
+// value land after this one, its next beat writes the current value.
+func (c *coordinated) cohortsChanged() {
+	if !c.cohortPending.CompareAndSwap(false, true) {
+		return // a write is coming and will read the members then
+	}
+	time.Sleep(cohortPublishPause)
+	c.cohortPending.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	if err := c.cl.SetLabel(ctx, core.LabelCohorts, cohortLabel(c.b.sessions.CohortMembers())); err != nil {
+		c.b.log.Debug("publishing the cohort members failed; the heartbeat publishes them", "err", err)
+	}
+}
+
+// cohortPublishPause merges a burst of membership changes into one label
+// write.
+const cohortPublishPause = 5 * time.Millisecond

@@ -41,6 +41,26 @@ type cohorts struct {
 	// this broker's own.
 	clustered bool
 	plans     map[planKey]CohortPlan
+	// changed, when set, hears that the members changed (a member's
+	// subscription joined or left), so the report reaches the controller
+	// without waiting for the next heartbeat.
+	changed func()
+}
+
+// OnCohortChange sets the function that hears that the exclusive
+// consumer group members here changed (CohortMembers). It runs on its
+// own goroutine and must not block for long.
+func (s *Server) OnCohortChange(f func()) {
+	s.cohorts.mu.Lock()
+	s.cohorts.changed = f
+	s.cohorts.mu.Unlock()
+}
+
+// noteChangeLocked tells the listener that the members changed.
+func (reg *cohorts) noteChangeLocked() {
+	if f := reg.changed; f != nil {
+		go f()
+	}
 }
 
 // planKey names a cohort in the controller's plans.
@@ -225,6 +245,7 @@ func (reg *cohorts) join(sess *Session, req wire.Subscribe, q *queue.Subscriptio
 		c.retired[old] = true
 	}
 	m.subs[req.Partition] = cs
+	reg.noteChangeLocked()
 	return cs, nil
 }
 
@@ -239,6 +260,7 @@ func (reg *cohorts) leave(cs *cohortSub) {
 	if m.subs[cs.part] != cs {
 		return
 	}
+	reg.noteChangeLocked()
 	delete(m.subs, cs.part)
 	if len(m.subs) == 0 {
 		delete(c.members, m.id)
