@@ -28,26 +28,20 @@ func gatewayBehindProxy(t *testing.T) ([]*Broker, *faultproxy.Proxy) {
 // UDP proxy, TLS, and QUIC connections that die after 1 s of silence).
 func gatewayBehindProxyOver(t *testing.T, tr string) ([]*Broker, *faultproxy.Proxy) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	proxy := faultproxy.NewTCP
 	flags := transportFlags(t, tr)
 	if tr == "quic" {
 		proxy = faultproxy.NewUDP
 		flags = append(flags, "--transport.quic.max_idle_timeout_ms=1000")
 	}
-	p := proxy(t, addr)
+	p := proxy(t, "") // its target is n1's listener, once n1 has bound one
 	bs := startMemClusterWith(t, 2, func(i int) []string {
 		if i == 1 {
-			return append([]string{"--broker.visibility=private", "--broker.listener.bind=" + addr,
-				"--broker.peer_advertise=" + p.Addr()}, flags...)
+			return append([]string{"--broker.visibility=private", "--broker.peer_advertise=" + p.Addr()}, flags...)
 		}
 		return flags
 	})
+	p.SetTarget(bs[1].BrokerAddr().String())
 	return bs, p
 }
 
@@ -353,20 +347,15 @@ func TestUpstreamResumeWhileTheOwnerHoldsTheOldConnection(t *testing.T) {
 // meanwhile is delivered.
 func TestClientResumeOnTheGatewayKeepsForwardedSubscriptions(t *testing.T) {
 	// The gateway advertises the proxy, so the client reaches it for the
-	// private partition through the proxy only.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	proxy := faultproxy.NewTCP(t, addr)
+	// private partition through the proxy only (its peers reach it so too).
+	proxy := faultproxy.NewTCP(t, "")
 	bs := startMemClusterWith(t, 2, func(i int) []string {
 		if i == 1 {
 			return []string{"--broker.visibility=private"}
 		}
-		return []string{"--broker.listener.bind=" + addr, "--broker.listener.advertise=" + proxy.Addr(), "--broker.peer_advertise=" + addr}
+		return []string{"--broker.listener.advertise=" + proxy.Addr()}
 	})
+	proxy.SetTarget(bs[0].BrokerAddr().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin := dialClient(ctx, t, bs[0])

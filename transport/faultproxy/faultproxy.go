@@ -126,6 +126,22 @@ func NewUDP(t testing.TB, target string) *Proxy {
 	return p
 }
 
+// SetTarget changes the address new connections (TCP) or new sessions
+// (UDP) go to: a test can start the proxy before the process it fronts
+// has bound its port (and so cannot steal it between picking and
+// binding). Connections made before it go to the old target.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
+func (p *Proxy) currentTarget() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
+
 // Addr is the address A dials instead of the target.
 func (p *Proxy) Addr() string {
 	if p.ln != nil {
@@ -254,7 +270,7 @@ func (p *Proxy) acceptLoop() {
 // connect dials the target for an accepted connection and pumps both ways.
 func (p *Proxy) connect(a *net.TCPConn) {
 	defer p.wg.Done()
-	up, err := net.DialTimeout("tcp", p.target, dialTimeout)
+	up, err := net.DialTimeout("tcp", p.currentTarget(), dialTimeout)
 	if err != nil {
 		// The target refuses: so does the proxy, with an RST.
 		a.SetLinger(0) //nolint:errcheck
@@ -360,7 +376,7 @@ func (p *Proxy) session(from *net.UDPAddr) *session {
 	if evict != nil {
 		evict.up.Close()
 	}
-	raddr, err := net.ResolveUDPAddr("udp", p.target)
+	raddr, err := net.ResolveUDPAddr("udp", p.currentTarget())
 	if err != nil {
 		return nil
 	}
