@@ -105,46 +105,58 @@ func TestPrivateNodesThroughTheGateway(t *testing.T) {
 func TestGatewayKilledHeldMessagesRedelivered(t *testing.T) {
 	for _, tr := range []string{"tcp", "quic"} {
 		t.Run(tr, func(t *testing.T) {
-			pc := startPrivateCluster(t, tr, "--transport.quic.max_idle_timeout_ms=2000",
-				"--runtime_seed.connection.reconnect_grace_ms=2000")
-			c := pc.client(t)
-			const parts = 6
-			if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "held", Partitions: parts}); err != nil {
-				t.Fatal(err)
-			}
-			owners := pc.placed(pc.nodes[0], "held", parts)
-			want := map[string]bool{}
-			for i := range 2 * parts {
-				p := uint32(i % parts)
-				if owners[p] == "node-1" {
-					continue // only privately owned partitions: the gateway holds nothing of its own
-				}
-				payload := fmt.Sprintf("h%d", i)
-				publish(t, c, "held", client.Message{Partition: &p, Payload: []byte(payload)})
-				want[payload] = true
-			}
-			if len(want) == 0 {
-				t.Fatal("the private brokers own nothing; the test proves nothing")
-			}
-			sub := subscribe(t, c, "held", client.SubscribeOptions{Prefetch: 8})
-			held := next(t, sub, waitTimeout) // delivered, never acknowledged
-			pc.nodes[0].kill()
-			pc.restart(pc.nodes[0])
-			deadline := time.Now().Add(2 * waitTimeout)
-			for len(want) > 0 && time.Now().Before(deadline) {
-				ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-				d, err := sub.Next(ctx)
-				cancel()
-				if err != nil {
-					continue // the supervisor is reconnecting and resubscribing
-				}
-				delete(want, string(d.Payload))
-				_ = d.Ack(ctxT(t, opTimeout)) // a stale delivery of the old connection fails here; fine
-			}
-			if len(want) > 0 {
-				t.Fatalf("never delivered after the gateway restart: %v (held before the kill: %s)", want, held.Payload)
-			}
+			gatewayRestartRedelivers(t, tr, "held", func(c *client.Client) *client.Subscription {
+				return subscribe(t, c, "held", client.SubscribeOptions{Prefetch: 8})
+			})
 		})
+	}
+}
+
+// gatewayRestartRedelivers is the gateway-restart scenario over transport
+// tr: a queue topic whose privately owned partitions get two messages
+// each, a subscription made by sub holding one delivery unacknowledged,
+// the public broker killed and restarted; every message — the held one
+// too — must then be delivered through the restarted gateway.
+func gatewayRestartRedelivers(t *testing.T, tr, topic string, sub func(c *client.Client) *client.Subscription) {
+	t.Helper()
+	pc := startPrivateCluster(t, tr, "--transport.quic.max_idle_timeout_ms=2000",
+		"--runtime_seed.connection.reconnect_grace_ms=2000")
+	c := pc.client(t)
+	const parts = 6
+	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: topic, Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	owners := pc.placed(pc.nodes[0], topic, parts)
+	want := map[string]bool{}
+	for i := range 2 * parts {
+		p := uint32(i % parts)
+		if owners[p] == "node-1" {
+			continue // only privately owned partitions: the gateway holds nothing of its own
+		}
+		payload := fmt.Sprintf("%s-%d", topic, i)
+		publish(t, c, topic, client.Message{Partition: &p, Payload: []byte(payload)})
+		want[payload] = true
+	}
+	if len(want) == 0 {
+		t.Fatal("the private brokers own nothing; the test proves nothing")
+	}
+	s := sub(c)
+	held := next(t, s, waitTimeout) // delivered, never acknowledged
+	pc.nodes[0].kill()
+	pc.restart(pc.nodes[0])
+	deadline := time.Now().Add(2 * waitTimeout)
+	for len(want) > 0 && time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		d, err := s.Next(ctx)
+		cancel()
+		if err != nil {
+			continue // the supervisor is reconnecting and resubscribing
+		}
+		delete(want, string(d.Payload))
+		_ = d.Ack(ctxT(t, opTimeout)) // a stale delivery of the old connection fails here; fine
+	}
+	if len(want) > 0 {
+		t.Fatalf("never delivered after the gateway restart: %v (held before the kill: %s)", want, held.Payload)
 	}
 }
 

@@ -58,14 +58,14 @@ func TestClusterFailoverToAnInSyncFollower(t *testing.T) {
 	if v := sumCounter(t, followers, "fibril_cluster_promotions_total"); v != 1 {
 		t.Errorf("fibril_cluster_promotions_total over the survivors = %v, want 1", v)
 	}
-	consumeConfirmed(ctx, t, c, confirmed)
+	consumeConfirmed(ctx, t, c, "orders", client.SubscribeOptions{Prefetch: 64}, confirmed)
 }
 
-// consumeConfirmed subscribes to orders through c and takes (and acks)
+// consumeConfirmed subscribes to topic through c and takes (and acks)
 // deliveries until every payload in confirmed was delivered.
-func consumeConfirmed(ctx context.Context, t *testing.T, c *client.Client, confirmed map[string]bool) {
+func consumeConfirmed(ctx context.Context, t *testing.T, c *client.Client, topic string, opts client.SubscribeOptions, confirmed map[string]bool) {
 	t.Helper()
-	sub, err := c.Subscribe(ctx, "orders", client.SubscribeOptions{Prefetch: 64})
+	sub, err := c.Subscribe(ctx, topic, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestClusterDrainHandsPartitionsOver(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "a confirmed publish on the new owner", func() bool {
 		return publish(fmt.Sprint("after-", i)) == nil
 	})
-	consumeConfirmed(ctx, t, c, confirmed)
+	consumeConfirmed(ctx, t, c, "orders", client.SubscribeOptions{Prefetch: 64}, confirmed)
 }
 
 // memStore is the in-memory coordination store of t's memtest cluster.
@@ -221,5 +221,5 @@ func TestClusterOwnerCutFromCoordinationIsReplaced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	consumeConfirmed(ctx, t, c, confirmed)
+	consumeConfirmed(ctx, t, c, "orders", client.SubscribeOptions{Prefetch: 64}, confirmed)
 }

@@ -61,13 +61,6 @@ func TestMeasureIdleUpstreams(t *testing.T) {
 		}
 		return local >= 0 && remote >= 0
 	})
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapInuse + m.StackInuse
-	}
 	open := func(partition int) []*client.Conn {
 		conns := make([]*client.Conn, 0, n)
 		for range n {
@@ -126,13 +119,6 @@ func TestMeasureIdleStreamSubscriptions(t *testing.T) {
 	if _, err := admin.DeclareStream(ctx, client.StreamSpec{Topic: "s", Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapInuse + m.StackInuse
-	}
 	open := func(op wire.Op, body func(i int) wire.Encoder) []*client.Conn {
 		conns := make([]*client.Conn, 0, n)
 		for i := range n {
@@ -166,4 +152,14 @@ func TestMeasureIdleStreamSubscriptions(t *testing.T) {
 	for _, c := range append(queues, streams...) {
 		c.Close()
 	}
+}
+
+// heap is the heap and stacks in use after two collections: what a
+// measurement counts as memory held.
+func heap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse + m.StackInuse
 }

@@ -261,5 +261,5 @@ func TestClusterNewFollowersStartAtTheOwnersFirstRecord(t *testing.T) {
 	for i := acks; i < total; i++ {
 		rest[string(payload(i))] = true
 	}
-	consumeConfirmed(ctx, t, dialClient(ctx, t, followers[0]), rest)
+	consumeConfirmed(ctx, t, dialClient(ctx, t, followers[0]), "orders", client.SubscribeOptions{Prefetch: 64}, rest)
 }

@@ -76,14 +76,7 @@ func TestUpstreamResumeKeepsTheSession(t *testing.T) {
 	bs, proxy := gatewayBehindProxy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := dialClient(ctx, t, bs[0])
-	part := privatePartition(ctx, t, c, bs, "held")
-	pub := c.Publisher("held", client.PublisherOptions{})
-	send := confirmedTo(ctx, t, pub, part)
-	sub, err := c.Subscribe(ctx, "held", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	part, send, sub := subscribeHeld(ctx, t, bs)
 	send("m0")
 	send("m1")
 	var held []*client.Delivery
@@ -95,10 +88,7 @@ func TestUpstreamResumeKeepsTheSession(t *testing.T) {
 		held = append(held, d)
 	}
 	proxy.Reset() // the link drops; both brokers live on
-	testkit.Eventually(t, 10*time.Second, "the upstream session resumed", func() bool {
-		v, _ := resumes(t, bs[0], "resumed")
-		return v == 1
-	})
+	waitResumed(t, bs[0])
 	for _, d := range held {
 		if err := d.Ack(ctx); err != nil {
 			t.Fatal(err)
@@ -139,16 +129,8 @@ func TestUpstreamResumeLostSession(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := dialClient(ctx, t, bs[0])
-	part := privatePartition(ctx, t, c, bs, "held")
-	pub := c.Publisher("held", client.PublisherOptions{})
-	if _, err := pub.PublishConfirmed(ctx, client.Message{Partition: &part, Payload: []byte("m0")}); err != nil {
-		t.Fatal(err)
-	}
-	sub, err := c.Subscribe(ctx, "held", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, send, sub := subscribeHeld(ctx, t, bs)
+	send("m0")
 	if d, err := sub.Next(ctx); err != nil || string(d.Payload) != "m0" {
 		t.Fatalf("first delivery %v, %v", d, err)
 	}
@@ -220,20 +202,7 @@ func TestUpstreamResumeUnderConfirmedPublishing(t *testing.T) {
 	if resumed < 2 || len(confirmed) < 100 {
 		t.Fatalf("%v resumes, %d confirmed: the publishing did not go on across the drops", resumed, len(confirmed))
 	}
-	sub, err := c.Subscribe(ctx, "busy", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for len(confirmed) > 0 {
-		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-		d, err := sub.Next(dctx)
-		dcancel()
-		if err != nil {
-			t.Fatalf("%d confirmed publishes are not on the owner (e.g. %s): %v", len(confirmed), firstKey(confirmed), err)
-		}
-		delete(confirmed, string(d.Payload))
-		_ = d.Ack(ctx)
-	}
+	consumeConfirmed(ctx, t, c, "busy", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 64}, confirmed)
 }
 
 // Upstream resume over QUIC: the path between the gateway and the owner
@@ -250,14 +219,7 @@ func TestUpstreamResumeOverQUIC(t *testing.T) {
 	setTargetFollowers(t, bs, bs[0], 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := dialClient(ctx, t, bs[0])
-	part := privatePartition(ctx, t, c, bs, "held")
-	pub := c.Publisher("held", client.PublisherOptions{})
-	send := confirmedTo(ctx, t, pub, part)
-	sub, err := c.Subscribe(ctx, "held", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	part, send, sub := subscribeHeld(ctx, t, bs)
 	send("m0")
 	held, err := sub.Next(ctx)
 	if err != nil {
@@ -266,19 +228,12 @@ func TestUpstreamResumeOverQUIC(t *testing.T) {
 	proxy.Set(faultproxy.Faults{Blackhole: true})
 	time.Sleep(2 * time.Second) // the outage: past QUIC's 1 s idle timeout, within the 5 s grace
 	proxy.Set(faultproxy.Faults{})
-	testkit.Eventually(t, 10*time.Second, "the upstream session resumed", func() bool {
-		v, _ := resumes(t, bs[0], "resumed")
-		return v == 1
-	})
+	waitResumed(t, bs[0])
 	if err := held.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
 	send("m1")
-	if d, err := sub.Next(ctx); err != nil || string(d.Payload) != "m1" {
-		t.Fatalf("after the resume: %v (%v), want m1 (m0 settled, not redelivered)", d, err)
-	} else if err := d.Ack(ctx); err != nil {
-		t.Fatal(err)
-	}
+	deliverAcked(ctx, t, sub, "m1") // m0 settled, not redelivered
 	ownerSettled(t, bs[1], "held", part)
 }
 
@@ -292,24 +247,7 @@ func TestUpstreamResumeWhileTheOwnerHoldsTheOldConnection(t *testing.T) {
 	bs, proxy := gatewayBehindProxy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := dialClient(ctx, t, bs[0])
-	part := privatePartition(ctx, t, c, bs, "held")
-	pub := c.Publisher("held", client.PublisherOptions{})
-	send := confirmedTo(ctx, t, pub, part)
-	sub, err := c.Subscribe(ctx, "held", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deliver := func(want string) {
-		t.Helper()
-		d, err := sub.Next(ctx)
-		if err != nil || string(d.Payload) != want {
-			t.Fatalf("delivered %v (%v), want %s", d, err, want)
-		}
-		if err := d.Ack(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	part, send, sub := subscribeHeld(ctx, t, bs)
 	send("m0")
 	held, err := sub.Next(ctx)
 	if err != nil {
@@ -317,21 +255,18 @@ func TestUpstreamResumeWhileTheOwnerHoldsTheOldConnection(t *testing.T) {
 	}
 	idle0, _ := metricstest.Lookup(t, bs[1].registry, "fibril_tcp_errors_total", map[string]string{"reason": "idle_timeout"})
 	proxy.ResetAOnly()
-	testkit.Eventually(t, 10*time.Second, "the upstream session resumed", func() bool {
-		v, _ := resumes(t, bs[0], "resumed")
-		return v == 1
-	})
+	waitResumed(t, bs[0])
 	if err := held.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
 	send("m1")
-	deliver("m1")
+	deliverAcked(ctx, t, sub, "m1")
 	testkit.Eventually(t, 30*time.Second, "the owner's idle timeout ending the old connection", func() bool {
 		v, _ := metricstest.Lookup(t, bs[1].registry, "fibril_tcp_errors_total", map[string]string{"reason": "idle_timeout"})
 		return v > idle0
 	})
 	send("m2")
-	deliver("m2")
+	deliverAcked(ctx, t, sub, "m2")
 	ownerSettled(t, bs[1], "held", part)
 	if v, _ := resumes(t, bs[0], "resumed"); v != 1 {
 		t.Fatalf("%v resumes: the old connection's end disturbed the resumed session", v)
@@ -411,6 +346,21 @@ func TestClientResumeOnTheGatewayKeepsForwardedSubscriptions(t *testing.T) {
 	}
 }
 
+// subscribeHeld declares queue "held" through the gateway n0 and
+// subscribes a client of n0 to its partition the private broker n1 owns;
+// send publishes a payload there with a confirm.
+func subscribeHeld(ctx context.Context, t *testing.T, bs []*Broker) (part uint32, send func(string), sub *client.Subscription) {
+	t.Helper()
+	c := dialClient(ctx, t, bs[0])
+	part = privatePartition(ctx, t, c, bs, "held")
+	send = confirmedTo(ctx, t, c.Publisher("held", client.PublisherOptions{}), part)
+	sub, err := c.Subscribe(ctx, "held", client.SubscribeOptions{Partitions: []uint32{part}, Prefetch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return part, send, sub
+}
+
 // confirmedTo returns a function that publishes a payload with a confirm
 // to partition part through pub, failing the test on an error.
 func confirmedTo(ctx context.Context, t *testing.T, pub *client.Publisher, part uint32) func(string) {
@@ -439,4 +389,25 @@ func ownerSettled(t *testing.T, b *Broker, topic string, part uint32) {
 // resumes is fibril_forward_upstream_resumes_total{outcome} on b.
 func resumes(t *testing.T, b *Broker, outcome string) (float64, bool) {
 	return metricstest.Lookup(t, b.registry, "fibril_forward_upstream_resumes_total", map[string]string{"outcome": outcome})
+}
+
+// waitResumed waits until b, the gateway, resumed one upstream session.
+func waitResumed(t *testing.T, b *Broker) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, "the upstream session resumed", func() bool {
+		v, _ := resumes(t, b, "resumed")
+		return v == 1
+	})
+}
+
+// deliverAcked takes sub's next delivery, which must be want, and acks it.
+func deliverAcked(ctx context.Context, t *testing.T, sub *client.Subscription, want string) {
+	t.Helper()
+	d, err := sub.Next(ctx)
+	if err != nil || string(d.Payload) != want {
+		t.Fatalf("delivered %v (%v), want %s", d, err, want)
+	}
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -173,12 +173,7 @@ func (s *Snapshot) Cohorts(f func(CohortRef, *CohortPlan)) {
 // reportedCohorts unions the cohort members live brokers report.
 func (s *Snapshot) reportedCohorts() map[CohortRef]map[[16]byte]CohortMember {
 	var out map[CohortRef]map[[16]byte]CohortMember
-	for _, id := range s.MemberIDs {
-		m := s.Members[id]
-		v := m.Info.Labels[core.LabelCohorts]
-		if !m.Live || v == "" {
-			continue
-		}
+	s.eachLiveLabel(core.LabelCohorts, func(_ core.NodeID, v string) {
 		if out == nil {
 			out = make(map[CohortRef]map[[16]byte]CohortMember)
 		}
@@ -197,7 +192,7 @@ func (s *Snapshot) reportedCohorts() map[CohortRef]map[[16]byte]CohortMember {
 				out[ref][mid] = have
 			}
 		}
-	}
+	})
 	return out
 }
 

@@ -75,12 +75,7 @@ func ParseTails(v string) map[core.PartitionRef]Tail {
 // node (nil when none does: the common case costs nothing).
 func (s *Snapshot) reportedTails() map[core.PartitionRef]map[core.NodeID]Tail {
 	var out map[core.PartitionRef]map[core.NodeID]Tail
-	for _, id := range s.MemberIDs {
-		m := s.Members[id]
-		v := m.Info.Labels[core.LabelTails]
-		if !m.Live || v == "" {
-			continue
-		}
+	s.eachLiveLabel(core.LabelTails, func(id core.NodeID, v string) {
 		if out == nil {
 			out = make(map[core.PartitionRef]map[core.NodeID]Tail)
 		}
@@ -90,8 +85,18 @@ func (s *Snapshot) reportedTails() map[core.PartitionRef]map[core.NodeID]Tail {
 			}
 			out[ref][id] = t
 		}
-	}
+	})
 	return out
+}
+
+// eachLiveLabel calls f, in member id order, with every live member's
+// value of label key that is not empty.
+func (s *Snapshot) eachLiveLabel(key string, f func(id core.NodeID, v string)) {
+	for _, id := range s.MemberIDs {
+		if m := s.Members[id]; m.Live && m.Info.Labels[key] != "" {
+			f(id, m.Info.Labels[key])
+		}
+	}
 }
 
 // fencedByAll reports whether every member of p's recorded in-sync set

@@ -48,7 +48,8 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 		}
 	}
 	qs := c.srv.opts.Queues
-	if kind, ok := qs.Kind(req.topic); ok && kind == queue.KindStream {
+	kind, known := qs.Kind(req.topic)
+	if known && kind == queue.KindStream {
 		req.group = wire.None[string]() // S-77: a stream has no groups
 	}
 	if rt := c.route(req.topic, req.group, req.partition, true, req.version); !rt.Serve {
@@ -65,7 +66,10 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 		}
 		return
 	}
-	if kind, ok := qs.Kind(req.topic); ok && kind == queue.KindStream {
+	if !known { // the router may have installed what it serves here
+		kind, known = qs.Kind(req.topic)
+	}
+	if known && kind == queue.KindStream {
 		c.publishStream(h, req, received, fail)
 		return
 	}

@@ -385,12 +385,19 @@ func (c *Conn) handleSubscribeStream(id uint64, body []byte) {
 		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
 		return
 	}
-	kind, ok := c.srv.opts.Queues.Kind(req.Topic)
+	qs := c.srv.opts.Queues
+	kind, known := qs.Kind(req.Topic)
+	isQueue := func() bool { // S-22
+		if known && kind != queue.KindStream {
+			c.replyError(id, wire.CodeBadRequest, "topic "+req.Topic+" is a queue; subscribe to it with SUBSCRIBE")
+			return true
+		}
+		return false
+	}
 	switch {
-	case ok && kind != queue.KindStream:
-		c.replyError(id, wire.CodeBadRequest, "topic "+req.Topic+" is a queue; subscribe to it with SUBSCRIBE")
+	case isQueue():
 		return
-	case !ok && c.srv.opts.Router == nil:
+	case !known && c.srv.opts.Router == nil:
 		c.replyError(id, wire.CodeNotFound, "stream "+req.Topic+" does not exist; declare it first") // S-72
 		return
 	}
@@ -407,9 +414,10 @@ func (c *Conn) handleSubscribeStream(id uint64, body []byte) {
 		}
 		return
 	}
-	if kind, ok := c.srv.opts.Queues.Kind(req.Topic); ok && kind != queue.KindStream {
-		c.replyError(id, wire.CodeBadRequest, "topic "+req.Topic+" is a queue; subscribe to it with SUBSCRIBE")
-		return
+	if !known { // the router installed what it serves here
+		if kind, known = qs.Kind(req.Topic); isQueue() {
+			return
+		}
 	}
 	sub, err := c.sess.subscribeStream(req)
 	if err != nil {

@@ -17,7 +17,9 @@ package faultproxy
 import (
 	"errors"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,20 +236,12 @@ func (p *Proxy) ResetAOnly() {
 	p.mu.Lock()
 	pairs := p.pairs
 	p.pairs = make(map[*pair]struct{})
-	p.halfOpen = append(p.halfOpen, keys(pairs)...)
+	p.halfOpen = slices.AppendSeq(p.halfOpen, maps.Keys(pairs))
 	p.mu.Unlock()
 	for pr := range pairs {
 		pr.halfOpen.Store(true)
 		pr.reset()
 	}
-}
-
-func keys(m map[*pair]struct{}) []*pair {
-	out := make([]*pair, 0, len(m))
-	for pr := range m {
-		out = append(out, pr)
-	}
-	return out
 }
 
 func (p *Proxy) acceptLoop() {
