@@ -166,3 +166,10 @@ type Leadership interface {
 	// is closed by the time it returns.
 	Resign(ctx context.Context) error
 }
+
+// Reachability is an optional ability of a backend that talks to a
+// remote service (Consul): Unreachable says why its last call failed, or
+// nil once a call succeeded, so /readyz can name the cause.
+type Reachability interface {
+	Unreachable() error
+}

@@ -9,11 +9,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	hraft "github.com/hashicorp/raft"
 
@@ -300,46 +298,12 @@ func (c *Coordinator) check() error {
 	return nil
 }
 
-// checkKey applies the key syntax of core.KV exactly as memcoord does
-// (non-empty, UTF-8, no leading '/'), so code tested against the fake
-// behaves the same here.
-func checkKey(key string) error {
-	switch {
-	case key == "":
-		return core.Errorf(core.ErrBadRequest, "coordination: empty key")
-	case !utf8.ValidString(key):
-		return core.Errorf(core.ErrBadRequest, "coordination: key %q is not UTF-8", key)
-	case strings.HasPrefix(key, "/"):
-		return core.Errorf(core.ErrBadRequest, "coordination: key %q starts with '/'", key)
-	}
-	return nil
-}
-
-// checkWritable also refuses writes to the backend's reserved "_" keys,
-// so a stray write cannot break an election lock.
-func checkWritable(key string) error {
-	if err := checkKey(key); err != nil {
-		return err
-	}
-	if strings.HasPrefix(key, "_") {
-		return core.Errorf(core.ErrBadRequest, "coordination: key %q is reserved for the backend", key)
-	}
-	return nil
-}
-
-func checkPrefix(prefix string) error {
-	if prefix == "" {
-		return nil
-	}
-	return checkKey(prefix)
-}
-
 // Get implements core.Coordinator (linearizable: answered by the leader).
 func (c *Coordinator) Get(ctx context.Context, key string) (core.KV, error) {
 	if err := c.check(); err != nil {
 		return core.KV{}, err
 	}
-	if err := checkKey(key); err != nil {
+	if err := core.CheckKey(key); err != nil {
 		return core.KV{}, err
 	}
 	resp, err := c.toLeader(ctx, &rpcRequest{Op: rpcRead, Key: key})
@@ -357,7 +321,7 @@ func (c *Coordinator) List(ctx context.Context, prefix string) ([]core.KV, uint6
 	if err := c.check(); err != nil {
 		return nil, 0, err
 	}
-	if err := checkPrefix(prefix); err != nil {
+	if err := core.CheckPrefix(prefix); err != nil {
 		return nil, 0, err
 	}
 	resp, err := c.toLeader(ctx, &rpcRequest{Op: rpcRead, Key: prefix, List: true})
@@ -378,7 +342,7 @@ func (c *Coordinator) Watch(ctx context.Context, prefix string, after uint64) ([
 	if err := c.check(); err != nil {
 		return nil, 0, err
 	}
-	if err := checkPrefix(prefix); err != nil {
+	if err := core.CheckPrefix(prefix); err != nil {
 		return nil, 0, err
 	}
 	for {
@@ -402,7 +366,7 @@ func (c *Coordinator) CompareAndSet(ctx context.Context, key string, value []byt
 	if err := c.check(); err != nil {
 		return 0, err
 	}
-	if err := checkWritable(key); err != nil {
+	if err := core.CheckWritableKey(key); err != nil {
 		return 0, err
 	}
 	res, err := c.apply(ctx, &command{Op: opPut, Key: key, Value: value, Version: version})
@@ -417,7 +381,7 @@ func (c *Coordinator) CompareAndDelete(ctx context.Context, key string, version 
 	if err := c.check(); err != nil {
 		return err
 	}
-	if err := checkWritable(key); err != nil {
+	if err := core.CheckWritableKey(key); err != nil {
 		return err
 	}
 	_, err := c.apply(ctx, &command{Op: opDelete, Key: key, Version: version})

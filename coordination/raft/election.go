@@ -21,7 +21,7 @@ func (c *Coordinator) Campaign(ctx context.Context, election string) (core.Leade
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	if err := checkKey(election); err != nil {
+	if err := core.CheckKey(election); err != nil {
 		return nil, err
 	}
 	key := electionPrefix + election

@@ -293,7 +293,7 @@ func (l *lease) Put(ctx context.Context, key string, value []byte, version uint6
 	if err := l.c.check(); err != nil {
 		return 0, err
 	}
-	if err := checkWritable(key); err != nil {
+	if err := core.CheckWritableKey(key); err != nil {
 		return 0, err
 	}
 	return l.put(ctx, key, value, version)

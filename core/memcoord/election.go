@@ -22,7 +22,7 @@ func (m *Member) Campaign(ctx context.Context, election string) (core.Leadership
 		return nil, core.Errorf(core.ErrBadRequest, "coordination: empty election name")
 	}
 	key := ElectionPrefix + election
-	if err := validKey(key, false); err != nil {
+	if err := core.CheckKey(key); err != nil {
 		return nil, err
 	}
 	s := m.s

@@ -116,7 +116,7 @@ func (h *lease) ValidUntil() time.Time {
 
 // Put writes key bound to the lease.
 func (h *lease) Put(ctx context.Context, key string, value []byte, version uint64) (uint64, error) {
-	if err := validKey(key, false); err != nil {
+	if err := core.CheckKey(key); err != nil {
 		return 0, err
 	}
 	if err := h.m.begin(ctx); err != nil {

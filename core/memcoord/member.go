@@ -48,7 +48,7 @@ func (m *Member) begin(ctx context.Context) error {
 
 // Get reads one key.
 func (m *Member) Get(ctx context.Context, key string) (core.KV, error) {
-	if err := validKey(key, false); err != nil {
+	if err := core.CheckKey(key); err != nil {
 		return core.KV{}, err
 	}
 	if err := m.begin(ctx); err != nil {
@@ -60,7 +60,7 @@ func (m *Member) Get(ctx context.Context, key string) (core.KV, error) {
 
 // List reads every key under prefix, sorted, with the current index.
 func (m *Member) List(ctx context.Context, prefix string) ([]core.KV, uint64, error) {
-	if err := validKey(prefix, true); err != nil {
+	if err := core.CheckPrefix(prefix); err != nil {
 		return nil, 0, err
 	}
 	if err := m.begin(ctx); err != nil {
@@ -75,7 +75,7 @@ func (m *Member) List(ctx context.Context, prefix string) ([]core.KV, uint64, er
 // on every write (the contract allows returning for writes outside
 // prefix), on pause and on Close.
 func (m *Member) Watch(ctx context.Context, prefix string, after uint64) ([]core.KV, uint64, error) {
-	if err := validKey(prefix, true); err != nil {
+	if err := core.CheckPrefix(prefix); err != nil {
 		return nil, 0, err
 	}
 	for {
@@ -104,7 +104,7 @@ func (m *Member) Watch(ctx context.Context, prefix string, after uint64) ([]core
 // CompareAndSet writes key when its version matches, unbinding it from any
 // lease.
 func (m *Member) CompareAndSet(ctx context.Context, key string, value []byte, version uint64) (uint64, error) {
-	if err := validKey(key, false); err != nil {
+	if err := core.CheckKey(key); err != nil {
 		return 0, err
 	}
 	if err := m.begin(ctx); err != nil {
@@ -116,7 +116,7 @@ func (m *Member) CompareAndSet(ctx context.Context, key string, value []byte, ve
 
 // CompareAndDelete deletes key when its version matches.
 func (m *Member) CompareAndDelete(ctx context.Context, key string, version uint64) error {
-	if err := validKey(key, false); err != nil {
+	if err := core.CheckKey(key); err != nil {
 		return err
 	}
 	if err := m.begin(ctx); err != nil {

@@ -18,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/clock"
@@ -161,19 +160,6 @@ func (s *Store) checkLocked(m *Member) error {
 	}
 	if s.paused[m.id] {
 		return core.ErrCoordinationUnavailable
-	}
-	return nil
-}
-
-// validKey applies the key rules of core.KV. A prefix may be empty.
-func validKey(key string, isPrefix bool) error {
-	switch {
-	case key == "" && !isPrefix:
-		return core.Errorf(core.ErrBadRequest, "coordination: empty key")
-	case strings.HasPrefix(key, "/"):
-		return core.Errorf(core.ErrBadRequest, "coordination: key %q starts with '/'", key)
-	case !utf8.ValidString(key):
-		return core.Errorf(core.ErrBadRequest, "coordination: key %q is not UTF-8", key)
 	}
 	return nil
 }

@@ -1,0 +1,421 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/fibrilgo/fibril/core"
+)
+
+// watchWait is how long one blocking query waits before Consul answers
+// "no change" and the Watch loop asks again. Consul adds up to 1/16 of
+// jitter. It bounds the requests an idle watcher makes (one per minute),
+// and how long a reset of Consul's index can go unnoticed.
+const watchWait = time.Minute
+
+// Coordinator is the Consul backend of core.Coordinator.
+type Coordinator struct {
+	o       Options
+	clients []*api.Client
+	addrs   []string
+	cur     atomic.Int32 // index of the agent in use
+
+	kvRoot string // "<prefix>/kv/": every key of the contract
+	elRoot string // "<prefix>/elections/": the election locks
+
+	index indexClock
+	reach reachability
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	closed atomic.Bool
+	wg     sync.WaitGroup // leadership goroutines
+}
+
+var (
+	_ core.Coordinator   = (*Coordinator)(nil)
+	_ core.LeaseAttacher = (*Coordinator)(nil)
+	_ core.Reachability  = (*Coordinator)(nil)
+)
+
+// Open connects to the agents of o and checks, before anything is
+// served, that the token may do everything the backend needs (a missing
+// ACL right is a startup error naming the right).
+func Open(ctx context.Context, o Options) (*Coordinator, error) {
+	if err := o.normalize(); err != nil {
+		return nil, err
+	}
+	c := &Coordinator{o: o, addrs: o.Addresses, kvRoot: o.Prefix + "/kv/", elRoot: o.Prefix + "/elections/"}
+	for _, a := range o.Addresses {
+		cl, err := o.NewClient(a)
+		if err != nil {
+			return nil, err
+		}
+		c.clients = append(c.clients, cl)
+	}
+	c.reach.log = o.Logger
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if err := c.checkAccess(ctx); err != nil {
+		c.cancel()
+		return nil, err
+	}
+	o.Logger.Info("consul: connected", "agent", c.agent(), "prefix", o.Prefix, "session_ttl", o.SessionTTL)
+	return c, nil
+}
+
+// MinTTL implements core.Coordinator: the configured session TTL, never
+// below Consul's floor of 10 s.
+func (c *Coordinator) MinTTL() time.Duration { return c.o.SessionTTL }
+
+// Unreachable implements core.Reachability.
+func (c *Coordinator) Unreachable() error { return c.reach.err() }
+
+// Close implements core.Coordinator. Sessions are left to expire.
+func (c *Coordinator) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.cancel()
+	c.wg.Wait()
+	return nil
+}
+
+func (c *Coordinator) check() error {
+	if c.closed.Load() {
+		return core.ErrClosed
+	}
+	return nil
+}
+
+// call runs one request against the current agent and classifies its
+// error. A connection error moves to the next agent for the next call.
+func call[T any](c *Coordinator, ctx context.Context, what string, f func(ctx context.Context, cl *api.Client) (T, error)) (T, error) {
+	var zero T
+	if err := c.check(); err != nil {
+		return zero, err
+	}
+	// Closing the Coordinator ends every call in flight, blocking
+	// queries included.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(c.ctx, stop)()
+	i := int(c.cur.Load())
+	v, err := f(ctx, c.clients[i])
+	if err == nil {
+		c.reach.ok()
+		return v, nil
+	}
+	return zero, c.classify(ctx, i, what, err)
+}
+
+// classify turns a Consul client error into the contract's errors.
+func (c *Coordinator) classify(ctx context.Context, agent int, what string, err error) error {
+	if c.closed.Load() {
+		return core.ErrClosed
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	msg := err.Error()
+	var se api.StatusError
+	status := 0
+	if errors.As(err, &se) {
+		status = se.Code
+	}
+	switch {
+	case status == http.StatusForbidden || strings.Contains(msg, "Permission denied") || strings.Contains(msg, "ACL not found"):
+		c.reach.ok() // the agent answered
+		return core.Errorf(core.ErrForbidden, "consul %s: the ACL token (%s) is not allowed to: %s", what, KeyToken, msg)
+	case status == http.StatusRequestEntityTooLarge || strings.Contains(msg, "too large"):
+		c.reach.ok()
+		return core.Errorf(core.ErrTooLarge, "consul %s: %s (Consul's kv_max_value_size and txn_max_req_len limit values, 512 KiB by default)", what, msg)
+	case status == http.StatusBadRequest:
+		c.reach.ok()
+		return core.Errorf(core.ErrBadRequest, "consul %s: %s", what, msg)
+	}
+	if status == 0 && !strings.Contains(msg, "Unexpected response code") && !strings.Contains(msg, "Failed request") {
+		// No HTTP answer at all: try the next agent next time.
+		if n := len(c.clients); n > 1 {
+			c.cur.CompareAndSwap(int32(agent), int32((agent+1)%n))
+		}
+	}
+	c.reach.fail(c.addrs[agent], err)
+	return fmt.Errorf("consul %s via %s: %w: %v", what, c.addrs[agent], core.ErrCoordinationUnavailable, err)
+}
+
+func (c *Coordinator) agent() string { return c.addrs[c.cur.Load()] }
+
+func queryOpts(ctx context.Context, consistent bool) *api.QueryOptions {
+	return (&api.QueryOptions{RequireConsistent: consistent}).WithContext(ctx)
+}
+
+func (c *Coordinator) fromPair(p *api.KVPair) core.KV {
+	return core.KV{Key: strings.TrimPrefix(p.Key, c.kvRoot), Value: p.Value, Version: p.ModifyIndex, Lease: p.Session}
+}
+
+// Get implements core.Coordinator: a consistent read (answered by the
+// Consul leader after it confirmed leadership).
+func (c *Coordinator) Get(ctx context.Context, key string) (core.KV, error) {
+	if err := core.CheckKey(key); err != nil {
+		return core.KV{}, err
+	}
+	p, err := call(c, ctx, "get", func(ctx context.Context, cl *api.Client) (*api.KVPair, error) {
+		p, _, err := cl.KV().Get(c.kvRoot+key, queryOpts(ctx, true))
+		return p, err
+	})
+	if err != nil {
+		return core.KV{}, err
+	}
+	if p == nil {
+		return core.KV{Key: key}, nil
+	}
+	return c.fromPair(p), nil
+}
+
+// List implements core.Coordinator. It reads the whole key root and
+// filters, so that every index this backend hands out is the root's:
+// Consul's index for a narrower prefix is that prefix's own, and would
+// not compare with the cluster view's.
+func (c *Coordinator) List(ctx context.Context, prefix string) ([]core.KV, uint64, error) {
+	if err := core.CheckPrefix(prefix); err != nil {
+		return nil, 0, err
+	}
+	type answer struct {
+		pairs api.KVPairs
+		index uint64
+	}
+	a, err := call(c, ctx, "list", func(ctx context.Context, cl *api.Client) (answer, error) {
+		pairs, meta, err := cl.KV().List(c.kvRoot, queryOpts(ctx, true))
+		if err != nil {
+			return answer{}, err
+		}
+		return answer{pairs, meta.LastIndex}, nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return c.filter(a.pairs, prefix), c.index.observe(a.index), nil
+}
+
+func (c *Coordinator) filter(pairs api.KVPairs, prefix string) []core.KV {
+	out := []core.KV{}
+	for _, p := range pairs {
+		kv := c.fromPair(p)
+		if strings.HasPrefix(kv.Key, prefix) {
+			out = append(out, kv)
+		}
+	}
+	return out // Consul lists in key order
+}
+
+// Watch implements core.Coordinator with blocking queries on the key
+// root: no polling, one request per change or per watchWait.
+func (c *Coordinator) Watch(ctx context.Context, prefix string, after uint64) ([]core.KV, uint64, error) {
+	if err := core.CheckPrefix(prefix); err != nil {
+		return nil, 0, err
+	}
+	for {
+		wait := c.index.raw(after)
+		type answer struct {
+			pairs api.KVPairs
+			index uint64
+		}
+		a, err := call(c, ctx, "watch", func(ctx context.Context, cl *api.Client) (answer, error) {
+			q := queryOpts(ctx, false)
+			q.WaitIndex, q.WaitTime = wait, watchWait
+			pairs, meta, err := cl.KV().List(c.kvRoot, q)
+			if err != nil {
+				return answer{}, err
+			}
+			return answer{pairs, meta.LastIndex}, nil
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		if idx := c.index.observe(a.index); idx > after {
+			return c.filter(a.pairs, prefix), idx, nil
+		}
+	}
+}
+
+// CompareAndSet implements core.Coordinator. The write deletes the key
+// and sets it again in the same transaction: Consul keeps a key's lock
+// holder across a plain set, and the contract says a CompareAndSet
+// unbinds a key from its lease.
+func (c *Coordinator) CompareAndSet(ctx context.Context, key string, value []byte, version uint64) (uint64, error) {
+	if err := core.CheckWritableKey(key); err != nil {
+		return 0, err
+	}
+	return c.write(ctx, c.kvRoot+key, value, version, "")
+}
+
+// write is the one compare-and-set path: check the version, replace the
+// key (bound to session when not empty), read back its new ModifyIndex.
+func (c *Coordinator) write(ctx context.Context, full string, value []byte, version uint64, session string) (uint64, error) {
+	ops := api.TxnOps{}
+	switch version {
+	case core.AnyVersion:
+	case 0:
+		ops = append(ops, kvOp(api.KVCheckNotExists, full, nil, 0, ""))
+	default:
+		ops = append(ops, kvOp(api.KVCheckIndex, full, nil, version, ""))
+	}
+	checks := len(ops)
+	ops = append(ops, kvOp(api.KVDelete, full, nil, 0, ""))
+	if session == "" {
+		ops = append(ops, kvOp(api.KVSet, full, value, 0, ""))
+	} else {
+		ops = append(ops, kvOp(api.KVLock, full, value, 0, session))
+	}
+	ops = append(ops, kvOp(api.KVGet, full, nil, 0, ""))
+	resp, err := c.txn(ctx, "write", ops)
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Errors) > 0 {
+		e := resp.Errors[0]
+		switch {
+		case e.OpIndex < checks:
+			return 0, fmt.Errorf("consul: %s: %w", strings.TrimPrefix(full, c.kvRoot), core.ErrVersionConflict)
+		case session != "" && strings.Contains(e.What, "session"):
+			return 0, fmt.Errorf("consul: session %s: %w", session, core.ErrLeaseLost)
+		}
+		return 0, fmt.Errorf("consul write %s: %w: %s", full, core.ErrCoordinationUnavailable, e.What)
+	}
+	for i := len(resp.Results) - 1; i >= 0; i-- {
+		if r := resp.Results[i]; r.KV != nil && r.KV.Key == full {
+			return r.KV.ModifyIndex, nil
+		}
+	}
+	return 0, fmt.Errorf("consul write %s: %w: no result", full, core.ErrCoordinationUnavailable)
+}
+
+func kvOp(verb api.KVOp, key string, value []byte, index uint64, session string) *api.TxnOp {
+	return &api.TxnOp{KV: &api.KVTxnOp{Verb: verb, Key: key, Value: value, Index: index, Session: session}}
+}
+
+// txn runs a transaction; a rolled-back one is an answer (resp.Errors),
+// not an error.
+func (c *Coordinator) txn(ctx context.Context, what string, ops api.TxnOps) (*api.TxnResponse, error) {
+	return call(c, ctx, what, func(ctx context.Context, cl *api.Client) (*api.TxnResponse, error) {
+		_, resp, _, err := cl.Txn().Txn(ops, queryOpts(ctx, false))
+		if err == nil && resp != nil {
+			for _, e := range resp.Errors {
+				if strings.Contains(e.What, "Permission denied") || strings.Contains(e.What, "ACL not found") {
+					return nil, errors.New(e.What)
+				}
+			}
+		}
+		return resp, err
+	})
+}
+
+// CompareAndDelete implements core.Coordinator.
+func (c *Coordinator) CompareAndDelete(ctx context.Context, key string, version uint64) error {
+	if err := core.CheckWritableKey(key); err != nil {
+		return err
+	}
+	full := c.kvRoot + key
+	var op *api.TxnOp
+	switch version {
+	case core.AnyVersion:
+		op = kvOp(api.KVDelete, full, nil, 0, "")
+	case 0:
+		op = kvOp(api.KVCheckNotExists, full, nil, 0, "") // absent: done; present: conflict
+	default:
+		// delete-cas alone takes a missing key as deleted whatever the
+		// index; the contract calls that a conflict.
+		op = kvOp(api.KVCheckIndex, full, nil, version, "")
+	}
+	ops := api.TxnOps{op}
+	if version != 0 && version != core.AnyVersion {
+		ops = append(ops, kvOp(api.KVDeleteCAS, full, nil, version, ""))
+	}
+	resp, err := c.txn(ctx, "delete", ops)
+	if err != nil {
+		return err
+	}
+	if len(resp.Errors) > 0 {
+		return fmt.Errorf("consul: %s: %w", key, core.ErrVersionConflict)
+	}
+	return nil
+}
+
+// indexClock keeps the index this Coordinator returns from going
+// backwards when Consul's goes back (tombstones reaped, a store restored
+// from an older snapshot): returned = base + Consul's, and base grows past
+// every index already returned when Consul's falls.
+type indexClock struct {
+	mu      sync.Mutex
+	base    uint64
+	lastRaw uint64
+}
+
+func (k *indexClock) observe(raw uint64) uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	raw = max(raw, 1) // Consul's own advice: never block on index 0
+	if raw < k.lastRaw {
+		k.base += k.lastRaw
+	}
+	k.lastRaw = raw
+	return k.base + raw
+}
+
+// raw is the Consul index to block on for an index this Coordinator
+// returned (0, answering at once, for one from before a reset).
+func (k *indexClock) raw(idx uint64) uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if idx < k.base {
+		return 0
+	}
+	return idx - k.base
+}
+
+// reachability remembers whether the agent answered the last call, and
+// logs once per change of state.
+type reachability struct {
+	log interface {
+		Warn(string, ...any)
+		Info(string, ...any)
+	}
+	mu    sync.Mutex
+	last  error
+	since time.Time
+}
+
+func (r *reachability) fail(agent string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.since = time.Now()
+		if r.log != nil {
+			r.log.Warn("consul: agent unreachable; callers retry with backoff and the lease is kept while it is valid", "agent", agent, "err", err)
+		}
+	}
+	r.last = fmt.Errorf("consul agent %s: %w", agent, err)
+}
+
+func (r *reachability) ok() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last != nil && r.log != nil {
+		r.log.Info("consul: agent reachable again", "down_for", time.Since(r.since).Round(time.Millisecond))
+	}
+	r.last = nil
+}
+
+func (r *reachability) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}

@@ -1,0 +1,224 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/fibrilgo/fibril/core"
+)
+
+// A lease is a Consul session created with
+//   - a TTL and no health checks: it ends exactly when it is not renewed
+//     (Consul waits up to twice the TTL before it acts, never less), or
+//     when destroyed — not because some agent's serf check flapped;
+//   - behaviour "delete": its keys are deleted when it ends, as the
+//     contract requires of a lease's keys;
+//   - lock delay 0: Consul's lock delay protects lock holders that cannot
+//     tell when their session ended. Ours can (ValidUntil, from the time a
+//     renew was sent), the cluster layer already keeps its own margin
+//     before it moves anything a dead node held, and elections wait for
+//     the old leader's ValidUntil by construction. A delay would only add
+//     up to Consul's default of 15 s to every failover.
+func (c *Coordinator) createSession(ctx context.Context, name string, ttl time.Duration) (string, error) {
+	body := map[string]any{
+		"Name":       name,
+		"TTL":        ttl.String(),
+		"Behavior":   api.SessionBehaviorDelete,
+		"LockDelay":  "0s",
+		"NodeChecks": []string{},
+	}
+	return call(c, ctx, "session create", func(ctx context.Context, cl *api.Client) (string, error) {
+		var out struct{ ID string }
+		_, err := cl.Raw().Write("/v1/session/create", body, &out, (&api.WriteOptions{}).WithContext(ctx))
+		return out.ID, err
+	})
+}
+
+// GrantLease implements core.Coordinator. The TTL is raised to MinTTL and
+// rounded to whole seconds (Consul's TTLs are durations it reports back
+// in seconds).
+func (c *Coordinator) GrantLease(ctx context.Context, ttl time.Duration) (core.Lease, error) {
+	ttl = max(ttl, c.MinTTL()).Round(time.Second)
+	start := time.Now()
+	id, err := c.createSession(ctx, "fibril-lease "+c.o.NodeID, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return c.newLease(id, ttl, start.Add(ttl)), nil
+}
+
+// AttachLease implements core.LeaseAttacher: a session id is valid from
+// any client of the Consul cluster, so attaching is reading the session's
+// TTL and renewing it.
+func (c *Coordinator) AttachLease(ctx context.Context, id string) (core.Lease, error) {
+	if id == "" {
+		return nil, core.Errorf(core.ErrBadRequest, "consul: attach: empty lease id")
+	}
+	start := time.Now()
+	e, err := c.renew(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ttl, perr := time.ParseDuration(e.TTL)
+	if perr != nil || ttl <= 0 {
+		return nil, core.Errorf(core.ErrBadRequest, "consul: attach lease %s: session %q has no TTL", id, e.TTL)
+	}
+	return c.newLease(id, ttl, start.Add(ttl)), nil
+}
+
+// renew renews a session; a session Consul does not know is lost.
+func (c *Coordinator) renew(ctx context.Context, id string) (*api.SessionEntry, error) {
+	e, err := call(c, ctx, "session renew", func(ctx context.Context, cl *api.Client) (*api.SessionEntry, error) {
+		e, _, err := cl.Session().Renew(id, (&api.WriteOptions{}).WithContext(ctx))
+		return e, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if e == nil {
+		return nil, fmt.Errorf("consul: session %s: %w", id, core.ErrLeaseLost)
+	}
+	return e, nil
+}
+
+// lease is the holder's handle on a session.
+type lease struct {
+	c   *Coordinator
+	id  string
+	ttl time.Duration
+
+	mu         sync.Mutex
+	validUntil time.Time // zero once lost
+	timer      *time.Timer
+	done       chan struct{}
+}
+
+func (c *Coordinator) newLease(id string, ttl time.Duration, until time.Time) *lease {
+	l := &lease{c: c, id: id, ttl: ttl, validUntil: until, done: make(chan struct{})}
+	l.mu.Lock()
+	l.timer = time.AfterFunc(time.Until(until), l.checkExpired)
+	l.mu.Unlock()
+	return l
+}
+
+func (l *lease) ID() string            { return l.id }
+func (l *lease) TTL() time.Duration    { return l.ttl }
+func (l *lease) Done() <-chan struct{} { return l.done }
+
+func (l *lease) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// checkExpired runs when ValidUntil may have passed without a renewal.
+func (l *lease) checkExpired() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.validUntil.IsZero() {
+		return
+	}
+	if left := time.Until(l.validUntil); left > 0 {
+		l.timer.Reset(left)
+		return
+	}
+	l.loseLocked()
+}
+
+func (l *lease) lose() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.loseLocked()
+}
+
+func (l *lease) loseLocked() {
+	if l.validUntil.IsZero() {
+		return
+	}
+	l.validUntil = time.Time{}
+	l.timer.Stop()
+	close(l.done)
+}
+
+func (l *lease) lostErr() error {
+	if l.ValidUntil().IsZero() {
+		return fmt.Errorf("consul: lease %s: %w", l.id, core.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Renew implements core.Lease: on success ValidUntil = call time + TTL.
+// Consul's leader restarts every session timer at TTL when leadership
+// moves, and invalidates a session only after twice its TTL, so the
+// promise holds across a Consul leader change.
+func (l *lease) Renew(ctx context.Context) error {
+	if err := l.c.check(); err != nil {
+		return err
+	}
+	if err := l.lostErr(); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := l.c.renew(ctx, l.id); err != nil {
+		if isLeaseLost(err) {
+			l.lose()
+		}
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.validUntil.IsZero() {
+		return fmt.Errorf("consul: lease %s: %w", l.id, core.ErrLeaseLost)
+	}
+	if until := start.Add(l.ttl); until.After(l.validUntil) {
+		l.validUntil = until
+	}
+	return nil
+}
+
+// Put implements core.Lease: the compare-and-set write of
+// Coordinator.CompareAndSet, acquiring the key for the session.
+func (l *lease) Put(ctx context.Context, key string, value []byte, version uint64) (uint64, error) {
+	if err := core.CheckWritableKey(key); err != nil {
+		return 0, err
+	}
+	return l.put(ctx, l.c.kvRoot+key, value, version)
+}
+
+func (l *lease) put(ctx context.Context, full string, value []byte, version uint64) (uint64, error) {
+	if err := l.c.check(); err != nil {
+		return 0, err
+	}
+	if err := l.lostErr(); err != nil {
+		return 0, err
+	}
+	v, err := l.c.write(ctx, full, value, version, l.id)
+	if isLeaseLost(err) {
+		l.lose()
+	}
+	return v, err
+}
+
+// Revoke implements core.Lease: destroying the session deletes its keys
+// in the same Consul write.
+func (l *lease) Revoke(ctx context.Context) error {
+	if l.ValidUntil().IsZero() {
+		return nil
+	}
+	_, err := call(l.c, ctx, "session destroy", func(ctx context.Context, cl *api.Client) (bool, error) {
+		_, err := cl.Session().Destroy(l.id, (&api.WriteOptions{}).WithContext(ctx))
+		return true, err
+	})
+	if err != nil {
+		return err
+	}
+	l.lose()
+	return nil
+}
+
+func isLeaseLost(err error) bool { return err != nil && errors.Is(err, core.ErrLeaseLost) }
