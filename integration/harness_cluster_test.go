@@ -97,28 +97,53 @@ func startRaftCluster(t *testing.T, n int, extra ...string) *raftCluster {
 // extra, so they win).
 func startRaftClusterWith(t *testing.T, n int, perNode func(i int) []string, extra ...string) *raftCluster {
 	t.Helper()
+	return startClusterOn(t, raftBackend, n, perNode, extra...)
+}
+
+// backend gives each node of a new cluster its coordination flags (the
+// node's id and address fields are set; args is not yet).
+type backend func(t *testing.T, nodes []*clusterNode) [][]string
+
+// raftBackend: every node a voter of one embedded raft cluster, on a raft
+// port of its own.
+func raftBackend(t *testing.T, nodes []*clusterNode) [][]string {
+	var peers []string
+	for _, nd := range nodes {
+		nd.raft = "127.0.0.1:" + strconv.Itoa(freePort(t))
+		peers = append(peers, nd.id+"="+nd.raft)
+	}
+	out := make([][]string, len(nodes))
+	for i, nd := range nodes {
+		out[i] = []string{
+			"--coordination.backend=raft",
+			"--coordination.raft.listen=" + nd.raft,
+			"--coordination.raft.peers=" + strings.Join(peers, ","),
+			"--coordination.raft.bootstrap_expect=" + strconv.Itoa(len(nodes)),
+		}
+	}
+	return out
+}
+
+// startClusterOn starts n brokers coordinating through be and waits until
+// every one is ready; extra flags go to every node, then perNode(i).
+func startClusterOn(t *testing.T, be backend, n int, perNode func(i int) []string, extra ...string) *raftCluster {
+	t.Helper()
 	secret := filepath.Join(t.TempDir(), "cluster.secret")
 	if err := os.WriteFile(secret, []byte("integration-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	rc := &raftCluster{t: t, secret: secret}
-	var peers []string
 	for i := range n {
-		nd := &clusterNode{id: fmt.Sprintf("node-%d", i+1), raft: "127.0.0.1:" + strconv.Itoa(freePort(t))}
-		rc.nodes = append(rc.nodes, nd)
-		peers = append(peers, nd.id+"="+nd.raft)
+		rc.nodes = append(rc.nodes, &clusterNode{id: fmt.Sprintf("node-%d", i+1)})
 	}
+	coordination := be(t, rc.nodes)
 	for i, nd := range rc.nodes {
-		nd.args = append([]string{
-			"--coordination.backend=raft",
+		nd.args = append(append([]string{
 			"--coordination.node_id=" + nd.id,
 			"--coordination.secret_path=" + secret,
-			"--coordination.raft.listen=" + nd.raft,
-			"--coordination.raft.peers=" + strings.Join(peers, ","),
-			"--coordination.raft.bootstrap_expect=" + strconv.Itoa(n),
 			"--coordination.heartbeat_interval_ms=" + strconv.Itoa(testHeartbeatMS),
 			"--coordination.liveness_ttl_ms=" + strconv.Itoa(testTTLMS),
-		}, extra...)
+		}, coordination[i]...), extra...)
 		if perNode != nil {
 			nd.args = append(nd.args, perNode(i)...)
 		}
@@ -347,11 +372,17 @@ type privateCluster struct {
 // with broker.peer_advertise set explicitly, over transport tr.
 func startPrivateCluster(t *testing.T, tr string, flags ...string) *privateCluster {
 	t.Helper()
+	return startPrivateClusterOn(t, raftBackend, tr, flags...)
+}
+
+// startPrivateClusterOn is startPrivateCluster on another backend.
+func startPrivateClusterOn(t *testing.T, be backend, tr string, flags ...string) *privateCluster {
+	t.Helper()
 	ca := filepath.Join(t.TempDir(), "cluster-ca.pem")
 	extra := append([]string{"--tls.enabled", "--tls.auto_self_signed", "--tls.peer_ca_path=" + ca, "--tls.admin_enabled=false",
 		"--transport.backend=" + tr}, flags...)
 	forbidden := map[string]bool{}
-	rc := startRaftClusterWith(t, 3, func(i int) []string {
+	rc := startClusterOn(t, be, 3, func(i int) []string {
 		bind := "127.0.0.1:" + strconv.Itoa(freePort(t))
 		flags := []string{"--broker.listener.bind=" + bind, "--broker.peer_advertise=" + bind}
 		if i > 0 {

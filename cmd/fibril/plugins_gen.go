@@ -5,7 +5,8 @@ package main
 
 // The built-in plugins (plugins.toml): each registers itself in its init.
 import (
-	_ "github.com/fibrilgo/fibril/coordination/raft" // coordination "raft"
-	_ "github.com/fibrilgo/fibril/transport/quic"    // transport "quic"
-	_ "github.com/fibrilgo/fibril/transport/tcp"     // transport "tcp"
+	_ "github.com/fibrilgo/fibril/coordination/consul" // coordination "consul"
+	_ "github.com/fibrilgo/fibril/coordination/raft"   // coordination "raft"
+	_ "github.com/fibrilgo/fibril/transport/quic"      // transport "quic"
+	_ "github.com/fibrilgo/fibril/transport/tcp"       // transport "tcp"
 )

@@ -11,6 +11,8 @@ import (
 	"github.com/fibrilgo/fibril/coordination/consul/consultest"
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/coordtest"
+	"github.com/fibrilgo/fibril/plugins"
+	"github.com/fibrilgo/fibril/plugins/plugintest"
 )
 
 var clusterSeq atomic.Int64
@@ -41,6 +43,26 @@ func open(t *testing.T, o consul.Options) *consul.Coordinator {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	agent := consultest.Start(t, consultest.Options{})
 	coordtest.Run(t, newCluster(agent))
+}
+
+// TestConformancePlugin runs the suite through the plugin protocol, with
+// the configuration a broker would hand the plugin process.
+func TestConformancePlugin(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t, consultest.Options{})
+	info := plugins.Info{Name: "consul", Version: "test", Config: consul.ConfigKeys}
+	plugintest.CoordinationConformance(t, info, func(t *testing.T, n int) []plugins.CoordinationFactory {
+		prefix := fmt.Sprintf("pt%d-%d", time.Now().UnixNano(), clusterSeq.Add(1))
+		out := make([]plugins.CoordinationFactory, n)
+		for i := range out {
+			out[i] = func(ctx context.Context, env plugins.CoordinationEnv) (core.Coordinator, error) {
+				env.Config = map[string]string{consul.KeyAddresses: agent.Addr, consul.KeyPrefix: prefix}
+				return consul.Factory(ctx, env)
+			}
+		}
+		return out
+	})
 }

@@ -31,8 +31,9 @@ type Coordinator struct {
 	kvRoot string // "<prefix>/kv/": every key of the contract
 	elRoot string // "<prefix>/elections/": the election locks
 
-	index indexClock
-	reach reachability
+	index   indexClock
+	reach   reachability
+	metrics *metrics
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -62,9 +63,15 @@ func Open(ctx context.Context, o Options) (*Coordinator, error) {
 		c.clients = append(c.clients, cl)
 	}
 	c.reach.log = o.Logger
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	c.metrics, c.reach.gauge = m, m.reachable
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if err := c.checkAccess(ctx); err != nil {
 		c.cancel()
+		m.unregister()
 		return nil, err
 	}
 	o.Logger.Info("consul: connected", "agent", c.agent(), "prefix", o.Prefix, "session_ttl", o.SessionTTL)
@@ -85,6 +92,7 @@ func (c *Coordinator) Close() error {
 	}
 	c.cancel()
 	c.wg.Wait()
+	c.metrics.unregister()
 	return nil
 }
 
@@ -110,9 +118,11 @@ func call[T any](c *Coordinator, ctx context.Context, what string, f func(ctx co
 	i := int(c.cur.Load())
 	v, err := f(ctx, c.clients[i])
 	if err == nil {
+		c.metrics.requests.WithLabelValues(what, "ok").Inc()
 		c.reach.ok()
 		return v, nil
 	}
+	c.metrics.requests.WithLabelValues(what, "error").Inc()
 	return zero, c.classify(ctx, i, what, err)
 }
 
@@ -388,6 +398,7 @@ type reachability struct {
 		Warn(string, ...any)
 		Info(string, ...any)
 	}
+	gauge interface{ Set(float64) }
 	mu    sync.Mutex
 	last  error
 	since time.Time
@@ -398,6 +409,9 @@ func (r *reachability) fail(agent string, err error) {
 	defer r.mu.Unlock()
 	if r.last == nil {
 		r.since = time.Now()
+		if r.gauge != nil {
+			r.gauge.Set(0)
+		}
 		if r.log != nil {
 			r.log.Warn("consul: agent unreachable; callers retry with backoff and the lease is kept while it is valid", "agent", agent, "err", err)
 		}
@@ -410,6 +424,9 @@ func (r *reachability) ok() {
 	defer r.mu.Unlock()
 	if r.last != nil && r.log != nil {
 		r.log.Info("consul: agent reachable again", "down_for", time.Since(r.since).Round(time.Millisecond))
+	}
+	if r.last != nil && r.gauge != nil {
+		r.gauge.Set(1)
 	}
 	r.last = nil
 }

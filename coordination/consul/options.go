@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fibrilgo/fibril/plugins"
 )
@@ -44,7 +45,7 @@ const (
 var ConfigKeys = []plugins.ConfigKey{
 	{Name: "addresses", Type: "list", Default: DefaultAddress, Doc: "Consul agents as host:port, http://host:port or https://host:port; the first that answers is used, the next on a connection error"},
 	{Name: "datacenter", Type: "string", Doc: "Consul datacenter; empty: the agent's own"},
-	{Name: "token", Type: "secret", Doc: "ACL token (environment FIBRIL_CONSUL_TOKEN only; never logged)"},
+	{Name: "token", Type: "string", Doc: "ACL token (environment FIBRIL_CONSUL_TOKEN only; never logged)"},
 	{Name: "token_path", Type: "string", Doc: "file holding the ACL token, used when the token is not set"},
 	{Name: "ca_path", Type: "string", Doc: "PEM CA bundle the agent's HTTPS certificate is verified against"},
 	{Name: "cert_path", Type: "string", Doc: "client certificate (PEM) presented to the agent"},
@@ -73,6 +74,8 @@ type Options struct {
 	SessionTTL time.Duration
 	// Logger receives state changes (nil: discard).
 	Logger *slog.Logger
+	// Registerer receives the fibril_consul_* series (nil: none).
+	Registerer prometheus.Registerer
 }
 
 // OptionsFromEnv turns the host's environment into Options. Errors name
@@ -89,6 +92,7 @@ func OptionsFromEnv(env plugins.CoordinationEnv) (Options, error) {
 		ServerName: strings.TrimSpace(cfg[KeyServerName]),
 		Prefix:     strings.TrimSpace(cfg[KeyPrefix]),
 		Logger:     env.Logger,
+		Registerer: env.Registerer,
 	}
 	for _, a := range strings.Split(cfg[KeyAddresses], ",") {
 		if a = strings.TrimSpace(a); a != "" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/fibrilgo/fibril/coordination/consul"
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/admin"
 	"github.com/fibrilgo/fibril/core/auth"
@@ -68,6 +69,8 @@ type Broker struct {
 	adminCluster  atomic.Pointer[coordinated]
 	adminSessions atomic.Pointer[session.Server]
 	draining      atomic.Bool
+
+	service *consul.Registration // consul.register: this broker's catalog entry
 
 	brokerLn net.Listener
 	adminLn  net.Listener
@@ -132,6 +135,9 @@ func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	} else {
 		b.admin.SetReady()
 	}
+	if err := b.registerService(); err != nil {
+		return nil, err
+	}
 	ok = true
 	b.log.Info("broker ready", "broker", b.brokerLn.Addr().String(), "admin", b.adminLn.Addr().String(),
 		"data_dir", dataDir, "fsync", cfg.Storage.Fsync, "tls", b.tls != nil)
@@ -162,6 +168,7 @@ func (b *Broker) Shutdown() error {
 func (b *Broker) shutdown() error {
 	b.admin.SetNotReady("shutting down")
 	b.log.Info("shutting down")
+	b.deregisterService()
 	_ = b.brokerLn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
@@ -192,6 +199,7 @@ func (b *Broker) shutdown() error {
 
 // closeAll releases whatever was opened (also on a failed Start).
 func (b *Broker) closeAll() {
+	b.deregisterService()
 	if b.brokerLn != nil {
 		_ = b.brokerLn.Close()
 	}

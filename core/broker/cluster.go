@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fibrilgo/fibril/coordination/consul"
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/auth"
 	"github.com/fibrilgo/fibril/core/cluster"
@@ -203,7 +204,7 @@ func (c *coordinated) run() {
 		} else if c.cl.LeaseValid() {
 			c.b.admin.SetReady()
 		} else {
-			c.b.admin.SetNotReady("cluster lease not surely valid (coordination unreachable?)")
+			c.b.admin.SetNotReady(c.leaseReason())
 		}
 		select {
 		case <-c.stop:
@@ -212,6 +213,17 @@ func (c *coordinated) run() {
 		case <-t.C:
 		}
 	}
+}
+
+// leaseReason says why the lease is not surely valid, naming the
+// backend's last error when it can tell one (core.Reachability).
+func (c *coordinated) leaseReason() string {
+	if r, ok := c.coord.(core.Reachability); ok {
+		if err := r.Unreachable(); err != nil {
+			return "cluster lease not surely valid: coordination unreachable: " + err.Error()
+		}
+	}
+	return "cluster lease not surely valid (coordination unreachable?)"
 }
 
 // promoteFenced fails over, in the background, the partitions this node
@@ -281,6 +293,16 @@ func coordinationConfig(cfg *config.Config) map[string]string {
 		"coordination.raft.peers":            strings.Join(c.Raft.Peers, ","),
 		"coordination.raft.bootstrap_expect": strconv.FormatInt(c.Raft.BootstrapExpect, 10),
 		"coordination.raft.voter":            strconv.FormatBool(c.Raft.Voter),
+		consul.KeyAddresses:                  strings.Join(c.Consul.Addresses, ","),
+		consul.KeyDatacenter:                 c.Consul.Datacenter,
+		consul.KeyToken:                      c.Consul.Token.Reveal(),
+		consul.KeyTokenPath:                  c.Consul.TokenPath,
+		consul.KeyCAPath:                     c.Consul.CAPath,
+		consul.KeyCertPath:                   c.Consul.CertPath,
+		consul.KeyKeyPath:                    c.Consul.KeyPath,
+		consul.KeyServerName:                 c.Consul.TLSServerName,
+		consul.KeyPrefix:                     c.Consul.Prefix,
+		consul.KeySessionTTL:                 strconv.FormatInt(c.Consul.SessionTTLMS, 10),
 	}
 }
 

@@ -18,6 +18,8 @@ type Config struct {
 	Transport    Transport
 	Plugins      Plugins
 	Log          Log
+	// ConsulService registers the broker in the Consul catalog.
+	ConsulService ConsulService
 	// RuntimeSeed seeds the runtime settings document when none exists
 	// (S-167); once a document exists it wins over these values.
 	RuntimeSeed RuntimeSeedSettings
@@ -144,6 +146,7 @@ type Coordination struct {
 	HeartbeatIntervalMS int64  `key:"coordination.heartbeat_interval_ms"`
 	LivenessTTLMS       int64  `key:"coordination.liveness_ttl_ms"`
 	Raft                Raft
+	Consul              Consul
 }
 
 // BackendNone is the standalone mode: one node, no coordination, queues
@@ -152,6 +155,29 @@ const BackendNone = "none"
 
 // Standalone reports whether the node runs without coordination.
 func (c Coordination) Standalone() bool { return c.Backend == BackendNone }
+
+// Consul is how the broker reaches Consul: the consul backend's keys
+// (also used by service registration).
+type Consul struct {
+	Addresses     []string `key:"coordination.consul.addresses"`
+	Datacenter    string   `key:"coordination.consul.datacenter"`
+	Token         Secret   `key:"coordination.consul.token"`
+	TokenPath     string   `key:"coordination.consul.token_path"`
+	CAPath        string   `key:"coordination.consul.ca_path"`
+	CertPath      string   `key:"coordination.consul.cert_path"`
+	KeyPath       string   `key:"coordination.consul.key_path"`
+	TLSServerName string   `key:"coordination.consul.tls_server_name"`
+	Prefix        string   `key:"coordination.consul.prefix"`
+	SessionTTLMS  int64    `key:"coordination.consul.session_ttl_ms"`
+}
+
+// ConsulService configures the broker's registration in Consul's catalog.
+type ConsulService struct {
+	Register                  bool   `key:"consul.register"`
+	ServiceName               string `key:"consul.service_name"`
+	CheckIntervalMS           int64  `key:"consul.check_interval_ms"`
+	DeregisterCriticalAfterMS int64  `key:"consul.deregister_critical_after_ms"`
+}
 
 // Raft configures the embedded raft backend.
 type Raft struct {

@@ -289,6 +289,83 @@ var keys = []Key{
 		Doc: "Whether this node votes in raft; false joins it as a non-voter that replicates and serves reads without counting toward the quorum.",
 	},
 
+	{
+		Name: "coordination.consul.addresses", Kind: KindList, Default: []string{"127.0.0.1:8500"},
+		Env: []string{"FIBRIL_CONSUL_ADDRESSES"},
+		Doc: "Consul agents (host:port, http://host:port or https://host:port) the consul backend and service registration talk to; the first that answers is used, the next on a connection error.",
+	},
+	{
+		Name: "coordination.consul.datacenter", Kind: KindString, Default: "",
+		DefaultNote: "empty: the agent's own",
+		Env:         []string{"FIBRIL_CONSUL_DATACENTER"},
+		Doc:         "Consul datacenter.",
+	},
+	{
+		Name: "coordination.consul.token", Kind: KindString, Default: "", Secret: true,
+		DefaultNote: "unset: coordination.consul.token_path, else the agent's default token",
+		Env:         []string{"FIBRIL_CONSUL_TOKEN"},
+		Refusal:     "set env FIBRIL_CONSUL_TOKEN, or put the token in a file and set coordination.consul.token_path",
+		Doc:         "Consul ACL token (environment only; never logged). coordination/consul/README.md lists the rights it needs.",
+	},
+	{
+		Name: "coordination.consul.token_path", Kind: KindString, Default: "",
+		Env: []string{"FIBRIL_CONSUL_TOKEN_PATH"},
+		Doc: "File holding the Consul ACL token, used when FIBRIL_CONSUL_TOKEN is not set.",
+	},
+	{
+		Name: "coordination.consul.ca_path", Kind: KindString, Default: "",
+		Env: []string{"FIBRIL_CONSUL_CA_PATH"},
+		Doc: "PEM CA bundle the Consul agent's HTTPS certificate is verified against; setting it (or cert_path) makes host:port addresses use HTTPS.",
+	},
+	{
+		Name: "coordination.consul.cert_path", Kind: KindString, Default: "",
+		Env: []string{"FIBRIL_CONSUL_CERT_PATH"},
+		Doc: "Client certificate (PEM) presented to the Consul agent; needs coordination.consul.key_path.",
+	},
+	{
+		Name: "coordination.consul.key_path", Kind: KindString, Default: "",
+		Env: []string{"FIBRIL_CONSUL_KEY_PATH"},
+		Doc: "Private key (PEM) of coordination.consul.cert_path.",
+	},
+	{
+		Name: "coordination.consul.tls_server_name", Kind: KindString, Default: "",
+		DefaultNote: "empty: the address's host",
+		Env:         []string{"FIBRIL_CONSUL_TLS_SERVER_NAME"},
+		Doc:         "Name the Consul agent's certificate must carry.",
+	},
+	{
+		Name: "coordination.consul.prefix", Kind: KindString, Default: "fibril",
+		Env: []string{"FIBRIL_CONSUL_PREFIX"},
+		Doc: "KV prefix every key of this cluster lives under; clusters sharing one Consul need different prefixes.",
+	},
+	{
+		Name: "coordination.consul.session_ttl_ms", Kind: KindInt, Default: int64(10000), Min: bound(10000), Max: bound(86400000),
+		Env: []string{"FIBRIL_CONSUL_SESSION_TTL_MS"},
+		Doc: "TTL of the Consul sessions that carry this node's leases (Consul's floor is 10000); the liveness lease is the larger of this and coordination.liveness_ttl_ms.",
+	},
+
+	// Consul service registration (works with any coordination backend)
+	{
+		Name: "consul.register", Kind: KindBool, Default: false,
+		Env: []string{"FIBRIL_CONSUL_REGISTER"},
+		Doc: "Register this broker in the Consul catalog (agent at coordination.consul.addresses) with a health check on /readyz; deregistered on orderly shutdown.",
+	},
+	{
+		Name: "consul.service_name", Kind: KindString, Default: "fibril",
+		Env: []string{"FIBRIL_CONSUL_SERVICE_NAME"},
+		Doc: "Consul service name brokers register under. Public brokers carry the tag public, private ones the tag private.",
+	},
+	{
+		Name: "consul.check_interval_ms", Kind: KindInt, Default: int64(5000), Min: bound(1000),
+		Env: []string{"FIBRIL_CONSUL_CHECK_INTERVAL_MS"},
+		Doc: "How often the Consul agent polls this broker's /readyz.",
+	},
+	{
+		Name: "consul.deregister_critical_after_ms", Kind: KindInt, Default: int64(60000), Min: bound(60000),
+		Env: []string{"FIBRIL_CONSUL_DEREGISTER_CRITICAL_AFTER_MS"},
+		Doc: "A broker whose check stays critical this long is removed from the catalog (a dead broker disappears); Consul's reaper runs every 30 s and accepts no less than a minute.",
+	},
+
 	// transport
 	{
 		Name: "transport.backend", Kind: KindString, Default: "tcp",

@@ -92,6 +92,15 @@ var rules = []rule{
 		},
 	},
 	{
+		Doc: "coordination.consul.cert_path and coordination.consul.key_path are set together.",
+		check: func(c *checker) {
+			if (c.str("coordination.consul.cert_path") == "") != (c.str("coordination.consul.key_path") == "") {
+				c.fail("coordination.consul.cert_path and coordination.consul.key_path must be set together",
+					"coordination.consul.cert_path", "coordination.consul.key_path")
+			}
+		},
+	},
+	{
 		Doc: "broker.max_message_bytes < broker.max_frame_bytes, leaving room for the frame header and message metadata.",
 		check: func(c *checker) {
 			if c.int("broker.max_message_bytes") >= c.int("broker.max_frame_bytes") {

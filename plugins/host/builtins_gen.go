@@ -5,6 +5,7 @@ package host
 
 // declaredBuiltins are the built-in plugins plugins.toml links into fibril.
 var declaredBuiltins = []BuiltinPlugin{
+	{Kind: "coordination", Name: "consul", Package: "github.com/fibrilgo/fibril/coordination/consul"},
 	{Kind: "coordination", Name: "raft", Package: "github.com/fibrilgo/fibril/coordination/raft"},
 	{Kind: "transport", Name: "quic", Package: "github.com/fibrilgo/fibril/transport/quic"},
 	{Kind: "transport", Name: "tcp", Package: "github.com/fibrilgo/fibril/transport/tcp"},

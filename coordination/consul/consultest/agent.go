@@ -98,7 +98,7 @@ func Start(t testing.TB, o Options) *Agent {
 	bin := Binary(t)
 	dir := t.TempDir()
 	ports := freePorts(t, 3)
-	hcl := fmt.Sprintf(`ports { http = %d, serf_lan = %d, server = %d, dns = -1, grpc = -1, grpc_tls = -1, serf_wan = -1 }`, ports[0], ports[1], ports[2])
+	hcl := fmt.Sprintf(`disable_update_check = true, ports { http = %d, serf_lan = %d, server = %d, dns = -1, grpc = -1, grpc_tls = -1, serf_wan = -1 }`, ports[0], ports[1], ports[2])
 	if o.ACL {
 		hcl += fmt.Sprintf(` acl { enabled = true, default_policy = "deny", tokens { initial_management = %q, agent = %q } }`, ManagementToken, ManagementToken)
 	}
