@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -290,4 +291,18 @@ func TestConsulServiceRegistration(t *testing.T) {
 	testkit.Eventually(t, waitTimeout, "node-1 deregistered on shutdown", func() bool {
 		return !slices.Contains(nodesOf(consulHealth(t, agent, "")), "node-1")
 	})
+}
+
+// `fibril dev --nodes 3 --coordination consul --consul-addr …` against a
+// running agent: the same lines, placement and publishing as on raft.
+func TestFibrilDevConsul(t *testing.T) {
+	agent := consultest.Start(t, consultest.Options{})
+	testFibrilDev(t, 1, "--coordination", "consul", "--consul-addr", agent.Addr)
+	var keys []string
+	if err := agent.Get("/v1/kv/fibril-dev/?keys", &keys); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, "/kv/assign/dev/") }) {
+		t.Fatalf("the dev cluster's placement is not in Consul: keys %v", keys)
+	}
 }

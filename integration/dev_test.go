@@ -136,8 +136,8 @@ func (d *devRun) stop(t *testing.T) {
 	}
 }
 
-func testFibrilDev(t *testing.T, private int) {
-	d := startDev(t, private)
+func testFibrilDev(t *testing.T, private int, extra ...string) {
+	d := startDev(t, private, extra...)
 	cp, ap, got := d.cp, d.ap, d.readyLines
 	for i := range 3 {
 		role, note := "public", ""

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -50,10 +51,13 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	adminPort := fs.Int("admin-port", 8081, "admin port of the first broker; broker i uses this + i")
 	raftPort := fs.Int("raft-port", 7946, "raft port of the first broker; broker i uses this + i")
 	restartAfter := fs.Duration("restart-after", 0, "start a broker that exited again by itself after this long (0: only on request)")
-	backend := fs.String("backend", "raft", "coordination backend")
+	backend := fs.String("backend", "raft", "coordination backend: raft, consul, or a plugin's name (--coordination is the same flag)")
+	fs.StringVar(backend, "coordination", "raft", "coordination backend (same as --backend)")
+	consulAddr := fs.String("consul-addr", "127.0.0.1:8500", "Consul agent the brokers use with --coordination consul")
+	consulPrefix := fs.String("consul-prefix", "", "Consul KV prefix with --coordination consul (default: fibril-dev/ and a hash of --dir, so a restarted cluster finds its keys and two dev clusters never share them)")
 	private := fs.Int("private", 0, "how many of the brokers (the last ones) are private: clients reach their partitions only through the public ones, which forward")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: fibril dev [--nodes N] [--private K] [--dir DIR] [--client-port P] [--admin-port P] [--raft-port P] [-- broker flags...]")
+		fmt.Fprintln(stderr, "Usage: fibril dev [--nodes N] [--private K] [--dir DIR] [--client-port P] [--admin-port P] [--raft-port P] [--coordination raft|consul [--consul-addr HOST:PORT]] [-- broker flags...]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -107,12 +111,34 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 		cluster[i] = n
 		peers = append(peers, n.id+"="+n.raft)
 	}
+	coord := func(n *devNode) []string {
+		return []string{
+			"--coordination.backend=" + *backend,
+			"--coordination.raft.listen=" + n.raft,
+			"--coordination.raft.peers=" + strings.Join(peers, ","),
+			"--coordination.raft.bootstrap_expect=" + strconv.Itoa(len(peers)),
+		}
+	}
+	if *backend == "consul" {
+		prefix := *consulPrefix
+		if prefix == "" {
+			abs, _ := filepath.Abs(root)
+			sum := sha256.Sum256([]byte(abs))
+			prefix = "fibril-dev/" + hex.EncodeToString(sum[:4])
+		}
+		for _, n := range cluster {
+			n.raft = "" // no raft port to bind
+		}
+		coord = func(*devNode) []string {
+			return []string{"--coordination.backend=consul", "--coordination.consul.addresses=" + *consulAddr, "--coordination.consul.prefix=" + prefix}
+		}
+	}
 	if err := devPortsFree(cluster); err != nil {
 		fmt.Fprintln(stderr, "fibril dev:", err)
 		return exitUsage
 	}
 	for _, n := range cluster {
-		if err := n.start(exe, *backend, peers, secretPath, extra, environ); err != nil {
+		if err := n.start(exe, coord(n), secretPath, extra, environ); err != nil {
 			fmt.Fprintln(stderr, "fibril dev:", err)
 			stopDev(cluster)
 			return exitError
@@ -135,13 +161,13 @@ func runDev(ctx context.Context, args, environ []string, stdout, stderr io.Write
 	}
 	fmt.Fprintf(stdout, "cluster ready: %d brokers, data and logs in %s; Ctrl-C stops them\n", len(cluster), root)
 	superviseDev(ctx, cluster, root, func(n *devNode) error {
-		return n.start(exe, *backend, peers, secretPath, extra, environ)
+		return n.start(exe, coord(n), secretPath, extra, environ)
 	}, *restartAfter, os.Stdin, stdout, stderr)
 	stopDev(cluster)
 	return exitOK
 }
 
-func (n *devNode) start(exe, backend string, peers []string, secretPath string, extra, environ []string) error {
+func (n *devNode) start(exe string, coord []string, secretPath string, extra, environ []string) error {
 	if err := os.MkdirAll(n.dir, 0o700); err != nil {
 		return err
 	}
@@ -154,13 +180,10 @@ func (n *devNode) start(exe, backend string, peers []string, secretPath string, 
 		"--broker.listener.bind=" + n.client,
 		"--broker.peer_advertise=" + n.client,
 		"--admin.listener.bind=" + n.admin,
-		"--coordination.backend=" + backend,
 		"--coordination.node_id=" + n.id,
 		"--coordination.secret_path=" + secretPath,
-		"--coordination.raft.listen=" + n.raft,
-		"--coordination.raft.peers=" + strings.Join(peers, ","),
-		"--coordination.raft.bootstrap_expect=" + strconv.Itoa(len(peers)),
 	}
+	args = append(args, coord...)
 	if n.private {
 		args = append(args, "--broker.visibility=private")
 	}
@@ -190,6 +213,9 @@ func (n *devNode) start(exe, backend string, peers []string, secretPath string, 
 func devPortsFree(cluster []*devNode) error {
 	for _, n := range cluster {
 		for _, p := range []struct{ addr, flag string }{{n.client, "--client-port"}, {n.admin, "--admin-port"}, {n.raft, "--raft-port"}} {
+			if p.addr == "" {
+				continue
+			}
 			l, err := net.Listen("tcp", p.addr)
 			if err != nil {
 				return fmt.Errorf("%s cannot use %s (%v); choose other ports with %s", n.id, p.addr, err, p.flag)

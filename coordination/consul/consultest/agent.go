@@ -195,6 +195,50 @@ func (a *Agent) get(path string, out any) error {
 	return nil
 }
 
+// Put writes body (JSON) to an HTTP API path with the management token
+// and decodes the answer into out (nil: ignored).
+func (a *Agent) Put(path string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, _ := http.NewRequest(http.MethodPut, "http://"+a.Addr+path, bytes.NewReader(b))
+	req.Header.Set("X-Consul-Token", ManagementToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("PUT %s: %d %s", path, resp.StatusCode, strings.TrimSpace(buf.String()))
+	}
+	if out != nil {
+		return json.Unmarshal(buf.Bytes(), out)
+	}
+	return nil
+}
+
+// Token creates an ACL token carrying a new policy with rules (HCL) and
+// returns its secret; rules "" gives a token without any policy.
+func (a *Agent) Token(t testing.TB, name, rules string) string {
+	t.Helper()
+	var tok struct{ SecretID string }
+	body := map[string]any{"Description": name}
+	if rules != "" {
+		var pol struct{ ID string }
+		if err := a.Put("/v1/acl/policy", map[string]any{"Name": name, "Rules": rules}, &pol); err != nil {
+			t.Fatal(err)
+		}
+		body["Policies"] = []map[string]string{{"ID": pol.ID}}
+	}
+	if err := a.Put("/v1/acl/token", body, &tok); err != nil {
+		t.Fatal(err)
+	}
+	return tok.SecretID
+}
+
 // Get reads an HTTP API path (with the management token when ACLs are on)
 // and decodes its JSON answer into out.
 func (a *Agent) Get(path string, out any) error { return a.get(path, out) }
