@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -88,65 +87,21 @@ func (c *Coordinator) renew(ctx context.Context, id string) (*api.SessionEntry, 
 
 // lease is the holder's handle on a session.
 type lease struct {
+	*core.LeaseDeadline
 	c   *Coordinator
 	id  string
 	ttl time.Duration
-
-	mu         sync.Mutex
-	validUntil time.Time // zero once lost
-	timer      *time.Timer
-	done       chan struct{}
 }
 
 func (c *Coordinator) newLease(id string, ttl time.Duration, until time.Time) *lease {
-	l := &lease{c: c, id: id, ttl: ttl, validUntil: until, done: make(chan struct{})}
-	l.mu.Lock()
-	l.timer = time.AfterFunc(time.Until(until), l.checkExpired)
-	l.mu.Unlock()
-	return l
+	return &lease{LeaseDeadline: core.NewLeaseDeadline(until), c: c, id: id, ttl: ttl}
 }
 
-func (l *lease) ID() string            { return l.id }
-func (l *lease) TTL() time.Duration    { return l.ttl }
-func (l *lease) Done() <-chan struct{} { return l.done }
-
-func (l *lease) ValidUntil() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.validUntil
-}
-
-// checkExpired runs when ValidUntil may have passed without a renewal.
-func (l *lease) checkExpired() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.validUntil.IsZero() {
-		return
-	}
-	if left := time.Until(l.validUntil); left > 0 {
-		l.timer.Reset(left)
-		return
-	}
-	l.loseLocked()
-}
-
-func (l *lease) lose() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.loseLocked()
-}
-
-func (l *lease) loseLocked() {
-	if l.validUntil.IsZero() {
-		return
-	}
-	l.validUntil = time.Time{}
-	l.timer.Stop()
-	close(l.done)
-}
+func (l *lease) ID() string         { return l.id }
+func (l *lease) TTL() time.Duration { return l.ttl }
 
 func (l *lease) lostErr() error {
-	if l.ValidUntil().IsZero() {
+	if l.Lost() {
 		return fmt.Errorf("consul: lease %s: %w", l.id, core.ErrLeaseLost)
 	}
 	return nil
@@ -166,17 +121,12 @@ func (l *lease) Renew(ctx context.Context) error {
 	start := time.Now()
 	if _, err := l.c.renew(ctx, l.id); err != nil {
 		if isLeaseLost(err) {
-			l.lose()
+			l.Lose()
 		}
 		return err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.validUntil.IsZero() {
-		return fmt.Errorf("consul: lease %s: %w", l.id, core.ErrLeaseLost)
-	}
-	if until := start.Add(l.ttl); until.After(l.validUntil) {
-		l.validUntil = until
+	if !l.Extend(start.Add(l.ttl)) {
+		return fmt.Errorf("consul: lease %s: renewed too late: %w", l.id, core.ErrLeaseLost)
 	}
 	return nil
 }
@@ -199,7 +149,7 @@ func (l *lease) put(ctx context.Context, full string, value []byte, version uint
 	}
 	v, err := l.c.write(ctx, full, value, version, l.id)
 	if isLeaseLost(err) {
-		l.lose()
+		l.Lose()
 	}
 	return v, err
 }
@@ -207,7 +157,7 @@ func (l *lease) put(ctx context.Context, full string, value []byte, version uint
 // Revoke implements core.Lease: destroying the session deletes its keys
 // in the same Consul write.
 func (l *lease) Revoke(ctx context.Context) error {
-	if l.ValidUntil().IsZero() {
+	if l.Lost() {
 		return nil
 	}
 	_, err := call(l.c, ctx, "session destroy", func(ctx context.Context, cl *api.Client) (bool, error) {
@@ -217,7 +167,7 @@ func (l *lease) Revoke(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.lose()
+	l.Lose()
 	return nil
 }
 

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the fibril_consul_* series (README.md#metrics). They are
+// metrics are the fibril_consul_* series (coordination/consul/README.md#metrics). They are
 // kept without a registerer too, so the code that updates them needs no
 // nil checks.
 type metrics struct {

@@ -36,7 +36,7 @@ type Service struct {
 	Address string
 	Port    int
 	// CheckURL is the broker's /readyz; TLS checks skip verification
-	// (see README.md#service-registration).
+	// (see coordination/consul/README.md#service-registration).
 	CheckURL string
 	// CheckInterval and DeregisterAfter tune the HTTP check.
 	CheckInterval   time.Duration

@@ -192,75 +192,25 @@ func (c *Coordinator) AttachLease(ctx context.Context, id string) (core.Lease, e
 
 // lease is the holder's handle on a lease.
 type lease struct {
+	*core.LeaseDeadline
 	c   *Coordinator
 	id  string
 	ttl time.Duration
-
-	mu         sync.Mutex
-	validUntil time.Time // zero once lost
-	timer      *time.Timer
-	done       chan struct{}
 }
 
 func newLease(c *Coordinator, id string, ttl time.Duration, until time.Time) *lease {
-	l := &lease{c: c, id: id, ttl: ttl, validUntil: until, done: make(chan struct{})}
-	l.mu.Lock()
-	l.timer = time.AfterFunc(time.Until(until), l.checkExpired)
-	l.mu.Unlock()
-	return l
+	return &lease{LeaseDeadline: core.NewLeaseDeadline(until), c: c, id: id, ttl: ttl}
 }
 
-func (l *lease) ID() string            { return l.id }
-func (l *lease) TTL() time.Duration    { return l.ttl }
-func (l *lease) Done() <-chan struct{} { return l.done }
-
-func (l *lease) ValidUntil() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.validUntil
-}
-
-// checkExpired runs when ValidUntil may have passed without a renewal.
-func (l *lease) checkExpired() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.validUntil.IsZero() {
-		return
-	}
-	if left := time.Until(l.validUntil); left > 0 {
-		l.timer.Reset(left) // a renewal moved it
-		return
-	}
-	l.loseLocked()
-}
-
-func (l *lease) lose() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.loseLocked()
-}
-
-func (l *lease) loseLocked() {
-	if l.validUntil.IsZero() {
-		return
-	}
-	l.validUntil = time.Time{}
-	l.timer.Stop()
-	close(l.done)
-}
-
-func (l *lease) lost() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.validUntil.IsZero()
-}
+func (l *lease) ID() string         { return l.id }
+func (l *lease) TTL() time.Duration { return l.ttl }
 
 // Renew implements core.Lease: on success ValidUntil = call time + TTL.
 func (l *lease) Renew(ctx context.Context) error {
 	if err := l.c.check(); err != nil {
 		return err
 	}
-	if l.lost() {
+	if l.Lost() {
 		return fmt.Errorf("raft: lease %s: %w", l.id, core.ErrLeaseLost)
 	}
 	start := time.Now()
@@ -269,21 +219,16 @@ func (l *lease) Renew(ctx context.Context) error {
 		return err
 	}
 	if resp.Code == codeLeaseLost {
-		l.lose()
+		l.Lose()
 		return fmt.Errorf("raft: lease %s: %w", l.id, core.ErrLeaseLost)
 	}
 	if resp.Code != codeOK {
 		return core.Errorf(core.ErrBadRequest, "raft: renew: %s", resp.Msg)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.validUntil.IsZero() {
+	if !l.Extend(start.Add(l.ttl)) {
 		// ValidUntil passed while the renewal was in flight: Done is
 		// closed and stays closed, so the lease counts as lost here.
 		return fmt.Errorf("raft: lease %s: renewed too late: %w", l.id, core.ErrLeaseLost)
-	}
-	if until := start.Add(l.ttl); until.After(l.validUntil) {
-		l.validUntil = until
 	}
 	return nil
 }
@@ -301,13 +246,13 @@ func (l *lease) Put(ctx context.Context, key string, value []byte, version uint6
 
 // put writes key bound to the lease; Campaign uses it for reserved keys.
 func (l *lease) put(ctx context.Context, key string, value []byte, version uint64) (uint64, error) {
-	if l.lost() {
+	if l.Lost() {
 		return 0, fmt.Errorf("raft: lease %s: %w", l.id, core.ErrLeaseLost)
 	}
 	res, err := l.c.apply(ctx, &command{Op: opPut, Key: key, Value: value, Version: version, Lease: l.id})
 	if err != nil {
 		if isLeaseLost(err) {
-			l.lose()
+			l.Lose()
 		}
 		return 0, err
 	}
@@ -324,7 +269,7 @@ func (l *lease) Revoke(ctx context.Context) error {
 	if err != nil && !isLeaseLost(err) {
 		return err
 	}
-	l.lose()
+	l.Lose()
 	return nil
 }
 
