@@ -121,6 +121,14 @@ func (s *Session) topologyStale(gen uint64) bool {
 	if s.conn == nil || s.dormant || s.principal == nil || s.pushedGen >= gen {
 		return false
 	}
+	if s.principal.Node && s.forwarded == nil {
+		// A peer's own connection (a replication stream, a probe): the
+		// peer takes its view from coordination and discards the push.
+		// A follower holds one such connection per partition it follows,
+		// so pushing the whole topology to each would cost the owner
+		// partitions² bytes per change.
+		return false
+	}
 	s.pushedGen = gen
 	return true
 }

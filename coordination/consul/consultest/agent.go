@@ -130,6 +130,7 @@ func (a *Agent) start() {
 	cmd := exec.Command(a.bin, a.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "CONSUL_HTTP_ADDR=", "CONSUL_HTTP_TOKEN=")
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
 		a.t.Fatalf("start consul agent: %v", err)
