@@ -21,6 +21,14 @@ import (
 // and how long a reset of Consul's index can go unnoticed.
 const watchWait = time.Minute
 
+// watchCoalesce is the least time between a blocking query that returned
+// a change and the next one this node sends. Each answer carries the
+// whole key root, so in a burst of writes (a thousand queues declared and
+// placed) answering every single write would cost each broker one full
+// read per write; waiting this long first folds the writes of the pause
+// into one read, for at most this much more latency on a change.
+const watchCoalesce = 25 * time.Millisecond
+
 // Coordinator is the Consul backend of core.Coordinator.
 type Coordinator struct {
 	o       Options
@@ -34,6 +42,8 @@ type Coordinator struct {
 	index   indexClock
 	reach   reachability
 	metrics *metrics
+	// woke is when a watch last returned a change (unix ns; watchCoalesce).
+	woke atomic.Int64
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -234,6 +244,9 @@ func (c *Coordinator) Watch(ctx context.Context, prefix string, after uint64) ([
 	}
 	for {
 		wait := c.index.raw(after)
+		if d := watchCoalesce - time.Duration(time.Now().UnixNano()-c.woke.Load()); wait > 0 && d > 0 {
+			sleepCtx(ctx, d)
+		}
 		type answer struct {
 			pairs api.KVPairs
 			index uint64
@@ -251,6 +264,7 @@ func (c *Coordinator) Watch(ctx context.Context, prefix string, after uint64) ([
 			return nil, 0, err
 		}
 		if idx := c.index.observe(a.index); idx > after {
+			c.woke.Store(time.Now().UnixNano())
 			return c.filter(a.pairs, prefix), idx, nil
 		}
 	}
