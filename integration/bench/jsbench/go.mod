@@ -1,6 +1,6 @@
 module github.com/fibrilgo/fibril/integration/bench/jsbench
 
-go 1.26.0
+go 1.26.7
 
 require (
 	github.com/fibrilgo/fibril v0.0.0
