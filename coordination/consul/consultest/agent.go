@@ -38,12 +38,18 @@ type Options struct {
 	// ACL enables ACLs with default policy deny; ManagementToken is the
 	// management token.
 	ACL bool
+	// TLS adds an HTTPS listener (Agent.HTTPSAddr) that requires a client
+	// certificate; Agent.TLS has the files. Plain HTTP stays on Addr.
+	TLS bool
 }
 
 // Agent is one running Consul agent.
 type Agent struct {
 	// Addr is the HTTP API address (127.0.0.1:port).
 	Addr string
+	// HTTPSAddr and TLS are set with Options.TLS.
+	HTTPSAddr string
+	TLS       TLSFiles
 
 	t       testing.TB
 	bin     string
@@ -97,8 +103,17 @@ func Start(t testing.TB, o Options) *Agent {
 	t.Helper()
 	bin := Binary(t)
 	dir := t.TempDir()
-	ports := freePorts(t, 3)
-	hcl := fmt.Sprintf(`disable_update_check = true, ports { http = %d, serf_lan = %d, server = %d, dns = -1, grpc = -1, grpc_tls = -1, serf_wan = -1 }`, ports[0], ports[1], ports[2])
+	ports := freePorts(t, 4)
+	https := -1
+	var files TLSFiles
+	if o.TLS {
+		https = ports[3]
+		files = writeTLS(t, dir)
+	}
+	hcl := fmt.Sprintf(`disable_update_check = true, ports { http = %d, serf_lan = %d, server = %d, https = %d, dns = -1, grpc = -1, grpc_tls = -1, serf_wan = -1 }`, ports[0], ports[1], ports[2], https)
+	if o.TLS {
+		hcl += fmt.Sprintf(` tls { defaults { ca_file = %q, cert_file = %q, key_file = %q }, https { verify_incoming = true } }`, files.CA, files.ServerCert, files.ServerKey)
+	}
 	if o.ACL {
 		hcl += fmt.Sprintf(` acl { enabled = true, default_policy = "deny", tokens { initial_management = %q, agent = %q } }`, ManagementToken, ManagementToken)
 	}
@@ -108,7 +123,10 @@ func Start(t testing.TB, o Options) *Agent {
 	} else {
 		args = append(args, "-dev")
 	}
-	a := &Agent{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), t: t, bin: bin, args: args, logPath: filepath.Join(dir, "agent.log")}
+	a := &Agent{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), TLS: files, t: t, bin: bin, args: args, logPath: filepath.Join(dir, "agent.log")}
+	if o.TLS {
+		a.HTTPSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(https))
+	}
 	a.start()
 	t.Cleanup(func() {
 		a.Stop()
