@@ -132,10 +132,11 @@ func TestConsulOwnerCutOffStopsBeforeTakeover(t *testing.T) {
 	cut := time.Now()
 	proxies[vi-1].Set(faultproxy.Faults{Blackhole: true})
 	var stopped, taken time.Duration
+	var why string
 	testkit.Eventually(t, 90*time.Second, "the partition taken over by another broker", func() bool {
 		if stopped == 0 {
-			if code, _ := httpGet(t, victim.Admin, "/readyz", nil); code != 200 {
-				stopped = time.Since(cut)
+			if code, body := httpGet(t, victim.Admin, "/readyz", nil); code != 200 {
+				stopped, why = time.Since(cut), body
 			}
 		}
 		if taken == 0 {
@@ -150,14 +151,19 @@ func TestConsulOwnerCutOffStopsBeforeTakeover(t *testing.T) {
 	if stopped == 0 || stopped > taken {
 		t.Fatalf("%s was still ready (stopped %v) when its partition was taken over (%v)", victim.id, stopped, taken)
 	}
+	if !strings.Contains(why, "coordination unreachable: consul agent") {
+		t.Fatalf("/readyz of the cut-off broker says %q; want the Consul agent named as the cause", why)
+	}
 	for i := range 50 {
 		publish(t, c, "orders", client.Message{Partition: u32(part), Payload: []byte(fmt.Sprint("after-", i))})
 	}
 	proxies[vi-1].Set(faultproxy.Faults{})
+	healed := time.Now()
 	testkit.Eventually(t, 2*waitTimeout, victim.id+" ready again once Consul is back", func() bool {
 		code, _ := httpGet(t, victim.Admin, "/readyz", nil)
 		return code == 200
 	})
+	t.Logf("%s ready again %v after the heal", victim.id, time.Since(healed).Round(time.Millisecond))
 	sub := subscribe(t, c, "orders", client.SubscribeOptions{Prefetch: 64})
 	seen := map[string]bool{}
 	testkit.Eventually(t, waitTimeout, "all 100 messages delivered", func() bool {
@@ -270,6 +276,27 @@ func TestConsulServiceRegistration(t *testing.T) {
 	}
 	if got := nodesOf(consulHealth(t, agent, "?tag=private")); !slices.Equal(got, []string{"node-2", "node-3"}) {
 		t.Fatalf("private: %v, want node-2 and node-3", got)
+	}
+	var catalog []struct {
+		ServiceID   string
+		ServiceTags []string
+		ServiceMeta map[string]string
+	}
+	if err := agent.Get("/v1/catalog/service/fibril", &catalog); err != nil {
+		t.Fatal(err)
+	}
+	if len(catalog) != 3 {
+		t.Fatalf("catalog: %d instances of fibril, want 3: %+v", len(catalog), catalog)
+	}
+	for _, e := range catalog {
+		want := "private"
+		if e.ServiceMeta["node_id"] == "node-1" {
+			want = "public"
+		}
+		if !slices.Contains(e.ServiceTags, want) || !slices.Contains(e.ServiceTags, "node="+e.ServiceMeta["node_id"]) ||
+			e.ServiceID != "fibril-"+e.ServiceMeta["node_id"] {
+			t.Fatalf("catalog entry %+v: want id fibril-<node>, tags %s and node=<node>", e, want)
+		}
 	}
 
 	if code, body := httpPost(t, pc.nodes[1].Admin, "/admin/api/drain", `{"grace_ms": 0}`); code != 200 {

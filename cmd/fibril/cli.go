@@ -202,11 +202,14 @@ func usage(w io.Writer) {
   fibril config example [-o FILE]               write fibril.example.toml
   fibril config docs [-o FILE]                  write docs/configuration.md
   fibril dev [--nodes N] [--private K] [--dir DIR] [--client-port P] [--admin-port P] [--raft-port P]
-             [--backend NAME] [--restart-after D] [-- broker flags...]
+             [--coordination raft|consul|NAME] [--consul-addr HOST:PORT] [--consul-prefix P]
+             [--restart-after D] [-- broker flags...]
                                                 a local N-broker cluster on loopback ports (Ctrl-C stops it);
                                                 the last K brokers are private, reached only through the public
                                                 ones, which forward (fibril dev -h lists the defaults); a broker
-                                                that exits is reported and the others keep running
+                                                that exits is reported and the others keep running; with
+                                                --coordination consul (--backend is the same flag) the brokers
+                                                coordinate through the Consul agent at --consul-addr
   fibril dev restart --dir DIR NODE...          start a broker of that running fibril dev again (its data kept)
   fibril version
 

@@ -29,10 +29,20 @@ const watchWait = time.Minute
 // into one read, for at most this much more latency on a change.
 const watchCoalesce = 25 * time.Millisecond
 
+// Bounds of one request when the caller gives no deadline: a request the
+// agent never answers (a connection a network fault left half-open) must
+// not hang a caller forever. A blocking query may legitimately take
+// watchWait plus Consul's jitter of up to 1/16 of it.
+const (
+	requestTimeout  = 10 * time.Second
+	blockingTimeout = watchWait + watchWait/16 + requestTimeout
+)
+
 // Coordinator is the Consul backend of core.Coordinator.
 type Coordinator struct {
 	o       Options
 	clients []*api.Client
+	pools   []*http.Transport // the clients' connections
 	addrs   []string
 	cur     atomic.Int32 // index of the agent in use
 
@@ -47,8 +57,16 @@ type Coordinator struct {
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
-	closed atomic.Bool
-	wg     sync.WaitGroup // leadership goroutines
+
+	// epoch ends the requests in flight when the agent stops or starts
+	// answering again (abandonInFlight): they may sit on connections that
+	// a fault left half-open, where no answer will ever come.
+	epochMu  sync.Mutex
+	epoch    context.Context
+	endEpoch context.CancelFunc
+	probing  atomic.Bool // probeAgent runs
+	closed   atomic.Bool
+	wg       sync.WaitGroup // leadership goroutines
 }
 
 var (
@@ -66,13 +84,15 @@ func Open(ctx context.Context, o Options) (*Coordinator, error) {
 	}
 	c := &Coordinator{o: o, addrs: o.Addresses, kvRoot: o.Prefix + "/kv/", elRoot: o.Prefix + "/elections/"}
 	for _, a := range o.Addresses {
-		cl, err := o.NewClient(a)
+		cl, pool, err := o.newClient(a)
 		if err != nil {
 			return nil, err
 		}
-		c.clients = append(c.clients, cl)
+		c.clients, c.pools = append(c.clients, cl), append(c.pools, pool)
 	}
 	c.reach.log = o.Logger
+	c.reach.changed = c.reachabilityChanged
+	c.epoch, c.endEpoch = context.WithCancel(context.Background())
 	m, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, err
@@ -97,13 +117,56 @@ func (c *Coordinator) Unreachable() error { return c.reach.err() }
 
 // Close implements core.Coordinator. Sessions are left to expire.
 func (c *Coordinator) Close() error {
-	if c.closed.Swap(true) {
+	c.epochMu.Lock() // orders Close with reachabilityChanged's wg.Add
+	already := c.closed.Swap(true)
+	c.epochMu.Unlock()
+	if already {
 		return nil
 	}
 	c.cancel()
 	c.wg.Wait()
 	c.metrics.unregister()
+	c.abandonInFlight()
 	return nil
+}
+
+// reachabilityChanged runs when the agent stops answering and when it
+// answers again. Either way the requests in flight are abandoned (their
+// callers retry, and the level-triggered contract loses nothing) and
+// idle connections dropped, so the next requests use fresh connections
+// rather than ones a fault left half-open. While the agent is
+// unreachable, probeAgent asks it for its leader twice a second, so that
+// its return is noticed at once even if every caller is still waiting
+// out a request.
+func (c *Coordinator) reachabilityChanged() {
+	c.abandonInFlight()
+	if c.reach.err() == nil {
+		return
+	}
+	c.epochMu.Lock()
+	defer c.epochMu.Unlock()
+	if !c.closed.Load() && c.probing.CompareAndSwap(false, true) {
+		c.wg.Add(1)
+		go c.probeAgent()
+	}
+}
+
+func (c *Coordinator) abandonInFlight() {
+	c.epochMu.Lock()
+	c.endEpoch()
+	c.epoch, c.endEpoch = context.WithCancel(context.Background())
+	c.epochMu.Unlock()
+	for _, p := range c.pools {
+		if p != nil {
+			p.CloseIdleConnections()
+		}
+	}
+}
+
+func (c *Coordinator) currentEpoch() context.Context {
+	c.epochMu.Lock()
+	defer c.epochMu.Unlock()
+	return c.epoch
 }
 
 func (c *Coordinator) check() error {
@@ -113,36 +176,82 @@ func (c *Coordinator) check() error {
 	return nil
 }
 
+// probeInterval is how often probeAgent asks an unreachable agent.
+const probeInterval = 500 * time.Millisecond
+
+func (c *Coordinator) probeAgent() {
+	defer c.wg.Done()
+	defer c.probing.Store(false)
+	for c.reach.err() != nil {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-time.After(probeInterval):
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, probeInterval)
+		_, _ = call(c, ctx, "status", func(ctx context.Context, cl *api.Client) (string, error) {
+			return cl.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
+		})
+		cancel()
+	}
+}
+
 // call runs one request against the current agent and classifies its
 // error. A connection error moves to the next agent for the next call.
+//
+// A request gets a deadline of requestTimeout (blockingTimeout for a
+// blocking query) within the caller's, and ends early when the
+// Coordinator closes or abandonInFlight runs.
 func call[T any](c *Coordinator, ctx context.Context, what string, f func(ctx context.Context, cl *api.Client) (T, error)) (T, error) {
+	return callKind(c, ctx, what, false, f)
+}
+
+// callBlocking is call for a blocking query.
+func callBlocking[T any](c *Coordinator, ctx context.Context, what string, f func(ctx context.Context, cl *api.Client) (T, error)) (T, error) {
+	return callKind(c, ctx, what, true, f)
+}
+
+func callKind[T any](c *Coordinator, ctx context.Context, what string, blocking bool, f func(ctx context.Context, cl *api.Client) (T, error)) (T, error) {
 	var zero T
 	if err := c.check(); err != nil {
 		return zero, err
 	}
-	// Closing the Coordinator ends every call in flight, blocking
-	// queries included.
-	ctx, stop := context.WithCancel(ctx)
+	limit := requestTimeout
+	if blocking {
+		limit = blockingTimeout
+	}
+	rctx, stop := context.WithTimeout(ctx, limit)
 	defer stop()
 	defer context.AfterFunc(c.ctx, stop)()
+	epoch := c.currentEpoch()
+	defer context.AfterFunc(epoch, stop)()
 	i := int(c.cur.Load())
-	v, err := f(ctx, c.clients[i])
+	v, err := f(rctx, c.clients[i])
 	if err == nil {
 		c.metrics.requests.WithLabelValues(what, "ok").Inc()
 		c.reach.ok()
 		return v, nil
 	}
 	c.metrics.requests.WithLabelValues(what, "error").Inc()
+	if epoch.Err() != nil && ctx.Err() == nil && !c.closed.Load() {
+		// Abandoned by reachabilityChanged: says nothing of the agent.
+		return zero, fmt.Errorf("consul %s via %s: %w: request abandoned when the agent's reachability changed; retry", what, c.addrs[i], core.ErrCoordinationUnavailable)
+	}
 	return zero, c.classify(ctx, i, what, err)
 }
 
-// classify turns a Consul client error into the contract's errors.
+// classify turns a Consul client error into the contract's errors. ctx is
+// the caller's: when it ended, its error is the answer (the contract), and
+// when its deadline passed with no answer the agent counts as unreachable.
 func (c *Coordinator) classify(ctx context.Context, agent int, what string, err error) error {
 	if c.closed.Load() {
 		return core.ErrClosed
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(cerr, context.DeadlineExceeded) {
+			c.reach.fail(c.addrs[agent], fmt.Errorf("no answer to %s within the caller's deadline", what))
+		}
+		return cerr
 	}
 	msg := err.Error()
 	var se api.StatusError
@@ -251,7 +360,7 @@ func (c *Coordinator) Watch(ctx context.Context, prefix string, after uint64) ([
 			pairs api.KVPairs
 			index uint64
 		}
-		a, err := call(c, ctx, "watch", func(ctx context.Context, cl *api.Client) (answer, error) {
+		a, err := callBlocking(c, ctx, "watch", func(ctx context.Context, cl *api.Client) (answer, error) {
 			q := queryOpts(ctx, false)
 			q.WaitIndex, q.WaitTime = wait, watchWait
 			pairs, meta, err := cl.KV().List(c.kvRoot, q)
@@ -413,15 +522,17 @@ type reachability struct {
 		Info(string, ...any)
 	}
 	gauge interface{ Set(float64) }
-	mu    sync.Mutex
-	last  error
-	since time.Time
+	// changed runs (outside the lock) when the state flips either way.
+	changed func()
+	mu      sync.Mutex
+	last    error
+	since   time.Time
 }
 
 func (r *reachability) fail(agent string, err error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.last == nil {
+	flipped := r.last == nil
+	if flipped {
 		r.since = time.Now()
 		if r.gauge != nil {
 			r.gauge.Set(0)
@@ -431,18 +542,28 @@ func (r *reachability) fail(agent string, err error) {
 		}
 	}
 	r.last = fmt.Errorf("consul agent %s: %w", agent, err)
+	r.mu.Unlock()
+	if flipped && r.changed != nil {
+		r.changed()
+	}
 }
 
 func (r *reachability) ok() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.last != nil && r.log != nil {
-		r.log.Info("consul: agent reachable again", "down_for", time.Since(r.since).Round(time.Millisecond))
-	}
-	if r.last != nil && r.gauge != nil {
-		r.gauge.Set(1)
+	flipped := r.last != nil
+	if flipped {
+		if r.log != nil {
+			r.log.Info("consul: agent reachable again", "down_for", time.Since(r.since).Round(time.Millisecond))
+		}
+		if r.gauge != nil {
+			r.gauge.Set(1)
+		}
 	}
 	r.last = nil
+	r.mu.Unlock()
+	if flipped && r.changed != nil {
+		r.changed()
+	}
 }
 
 func (r *reachability) err() error {

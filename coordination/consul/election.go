@@ -61,7 +61,7 @@ func (c *Coordinator) awaitFree(ctx context.Context, key string) error {
 			held  bool
 			index uint64
 		}
-		a, err := call(c, ctx, "election watch", func(ctx context.Context, cl *api.Client) (answer, error) {
+		a, err := callBlocking(c, ctx, "election watch", func(ctx context.Context, cl *api.Client) (answer, error) {
 			q := queryOpts(ctx, index == 0)
 			q.WaitIndex, q.WaitTime = index, watchWait
 			p, meta, err := cl.KV().Get(key, q)
@@ -153,7 +153,7 @@ func (ld *leadership) watchKey(ctx context.Context) {
 			p     *api.KVPair
 			index uint64
 		}
-		a, err := call(ld.c, ctx, "election watch", func(ctx context.Context, cl *api.Client) (answer, error) {
+		a, err := callBlocking(ld.c, ctx, "election watch", func(ctx context.Context, cl *api.Client) (answer, error) {
 			q := queryOpts(ctx, false)
 			q.WaitIndex, q.WaitTime = index, watchWait
 			p, meta, err := cl.KV().Get(ld.key, q)

@@ -3,6 +3,7 @@ package consul
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -180,9 +181,17 @@ func splitAddress(a string) (scheme, hostport string, err error) {
 // NewClient returns a Consul API client for one agent address with the
 // datacenter, token and TLS of o.
 func (o *Options) NewClient(address string) (*api.Client, error) {
+	c, _, err := o.newClient(address)
+	return c, err
+}
+
+// newClient is NewClient that also returns the client's connection pool,
+// so the Coordinator can drop connections that a network fault left
+// half-open.
+func (o *Options) newClient(address string) (*api.Client, *http.Transport, error) {
 	scheme, hostport, err := splitAddress(address)
 	if err != nil {
-		return nil, fmt.Errorf("consul: %s: %w", KeyAddresses, err)
+		return nil, nil, fmt.Errorf("consul: %s: %w", KeyAddresses, err)
 	}
 	if scheme == "http" && (o.CAFile != "" || o.CertFile != "") {
 		scheme = "https" // TLS material given: the agent speaks HTTPS
@@ -203,9 +212,9 @@ func (o *Options) NewClient(address string) (*api.Client, error) {
 	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("consul: TLS to the agent (%s, %s, %s): %w", KeyCAPath, KeyCertPath, KeyKeyPath, err)
+		return nil, nil, fmt.Errorf("consul: TLS to the agent (%s, %s, %s): %w", KeyCAPath, KeyCertPath, KeyKeyPath, err)
 	}
-	return c, nil
+	return c, cfg.Transport, nil
 }
 
 func hostOnly(hostport string) string {
