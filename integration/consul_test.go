@@ -88,14 +88,7 @@ func TestConsulClusterScenario(t *testing.T) {
 		t.Fatalf("the partition took confirmed publishes while still assigned to the dead %s", victim.id)
 	}
 	pc.restart(victim)
-	testkit.Eventually(t, 2*waitTimeout, victim.id+" in sync again", func() bool {
-		for _, p := range pc.topology(pc.nodes[0]).Partitions {
-			if p.Topic == "orders" && p.Partition == part {
-				return slices.Contains(p.InSync, victim.id)
-			}
-		}
-		return false
-	})
+	pc.awaitInSync(t, "orders", part, victim.id)
 
 	restarted := time.Now()
 	agent.Restart()

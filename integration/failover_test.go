@@ -217,14 +217,7 @@ func TestPrivateOwnerFailsOverMidStream(t *testing.T) {
 				}
 				seen[now] = true
 				pc.restart(victim)
-				testkit.Eventually(t, 2*waitTimeout, victim.id+" in sync again", func() bool {
-					for _, p := range pc.topology(pc.nodes[0]).Partitions {
-						if p.Topic == "orders" && p.Partition == part {
-							return slices.Contains(p.InSync, victim.id)
-						}
-					}
-					return false
-				})
+				pc.awaitInSync(t, "orders", part, victim.id)
 				confirmedAfter(50, "50 confirmed publishes with "+victim.id+" back")
 			}
 			n, missing, dups, extra := tr.finish(t)
@@ -235,6 +228,20 @@ func TestPrivateOwnerFailsOverMidStream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// awaitInSync waits until node is in the in-sync set of topic's partition
+// part, as node-1's topology shows it.
+func (rc *raftCluster) awaitInSync(t *testing.T, topic string, part uint32, node string) {
+	t.Helper()
+	testkit.Eventually(t, 2*waitTimeout, node+" in sync again", func() bool {
+		for _, p := range rc.topology(rc.nodes[0]).Partitions {
+			if p.Topic == topic && p.Partition == part {
+				return slices.Contains(p.InSync, node)
+			}
+		}
+		return false
+	})
 }
 
 func keys(m map[string]bool) []string {

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -195,24 +196,7 @@ func (a *Agent) WaitLeader(d time.Duration) error {
 }
 
 // get reads an HTTP API path with the management token.
-func (a *Agent) get(path string, out any) error {
-	req, _ := http.NewRequest(http.MethodGet, "http://"+a.Addr+path, nil)
-	req.Header.Set("X-Consul-Token", ManagementToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	_, _ = buf.ReadFrom(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, strings.TrimSpace(buf.String()))
-	}
-	if out != nil {
-		return json.Unmarshal(buf.Bytes(), out)
-	}
-	return nil
-}
+func (a *Agent) get(path string, out any) error { return a.do(http.MethodGet, path, nil, out) }
 
 // Put writes body (JSON) to an HTTP API path with the management token
 // and decodes the answer into out (nil: ignored).
@@ -221,7 +205,20 @@ func (a *Agent) Put(path string, body, out any) error {
 	if err != nil {
 		return err
 	}
-	req, _ := http.NewRequest(http.MethodPut, "http://"+a.Addr+path, bytes.NewReader(b))
+	return a.do(http.MethodPut, path, b, out)
+}
+
+// do sends one request to the agent's HTTP API with the management token
+// and decodes a 200 answer into out (nil: ignored).
+func (a *Agent) do(method, path string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, "http://"+a.Addr+path, rd)
+	if err != nil {
+		return err
+	}
 	req.Header.Set("X-Consul-Token", ManagementToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -231,7 +228,7 @@ func (a *Agent) Put(path string, body, out any) error {
 	var buf bytes.Buffer
 	_, _ = buf.ReadFrom(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("PUT %s: %d %s", path, resp.StatusCode, strings.TrimSpace(buf.String()))
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(buf.String()))
 	}
 	if out != nil {
 		return json.Unmarshal(buf.Bytes(), out)
