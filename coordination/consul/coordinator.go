@@ -248,7 +248,9 @@ func (c *Coordinator) classify(ctx context.Context, agent int, what string, err 
 		return core.ErrClosed
 	}
 	if cerr := ctx.Err(); cerr != nil {
-		if errors.Is(cerr, context.DeadlineExceeded) {
+		if errors.Is(cerr, context.DeadlineExceeded) && c.reach.err() == nil {
+			// Only a first sign: an earlier error (connection refused,
+			// say) tells an operator more than a timeout does.
 			c.reach.fail(c.addrs[agent], fmt.Errorf("no answer to %s within the caller's deadline", what))
 		}
 		return cerr
@@ -538,7 +540,7 @@ func (r *reachability) fail(agent string, err error) {
 			r.gauge.Set(0)
 		}
 		if r.log != nil {
-			r.log.Warn("consul: agent unreachable; callers retry with backoff and the lease is kept while it is valid", "agent", agent, "err", err)
+			r.log.Warn("consul: agent unreachable; retrying with backoff (a lease stays valid until its TTL runs out)", "agent", agent, "err", err)
 		}
 	}
 	r.last = fmt.Errorf("consul agent %s: %w", agent, err)
