@@ -46,8 +46,8 @@ func consulBackend(addr func(i int) string) backend {
 
 func sameAgent(a *consultest.Agent) func(int) string { return func(int) string { return a.Addr } }
 
-// orderedPrivatePartition declares orders with parts partitions through
-// the public broker and returns a partition a private broker owns.
+// privatelyOwned declares orders with parts partitions through the public
+// broker and returns a partition a private broker owns, and the owners.
 func privatelyOwned(t *testing.T, pc *privateCluster, c *client.Client, parts int) (uint32, map[uint32]string) {
 	t.Helper()
 	if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "orders", Partitions: uint32(parts)}); err != nil {

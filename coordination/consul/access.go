@@ -41,11 +41,7 @@ func (c *Coordinator) checkAccess(ctx context.Context) error {
 	if err != nil {
 		return missingRight(err, `session_prefix "" { policy = "write" }`)
 	}
-	_, err = call(c, ctx, "session destroy", func(ctx context.Context, cl *api.Client) (bool, error) {
-		_, err := cl.Session().Destroy(id, (&api.WriteOptions{}).WithContext(ctx))
-		return true, err
-	})
-	if err != nil {
+	if err := c.destroySession(ctx, id); err != nil {
 		return missingRight(err, `session_prefix "" { policy = "write" }`)
 	}
 	return nil

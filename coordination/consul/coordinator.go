@@ -83,12 +83,9 @@ func Open(ctx context.Context, o Options) (*Coordinator, error) {
 		return nil, err
 	}
 	c := &Coordinator{o: o, addrs: o.Addresses, kvRoot: o.Prefix + "/kv/", elRoot: o.Prefix + "/elections/"}
-	for _, a := range o.Addresses {
-		cl, pool, err := o.newClient(a)
-		if err != nil {
-			return nil, err
-		}
-		c.clients, c.pools = append(c.clients, cl), append(c.pools, pool)
+	var err error
+	if c.clients, c.pools, err = o.clients(); err != nil {
+		return nil, err
 	}
 	c.reach.log = o.Logger
 	c.reach.changed = c.reachabilityChanged
@@ -256,13 +253,9 @@ func (c *Coordinator) classify(ctx context.Context, agent int, what string, err 
 		return cerr
 	}
 	msg := err.Error()
-	var se api.StatusError
-	status := 0
-	if errors.As(err, &se) {
-		status = se.Code
-	}
+	status := statusOf(err)
 	switch {
-	case status == http.StatusForbidden || strings.Contains(msg, "Permission denied") || strings.Contains(msg, "ACL not found"):
+	case aclDenied(err):
 		c.reach.ok() // the agent answered
 		return core.Errorf(core.ErrForbidden, "consul %s: the ACL token (%s) is not allowed to: %s", what, KeyToken, msg)
 	case status == http.StatusRequestEntityTooLarge || strings.Contains(msg, "too large"):
@@ -283,6 +276,23 @@ func (c *Coordinator) classify(ctx context.Context, agent int, what string, err 
 }
 
 func (c *Coordinator) agent() string { return c.addrs[c.cur.Load()] }
+
+// statusOf is the HTTP status of a Consul client error (0: no answer, or
+// an error the client reports without its status).
+func statusOf(err error) int {
+	var se api.StatusError
+	if errors.As(err, &se) {
+		return se.Code
+	}
+	return 0
+}
+
+// aclDenied reports whether Consul refused a request for its ACL token;
+// a rolled-back transaction reports it only in its error text.
+func aclDenied(err error) bool {
+	msg := err.Error()
+	return statusOf(err) == http.StatusForbidden || strings.Contains(msg, "Permission denied") || strings.Contains(msg, "ACL not found")
+}
 
 func queryOpts(ctx context.Context, consistent bool) *api.QueryOptions {
 	return (&api.QueryOptions{RequireConsistent: consistent}).WithContext(ctx)
@@ -319,21 +329,40 @@ func (c *Coordinator) List(ctx context.Context, prefix string) ([]core.KV, uint6
 	if err := core.CheckPrefix(prefix); err != nil {
 		return nil, 0, err
 	}
+	pairs, raw, err := c.readRoot(ctx, false, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	return c.filter(pairs, prefix), c.index.observe(raw), nil
+}
+
+// readRoot reads every key under the key root with Consul's index: a
+// consistent read ("list"), or a blocking query that answers once the
+// index passes wait ("watch").
+func (c *Coordinator) readRoot(ctx context.Context, blocking bool, wait uint64) (api.KVPairs, uint64, error) {
 	type answer struct {
 		pairs api.KVPairs
 		index uint64
 	}
-	a, err := call(c, ctx, "list", func(ctx context.Context, cl *api.Client) (answer, error) {
-		pairs, meta, err := cl.KV().List(c.kvRoot, queryOpts(ctx, true))
+	read := func(ctx context.Context, cl *api.Client) (answer, error) {
+		q := queryOpts(ctx, !blocking)
+		if blocking {
+			q.WaitIndex, q.WaitTime = wait, watchWait
+		}
+		pairs, meta, err := cl.KV().List(c.kvRoot, q)
 		if err != nil {
 			return answer{}, err
 		}
 		return answer{pairs, meta.LastIndex}, nil
-	})
-	if err != nil {
-		return nil, 0, err
 	}
-	return c.filter(a.pairs, prefix), c.index.observe(a.index), nil
+	var a answer
+	var err error
+	if blocking {
+		a, err = callBlocking(c, ctx, "watch", read)
+	} else {
+		a, err = call(c, ctx, "list", read)
+	}
+	return a.pairs, a.index, err
 }
 
 func (c *Coordinator) filter(pairs api.KVPairs, prefix string) []core.KV {
@@ -358,25 +387,13 @@ func (c *Coordinator) Watch(ctx context.Context, prefix string, after uint64) ([
 		if d := watchCoalesce - time.Duration(time.Now().UnixNano()-c.woke.Load()); wait > 0 && d > 0 {
 			sleepCtx(ctx, d)
 		}
-		type answer struct {
-			pairs api.KVPairs
-			index uint64
-		}
-		a, err := callBlocking(c, ctx, "watch", func(ctx context.Context, cl *api.Client) (answer, error) {
-			q := queryOpts(ctx, false)
-			q.WaitIndex, q.WaitTime = wait, watchWait
-			pairs, meta, err := cl.KV().List(c.kvRoot, q)
-			if err != nil {
-				return answer{}, err
-			}
-			return answer{pairs, meta.LastIndex}, nil
-		})
+		pairs, raw, err := c.readRoot(ctx, true, wait)
 		if err != nil {
 			return nil, 0, err
 		}
-		if idx := c.index.observe(a.index); idx > after {
+		if idx := c.index.observe(raw); idx > after {
 			c.woke.Store(time.Now().UnixNano())
-			return c.filter(a.pairs, prefix), idx, nil
+			return c.filter(pairs, prefix), idx, nil
 		}
 	}
 }
@@ -444,8 +461,8 @@ func (c *Coordinator) txn(ctx context.Context, what string, ops api.TxnOps) (*ap
 		_, resp, _, err := cl.Txn().Txn(ops, queryOpts(ctx, false))
 		if err == nil && resp != nil {
 			for _, e := range resp.Errors {
-				if strings.Contains(e.What, "Permission denied") || strings.Contains(e.What, "ACL not found") {
-					return nil, errors.New(e.What)
+				if err := errors.New(e.What); aclDenied(err) {
+					return nil, err
 				}
 			}
 		}

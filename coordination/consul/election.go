@@ -57,30 +57,41 @@ func (c *Coordinator) Campaign(ctx context.Context, election string) (core.Leade
 func (c *Coordinator) awaitFree(ctx context.Context, key string) error {
 	var index uint64
 	for {
-		type answer struct {
-			held  bool
-			index uint64
-		}
-		a, err := callBlocking(c, ctx, "election watch", func(ctx context.Context, cl *api.Client) (answer, error) {
-			q := queryOpts(ctx, index == 0)
-			q.WaitIndex, q.WaitTime = index, watchWait
-			p, meta, err := cl.KV().Get(key, q)
-			if err != nil {
-				return answer{}, err
-			}
-			return answer{p != nil, meta.LastIndex}, nil
-		})
+		p, next, err := c.watchElectionKey(ctx, key, index, index == 0)
 		if err != nil {
 			return err
 		}
-		if !a.held {
+		if p == nil {
 			return nil
 		}
-		if a.index < index {
-			a.index = 0 // Consul's index went back: start over
-		}
-		index = a.index
+		index = next
 	}
+}
+
+// watchElectionKey is one blocking read of an election key: its state
+// once Consul's index passes index (at once for 0), and the index to pass
+// next — 0 when Consul's index went back, so the next read starts over.
+func (c *Coordinator) watchElectionKey(ctx context.Context, key string, index uint64, consistent bool) (*api.KVPair, uint64, error) {
+	type answer struct {
+		p     *api.KVPair
+		index uint64
+	}
+	a, err := callBlocking(c, ctx, "election watch", func(ctx context.Context, cl *api.Client) (answer, error) {
+		q := queryOpts(ctx, consistent)
+		q.WaitIndex, q.WaitTime = index, watchWait
+		p, meta, err := cl.KV().Get(key, q)
+		if err != nil {
+			return answer{}, err
+		}
+		return answer{p, meta.LastIndex}, nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if a.index < index {
+		a.index = 0
+	}
+	return a.p, a.index, nil
 }
 
 // leadership is one won term. It ends when the session cannot be renewed
@@ -149,33 +160,18 @@ func (ld *leadership) watchKey(ctx context.Context) {
 	defer ld.c.wg.Done()
 	var index uint64
 	for ctx.Err() == nil {
-		type answer struct {
-			p     *api.KVPair
-			index uint64
-		}
-		a, err := callBlocking(ld.c, ctx, "election watch", func(ctx context.Context, cl *api.Client) (answer, error) {
-			q := queryOpts(ctx, false)
-			q.WaitIndex, q.WaitTime = index, watchWait
-			p, meta, err := cl.KV().Get(ld.key, q)
-			if err != nil {
-				return answer{}, err
-			}
-			return answer{p, meta.LastIndex}, nil
-		})
+		p, next, err := ld.c.watchElectionKey(ctx, ld.key, index, false)
 		if err != nil {
 			if ctx.Err() == nil {
 				sleepCtx(ctx, time.Second)
 			}
 			continue
 		}
-		if a.p == nil || a.p.Session != ld.l.id || a.p.ModifyIndex != ld.term {
+		if p == nil || p.Session != ld.l.id || p.ModifyIndex != ld.term {
 			ld.end("lock key gone or taken")
 			return
 		}
-		if a.index < index {
-			a.index = 0
-		}
-		index = a.index
+		index = next
 	}
 }
 

@@ -38,6 +38,16 @@ func (c *Coordinator) createSession(ctx context.Context, name string, ttl time.D
 	})
 }
 
+// destroySession ends a session; with behaviour delete its keys go in the
+// same Consul write.
+func (c *Coordinator) destroySession(ctx context.Context, id string) error {
+	_, err := call(c, ctx, "session destroy", func(ctx context.Context, cl *api.Client) (bool, error) {
+		_, err := cl.Session().Destroy(id, (&api.WriteOptions{}).WithContext(ctx))
+		return true, err
+	})
+	return err
+}
+
 // GrantLease implements core.Coordinator. The TTL is raised to MinTTL and
 // rounded to whole seconds (Consul's TTLs are durations it reports back
 // in seconds).
@@ -160,11 +170,7 @@ func (l *lease) Revoke(ctx context.Context) error {
 	if l.Lost() {
 		return nil
 	}
-	_, err := call(l.c, ctx, "session destroy", func(ctx context.Context, cl *api.Client) (bool, error) {
-		_, err := cl.Session().Destroy(l.id, (&api.WriteOptions{}).WithContext(ctx))
-		return true, err
-	})
-	if err != nil {
+	if err := l.c.destroySession(ctx, l.id); err != nil {
 		return err
 	}
 	l.Lose()

@@ -178,16 +178,24 @@ func splitAddress(a string) (scheme, hostport string, err error) {
 	return scheme, a, nil
 }
 
-// NewClient returns a Consul API client for one agent address with the
-// datacenter, token and TLS of o.
-func (o *Options) NewClient(address string) (*api.Client, error) {
-	c, _, err := o.newClient(address)
-	return c, err
+// clients returns a Consul API client per agent address, in order, and
+// each client's connection pool (so the Coordinator can drop connections
+// that a network fault left half-open).
+func (o *Options) clients() ([]*api.Client, []*http.Transport, error) {
+	var clients []*api.Client
+	var pools []*http.Transport
+	for _, a := range o.Addresses {
+		cl, pool, err := o.newClient(a)
+		if err != nil {
+			return nil, nil, err
+		}
+		clients, pools = append(clients, cl), append(pools, pool)
+	}
+	return clients, pools, nil
 }
 
-// newClient is NewClient that also returns the client's connection pool,
-// so the Coordinator can drop connections that a network fault left
-// half-open.
+// newClient returns a Consul API client for one agent address with the
+// datacenter, token and TLS of o, and its connection pool.
 func (o *Options) newClient(address string) (*api.Client, *http.Transport, error) {
 	scheme, hostport, err := splitAddress(address)
 	if err != nil {

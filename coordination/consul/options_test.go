@@ -76,8 +76,8 @@ func TestOptionsDefaults(t *testing.T) {
 	if o.Token != "s3cret" || o.Prefix != "team/a" || o.SessionTTL != 10*time.Second || len(o.Addresses) != 1 || o.Addresses[0] != DefaultAddress {
 		t.Fatalf("options %+v", o)
 	}
-	cl, err := o.NewClient("https://consul.example:8501")
+	cl, _, err := o.newClient("https://consul.example:8501")
 	if err != nil || cl == nil {
-		t.Fatalf("NewClient: %v", err)
+		t.Fatalf("newClient: %v", err)
 	}
 }

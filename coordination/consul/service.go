@@ -100,14 +100,11 @@ func Register(ctx context.Context, o Options, s Service) (*Registration, error) 
 		return nil, err
 	}
 	r := &Registration{s: s, addrs: o.Addresses, log: o.Logger, stop: make(chan struct{}), done: make(chan struct{})}
-	for _, a := range o.Addresses {
-		cl, err := o.NewClient(a)
-		if err != nil {
-			return nil, err
-		}
-		r.clients = append(r.clients, cl)
+	var err error
+	if r.clients, _, err = o.clients(); err != nil {
+		return nil, err
 	}
-	err := r.register(ctx)
+	err = r.register(ctx)
 	switch {
 	case errors.Is(err, core.ErrForbidden):
 		return nil, fmt.Errorf("consul.register: the ACL token (%s or %s) lacks the right service %q { policy = \"write\" }: %w", KeyToken, KeyTokenPath, s.Name, err)
@@ -129,16 +126,11 @@ func (r *Registration) register(ctx context.Context) error {
 			return nil
 		}
 		last = fmt.Errorf("agent %s: %w", r.addrs[i], err)
-		if isForbidden(err) {
+		if aclDenied(err) {
 			return core.Errorf(core.ErrForbidden, "%v", last)
 		}
 	}
 	return last
-}
-
-func isForbidden(err error) bool {
-	var se api.StatusError
-	return (errors.As(err, &se) && se.Code == 403) || strings.Contains(err.Error(), "Permission denied") || strings.Contains(err.Error(), "ACL not found")
 }
 
 // keep registers the service again whenever the agent does not have it.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fibrilgo/fibril/coordination/consul"
@@ -49,21 +49,18 @@ func (b *Broker) registerService() error {
 }
 
 // serviceAddress is the client address a catalog entry carries: the first
-// advertised one for a public broker, the bound one otherwise.
+// advertised one for a public broker (broker.advertised, which falls back
+// to the bound address), the bound one for a private broker.
 func (b *Broker) serviceAddress() (string, int, error) {
-	a := b.brokerLn.Addr().String()
-	if b.cfg.Broker.Visibility != string(core.Private) && len(b.cfg.Broker.Listener.Advertise) > 0 {
-		a = b.cfg.Broker.Listener.Advertise[0]
+	if b.cfg.Broker.Visibility == string(core.Private) {
+		a := b.brokerLn.Addr().(*net.TCPAddr)
+		return a.IP.String(), a.Port, nil
 	}
-	host, port, err := net.SplitHostPort(a)
+	adv, err := b.advertised()
 	if err != nil {
-		return "", 0, fmt.Errorf("broker.listener.advertise %q: %w", a, err)
+		return "", 0, err
 	}
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		return "", 0, fmt.Errorf("broker.listener.advertise %q: bad port", a)
-	}
-	return host, p, nil
+	return strings.Trim(adv[0].Host, "[]"), int(adv[0].Port), nil
 }
 
 // readyzURL is where the Consul agent checks this broker: the advertised
