@@ -247,23 +247,28 @@ func (s *StreamSubscription) deliverRange(from, limit uint64) error {
 			derr = core.Errorf(core.ErrInternal, "%s: record %d: %v", s.p.name, r.Offset, err)
 			return false
 		}
-		more := true
 		matched := matchFilter(s.opts.Filter, rec.Headers)
-		if matched {
-			more = s.c.Deliver(s.delivery(r.Offset, &rec))
-			s.p.stats.streamDelivered.Add(1)
-		}
+		// The record counts as delivered before it is handed over: the
+		// consumer's ACK can come back before Deliver returns, and Ack
+		// ignores tags at or past pos and settles only recorded credit.
 		pos = r.Offset + 1
 		s.mu.Lock()
 		s.pos = pos
 		if matched && s.credited() {
 			s.unacked = append(s.unacked, r.Offset)
 		}
+		s.mu.Unlock()
+		more := true
+		if matched {
+			more = s.c.Deliver(s.delivery(r.Offset, &rec))
+			s.p.stats.streamDelivered.Add(1)
+		}
+		// One lock per record after Deliver: the checks for the next record
+		// (run made them for the first).
+		s.mu.Lock()
 		if !more {
 			s.paused = true
 		}
-		// One lock per record: the checks for the next record (run made
-		// them for the first) ride on the position update.
 		more = more && !s.closed && !s.paused && s.hasCreditLocked()
 		s.mu.Unlock()
 		return more

@@ -571,3 +571,51 @@ func TestStreamGateHoldsConfirmsAndDeliveries(t *testing.T) {
 	sp.RaiseDeliverable(2)
 	waitN(t, rec, 1)
 }
+
+// ackInDeliver acknowledges every delivery before Deliver returns: the
+// fastest a client's ACK can come back (it may arrive while the reader is
+// still inside Deliver). With Prefetch 1 a lost ack also loses the credit.
+type ackInDeliver struct {
+	s   chan *StreamSubscription
+	got chan uint64
+}
+
+func (a *ackInDeliver) Deliver(d *Delivery) bool {
+	s := <-a.s
+	s.Ack(d.Tag)
+	a.s <- s
+	a.got <- d.Offset
+	return true
+}
+
+// An ACK that arrives before the reader's Deliver call has returned still
+// commits the cursor and returns the credit (S-75): a record counts as
+// delivered from the moment it is handed over.
+func TestStreamAckDuringDeliver(t *testing.T) {
+	e := newEnv(t)
+	sp := e.stream(StreamSpec{Topic: "events", Durability: wire.DurabilityDurable})
+	for i := range 3 {
+		e.spub(sp, fmt.Sprint("m", i))
+	}
+	a := &ackInDeliver{s: make(chan *StreamSubscription, 1), got: make(chan uint64, 3)}
+	s, err := sp.Subscribe(a, StreamSubscribeOptions{DurableName: "fast", Prefetch: 1, Paused: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	a.s <- s
+	s.Resume()
+	for want := range uint64(3) {
+		select {
+		case off := <-a.got:
+			if off != want {
+				t.Fatalf("delivered offset %d, want %d", off, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("offset %d not delivered: the ack of %d was lost with its credit", want, want-1)
+		}
+	}
+	if next, ok := sp.Cursor("fast"); !ok || next != 3 {
+		t.Fatalf("cursor %d %v, want 3", next, ok)
+	}
+}
