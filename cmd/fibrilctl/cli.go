@@ -11,7 +11,9 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
@@ -41,31 +43,71 @@ type globals struct {
 	adminUser, adminPass string
 	adminTLS             bool
 	timeout              time.Duration
+	envFile              string // --env-file: read before the flags (withEnvFile)
 }
 
-func defaultGlobals(e *env) globals {
+// defaultGlobals are the built-in defaults overridden by the variables
+// of envVars (from the environment or the env file); the flags override
+// both.
+func defaultGlobals(e *env) (globals, error) {
 	g := globals{addr: "127.0.0.1:9876", admin: "127.0.0.1:8081", timeout: 10 * time.Second}
-	if v := e.getenv("FIBRIL_ADDR"); v != "" {
-		g.addr = v
+	for _, v := range []struct {
+		name string
+		dst  *string
+	}{
+		{"FIBRIL_ADDR", &g.addr}, {"FIBRIL_USER", &g.user}, {"FIBRIL_PASSWORD", &g.password}, {"FIBRIL_CA", &g.ca},
+		{"FIBRIL_ADMIN_ADDR", &g.admin}, {"FIBRIL_ADMIN_USER", &g.adminUser}, {"FIBRIL_ADMIN_PASSWORD", &g.adminPass},
+	} {
+		if val := e.getenv(v.name); val != "" {
+			*v.dst = val
+		}
 	}
-	if v := e.getenv("FIBRIL_ADMIN_ADDR"); v != "" {
-		g.admin = v
+	for _, v := range []struct {
+		name string
+		dst  *bool
+	}{{"FIBRIL_TLS", &g.tls}, {"FIBRIL_INSECURE", &g.insecure}, {"FIBRIL_ADMIN_TLS", &g.adminTLS}} {
+		if val := e.getenv(v.name); val != "" {
+			b, err := strconv.ParseBool(val)
+			if err != nil {
+				return g, usagef("%s=%q (from %s) is not a boolean (true, false, 1, 0)", v.name, val, e.source(v.name))
+			}
+			*v.dst = b
+		}
 	}
-	return g
+	if val := e.getenv("FIBRIL_TIMEOUT"); val != "" {
+		d, err := time.ParseDuration(val)
+		if err != nil || d <= 0 {
+			return g, usagef("FIBRIL_TIMEOUT=%q (from %s) is not a positive duration such as 10s", val, e.source("FIBRIL_TIMEOUT"))
+		}
+		g.timeout = d
+	}
+	return g, nil
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.addr, "addr", g.addr, "broker `HOST:PORT` (comma-separated list to try in order; env FIBRIL_ADDR)")
-	fs.StringVar(&g.user, "user", g.user, "username (default: the built-in fibril/fibril pair, accepted from loopback only)")
+	fs.StringVar(&g.user, "user", g.user, "username (env FIBRIL_USER; default: the built-in fibril/fibril pair, accepted from loopback only)")
 	fs.StringVar(&g.password, "password", g.password, "password (env FIBRIL_PASSWORD)")
-	fs.BoolVar(&g.tls, "tls", g.tls, "connect to the broker over TLS")
-	fs.StringVar(&g.ca, "ca", g.ca, "PEM `file` of CA certificates to trust for TLS (default: the system roots)")
-	fs.BoolVar(&g.insecure, "insecure", g.insecure, "TLS without verifying the server certificate (testing only)")
+	fs.BoolVar(&g.tls, "tls", g.tls, "connect to the broker over TLS (env FIBRIL_TLS)")
+	fs.StringVar(&g.ca, "ca", g.ca, "PEM `file` of CA certificates to trust for TLS (env FIBRIL_CA; default: the system roots)")
+	fs.BoolVar(&g.insecure, "insecure", g.insecure, "TLS without verifying the server certificate, testing only (env FIBRIL_INSECURE)")
 	fs.StringVar(&g.admin, "admin", g.admin, "admin API `HOST:PORT` (env FIBRIL_ADMIN_ADDR)")
-	fs.StringVar(&g.adminUser, "admin-user", g.adminUser, "admin API username (HTTP Basic)")
+	fs.StringVar(&g.adminUser, "admin-user", g.adminUser, "admin API username, HTTP Basic (env FIBRIL_ADMIN_USER)")
 	fs.StringVar(&g.adminPass, "admin-password", g.adminPass, "admin API password (env FIBRIL_ADMIN_PASSWORD)")
-	fs.BoolVar(&g.adminTLS, "admin-tls", g.adminTLS, "use HTTPS for the admin API (with --ca / --insecure)")
-	fs.DurationVar(&g.timeout, "timeout", g.timeout, "bound on connecting and on each request")
+	fs.BoolVar(&g.adminTLS, "admin-tls", g.adminTLS, "use HTTPS for the admin API, with --ca / --insecure (env FIBRIL_ADMIN_TLS)")
+	fs.DurationVar(&g.timeout, "timeout", g.timeout, "bound on connecting and on each request (env FIBRIL_TIMEOUT)")
+	fs.StringVar(&g.envFile, "env-file", g.envFile, "read unset FIBRIL_* variables from this `file` of KEY=VALUE lines (env "+envFileVar+"; default ~/.config/fibrilctl/env when it exists)")
+	hideSecrets(fs)
+}
+
+// hideSecrets keeps the passwords' current values (from the environment
+// or the env file) out of the defaults that help output shows.
+func hideSecrets(fs *flag.FlagSet) {
+	for _, name := range []string{"password", "admin-password"} {
+		if f := fs.Lookup(name); f != nil {
+			f.DefValue = ""
+		}
+	}
 }
 
 // tlsConfig builds the TLS configuration of --tls / --admin-tls.
@@ -98,9 +140,6 @@ func (g *globals) clientOptions(e *env) (client.Options, error) {
 	}
 	if len(o.Addrs) == 0 {
 		return o, usagef("--addr is empty")
-	}
-	if o.Password == "" {
-		o.Password = e.getenv("FIBRIL_PASSWORD")
 	}
 	if o.Username == "" && o.Password == "" {
 		o.Username, o.Password = "fibril", "fibril"
@@ -149,6 +188,7 @@ func init() {
 		{"declare", "--topic T [--stream] [...]", "declare a queue (or a stream with --stream)", runDeclare},
 		{"publish", "--topic T [...] [MESSAGE]", "publish a message (from the argument or stdin)", runPublish},
 		{"consume", "--topic T [...]", "print deliveries and settle them", runConsume},
+		{"queues", "ls | describe TOPIC | purge TOPIC [--json]", "list, describe and purge queues and streams (admin API)", runQueues},
 		{"topology", "[--topic T] [--owners] [--json]", "show the broker's routing table (--owners: owner nodes, from the admin API)", runTopology},
 		{"cluster", "[--json]", "list the cluster's nodes (admin API)", runCluster},
 		{"peers", "[--json]", "probe every live peer over the inter-broker transport (admin API)", runPeers},
@@ -156,15 +196,22 @@ func init() {
 		{"users", "add NAME | list | remove NAME", "manage users through the admin API", runUsers},
 		{"bench", "[--topic T] [...]", "measure throughput and latency", runBench},
 		{"plugins", "list | describe PATH", "list built-in and catalog plugins; describe a plugin binary", runPlugins},
+		{"connections", "[--json]", "list the broker's client connections (admin API)", runConnections},
+		{"drain", "[--node N] [--grace D] [--message M]", "drain a broker: GOING_AWAY to its clients, hand its partitions over (admin API)", runDrain},
+		{"undrain", "[--node N]", "end a drain: the broker takes partitions and reports ready again (admin API)", runUndrain},
+		{"completion", "bash | zsh | fish", "print a shell completion script", runCompletion},
 	}
 }
 
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: fibrilctl [global flags] COMMAND [flags] [args]")
 	fmt.Fprintln(w, "\ncommands:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-9s %-32s %s\n", c.name, c.args, c.summary)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.name, c.args, c.summary)
 	}
+	fmt.Fprintf(tw, "  %s\t%s\t%s\n", "help", "", "print this list")
+	_ = tw.Flush()
 	fmt.Fprintln(w, "\nglobal flags (accepted before or after the command):")
 	g := globals{addr: "127.0.0.1:9876", admin: "127.0.0.1:8081", timeout: 10 * time.Second}
 	fs := flag.NewFlagSet("fibrilctl", flag.ContinueOnError)
@@ -177,7 +224,18 @@ func printUsage(w io.Writer) {
 // run parses the command line and runs the command; it returns the exit
 // code.
 func run(ctx context.Context, args []string, e *env) int {
-	g := defaultGlobals(e)
+	fe, err := withEnvFile(e, args)
+	if err == nil {
+		var g globals
+		if g, err = defaultGlobals(fe); err == nil {
+			return runWith(ctx, args, fe, g)
+		}
+	}
+	return report(e.stderr, "", err)
+}
+
+// runWith is run once the global defaults are known.
+func runWith(ctx context.Context, args []string, e *env, g globals) int {
 	top := flag.NewFlagSet("fibrilctl", flag.ContinueOnError)
 	top.SetOutput(io.Discard)
 	g.register(top)
@@ -197,6 +255,13 @@ func run(ctx context.Context, args []string, e *env) int {
 	}
 	name := rest[0]
 	if name == "help" {
+		if len(rest) > 1 { // help COMMAND is COMMAND --help
+			for _, c := range commands {
+				if c.name == rest[1] {
+					return report(e.stderr, c.name, c.run(ctx, &g, e, []string{"--help"}))
+				}
+			}
+		}
 		printUsage(e.stdout)
 		return exitOK
 	}
@@ -217,12 +282,20 @@ func report(w io.Writer, name string, err error) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
+	prefix := "fibrilctl"
+	if name != "" {
+		prefix += " " + name
+	}
 	var ue *usageError
 	if errors.As(err, &ue) {
-		fmt.Fprintf(w, "fibrilctl %s: %v\n(run 'fibrilctl %s --help' for usage)\n", name, err, name)
+		if name == "" {
+			fmt.Fprintf(w, "%s: %v\n", prefix, err)
+		} else {
+			fmt.Fprintf(w, "%s: %v\n(run 'fibrilctl %s --help' for usage)\n", prefix, err, name)
+		}
 		return exitUsage
 	}
-	fmt.Fprintf(w, "fibrilctl %s: %s\n", name, describe(err))
+	fmt.Fprintf(w, "%s: %s\n", prefix, describe(err))
 	return exitFail
 }
 
@@ -289,6 +362,10 @@ func parseNoArgs(fs *cmdFlags, args []string) error {
 // parseArgs parses flags that may be interleaved with positional
 // arguments ("--" ends the flags) and returns the positional ones.
 func parseArgs(fs *cmdFlags, args []string) ([]string, error) {
+	if fs.sink != nil {
+		fs.sink(fs.FlagSet)
+		return nil, errFlagsCollected
+	}
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -314,7 +391,12 @@ func parseArgs(fs *cmdFlags, args []string) ([]string, error) {
 type cmdFlags struct {
 	*flag.FlagSet
 	help func()
+	sink func(*flag.FlagSet) // env.flagSink
 }
+
+// errFlagsCollected is what a command returns when env.flagSink took its
+// flag set instead of the command running.
+var errFlagsCollected = errors.New("flags collected")
 
 // newFlagSet makes a command's flag set with the global flags included
 // (but those named in skip, which the command defines itself).
@@ -330,6 +412,7 @@ func newFlagSet(name, args string, g *globals, e *env, skip ...string) *cmdFlags
 			fs.Var(f.Value, f.Name, f.Usage)
 		}
 	})
+	hideSecrets(fs)
 	fs.Usage = func() {} // the flag package calls it on errors too
 	help := func() {
 		fs.SetOutput(e.stdout)
@@ -337,7 +420,7 @@ func newFlagSet(name, args string, g *globals, e *env, skip ...string) *cmdFlags
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
 	}
-	return &cmdFlags{fs, help}
+	return &cmdFlags{fs, help, e.flagSink}
 }
 
 func sortedHeaderKeys(m map[string]string) []string {

@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"io"
 	"os"
 	"os/signal"
@@ -36,5 +37,21 @@ func main() {
 type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	getenv         func(string) string
+	// getenv reads a variable: the environment, then the env file
+	// (withEnvFile); HOME and XDG_CONFIG_HOME locate the default env file.
+	getenv func(string) string
+	// envSource says where a variable's value came from (nil: the
+	// environment).
+	envSource func(string) string
+	// flagSink, when set, receives each command's flag set instead of the
+	// command running (completion scripts are generated from them).
+	flagSink func(*flag.FlagSet)
+}
+
+// source says where variable k came from, for error messages.
+func (e *env) source(k string) string {
+	if e.envSource == nil {
+		return "the environment"
+	}
+	return e.envSource(k)
 }

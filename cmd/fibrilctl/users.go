@@ -53,12 +53,8 @@ func (g *globals) adminClient(e *env) (*adminClient, error) {
 		}
 		tr.TLSClientConfig = cfg
 	}
-	pass := g.adminPass
-	if pass == "" {
-		pass = e.getenv("FIBRIL_ADMIN_PASSWORD")
-	}
 	return &adminClient{
-		base: scheme + "://" + g.admin, user: g.adminUser, pass: pass,
+		base: scheme + "://" + g.admin, user: g.adminUser, pass: g.adminPass,
 		hc: &http.Client{Transport: tr, Timeout: g.timeout},
 	}, nil
 }
@@ -90,7 +86,7 @@ func (a *adminClient) do(ctx context.Context, method, path string, body, out any
 		return fmt.Errorf("admin API %s: %w", a.base, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("admin API: read answer: %w", err)
 	}

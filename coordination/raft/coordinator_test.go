@@ -233,7 +233,7 @@ func TestMetrics(t *testing.T) {
 	if got := metricValue(t, m.metrics.isLeader); got != 1 {
 		t.Errorf("is_leader %v on the only member", got)
 	}
-	if len(m.Collectors()) != 5 {
+	if len(m.Collectors()) != 8 {
 		t.Errorf("Collectors: %d", len(m.Collectors()))
 	}
 	// Close unregisters, so the same registry can take a reopened member.

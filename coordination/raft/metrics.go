@@ -15,6 +15,7 @@ type metrics struct {
 	isLeader    prometheus.Gauge
 	forwarded   *prometheus.CounterVec
 	expirations prometheus.Counter
+	telemetry   *raftTelemetry // raft's own timings (telemetry.go)
 }
 
 func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
@@ -47,25 +48,31 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		}
 		return float64(len(f.Configuration().Servers))
 	})
-	m.collectors = []prometheus.Collector{m.isLeader, m.forwarded, m.expirations, applied, peers}
-	if reg == nil {
-		return m, nil
-	}
-	for i, col := range m.collectors {
-		if err := reg.Register(col); err != nil {
-			for _, done := range m.collectors[:i] {
-				reg.Unregister(done)
+	m.telemetry = newRaftTelemetry()
+	m.collectors = append([]prometheus.Collector{m.isLeader, m.forwarded, m.expirations, applied, peers}, m.telemetry.collectors()...)
+	if reg != nil {
+		for i, col := range m.collectors {
+			if err := reg.Register(col); err != nil {
+				for _, done := range m.collectors[:i] {
+					reg.Unregister(done)
+				}
+				return nil, fmt.Errorf("raft: register metrics: %w", err)
 			}
-			return nil, fmt.Errorf("raft: register metrics: %w", err)
 		}
 	}
+	m.telemetry.attach()
 	return m, nil
 }
 
 // unregister removes the series, so a member reopened in the same
-// process can register them again.
+// process can register them again, and stops feeding raft's timings to
+// this member.
 func (m *metrics) unregister() {
-	if m == nil || m.reg == nil {
+	if m == nil {
+		return
+	}
+	m.telemetry.detach()
+	if m.reg == nil {
 		return
 	}
 	for _, col := range m.collectors {

@@ -2,9 +2,10 @@
 // readiness probes for load balancers, Prometheus metrics, Go profiling
 // under /debug/pprof/ (behind the same auth as /metrics), and the small
 // part of the admin API that exists so far (users, runtime settings,
-// cluster topology, drain, peers, connections). docs/semantics.md
-// (S-161) says which part of Fibril's admin surface exists; the dashboard
-// and the rest of the API come later.
+// cluster topology, drain and undrain, peers, connections, queues,
+// overview) with the browser dashboard over it (overview.go). docs/semantics.md
+// (S-161) says which part of Fibril's admin surface exists; the rest of
+// the API comes later.
 package admin
 
 import (
@@ -15,6 +16,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"sort"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,8 +57,16 @@ type Options struct {
 	// Peers probes every live peer over the inter-broker transport for
 	// GET /admin/api/peers (nil: standalone, 404).
 	Peers func(ctx context.Context) any
+	// Queues serves the queues and streams API (nil: 404).
+	Queues QueueAdmin
 	// Drain starts a drain (S-127, S-128) and returns its report.
 	Drain func(ctx context.Context, grace time.Duration, message string) (any, error)
+	// Undrain ends a drain as far as it can be undone (POST
+	// /admin/api/undrain) and returns its report (nil: 404).
+	Undrain func(ctx context.Context) (any, error)
+	// Overview describes this broker for GET /admin/api/overview and the
+	// dashboard's first page: node, mode, version, uptime (nil: 404).
+	Overview func() any
 	// Auth, when Username is set, protects everything but the probes with
 	// HTTP Basic (S-159); empty = open.
 	Username, Password string
@@ -66,6 +78,10 @@ type Server struct {
 	opts  Options
 	ready atomic.Pointer[string] // nil = ready; otherwise why not
 	mux   *http.ServeMux
+
+	csrf       http.Handler // mux behind cross-origin protection (ServeHTTP)
+	condMu     sync.Mutex
+	conditions map[string]string // SetCondition: more reasons not to be ready
 }
 
 // New builds the handler. It starts not ready ("starting").
@@ -88,18 +104,31 @@ func New(opts Options) *Server {
 	s.mux.Handle("PUT /admin/api/runtime-settings", s.auth(http.HandlerFunc(s.putSettings)))
 	s.mux.Handle("GET /admin/api/topology", s.auth(http.HandlerFunc(s.topology)))
 	s.mux.Handle("POST /admin/api/drain", s.auth(http.HandlerFunc(s.drain)))
+	s.mux.Handle("POST /admin/api/undrain", s.auth(http.HandlerFunc(s.undrain)))
 	s.mux.Handle("GET /admin/api/peers", s.auth(http.HandlerFunc(s.peers)))
 	s.mux.Handle("GET /admin/api/connections", s.auth(http.HandlerFunc(s.connections)))
+	s.registerQueues()
+	s.mux.Handle("GET /admin/api/overview", s.auth(http.HandlerFunc(s.overview)))
+	s.registerDashboard()
 	// Profiling, for measuring before optimising (same auth as /metrics).
 	s.mux.Handle("GET /debug/pprof/", s.auth(http.HandlerFunc(pprof.Index)))
 	s.mux.Handle("GET /debug/pprof/profile", s.auth(http.HandlerFunc(pprof.Profile)))
 	s.mux.Handle("GET /debug/pprof/trace", s.auth(http.HandlerFunc(pprof.Trace)))
 	s.mux.Handle("GET /debug/pprof/symbol", s.auth(http.HandlerFunc(pprof.Symbol)))
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusForbidden, "forbidden", "cross-origin request refused: admin changes are accepted from this listener's own pages and from tools, not from other sites")
+	}))
+	s.csrf = cop.Handler(s.mux)
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. Changes (every method but GET, HEAD
+// and OPTIONS) sent by a browser from another site are refused with 403:
+// a browser that holds the admin login would otherwise send it along with
+// a form another page submits to this listener. Tools that send no
+// Origin or Sec-Fetch-Site header (fibrilctl, curl) are not affected.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.csrf.ServeHTTP(w, r) }
 
 // SetReady marks the broker ready for traffic.
 func (s *Server) SetReady() { s.ready.Store(nil) }
@@ -107,11 +136,47 @@ func (s *Server) SetReady() { s.ready.Store(nil) }
 // SetNotReady marks the broker not ready, with the reason /readyz reports.
 func (s *Server) SetNotReady(reason string) { s.ready.Store(&reason) }
 
-// readyz answers 200 "ok" when ready and 503 with the reason otherwise:
-// false until recovery has finished and while shutting down.
-func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+// SetCondition adds (reason != "") or clears (reason == "") a named
+// reason not to be ready that holds whatever SetReady says — a nearly full
+// disk while the cluster lease is fine.
+func (s *Server) SetCondition(name, reason string) {
+	s.condMu.Lock()
+	defer s.condMu.Unlock()
+	if reason == "" {
+		delete(s.conditions, name)
+		return
+	}
+	if s.conditions == nil {
+		s.conditions = map[string]string{}
+	}
+	s.conditions[name] = reason
+}
+
+// notReady returns why the broker is not ready, "" when it is.
+func (s *Server) notReady() string {
 	if why := s.ready.Load(); why != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": *why})
+		return *why
+	}
+	s.condMu.Lock()
+	defer s.condMu.Unlock()
+	names := make([]string, 0, len(s.conditions))
+	for n := range s.conditions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var why []string
+	for _, n := range names {
+		why = append(why, s.conditions[n])
+	}
+	return strings.Join(why, "; ")
+}
+
+// readyz answers 200 "ok" when ready and 503 with the reason otherwise:
+// false until recovery has finished, while shutting down, and while a
+// condition holds.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if why := s.notReady(); why != "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": why})
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -118,6 +118,26 @@ func (s *Server) drain(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// undrain ends a drain: the node may get new partitions again and /readyz
+// follows its other conditions. What a drain already did elsewhere (the
+// GOING_AWAY sent, the partitions handed over) stays done; the answer says
+// what was undone.
+func (s *Server) undrain(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Undrain == nil {
+		writeError(w, http.StatusNotFound, "not_found", "undrain is not available")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	out, err := s.opts.Undrain(ctx)
+	if err != nil {
+		writeCoreError(w, err)
+		return
+	}
+	s.opts.Logger.Info("undrain requested")
+	writeJSON(w, http.StatusOK, out)
+}
+
 // peers reports, for every live peer, whether this broker reaches it over
 // the inter-broker transport as a peer (stream, @node handshake, one round
 // trip) and how long that took: the check an operator runs after changing

@@ -69,6 +69,9 @@ type Broker struct {
 	adminCluster  atomic.Pointer[coordinated]
 	adminSessions atomic.Pointer[session.Server]
 	draining      atomic.Bool
+	adminQueues   atomic.Pointer[queue.Manager] // set once sessions serve; cleared at shutdown
+	rates         rateBook                      // the admin API's publish and deliver rates
+	disk          *diskGuard                    // storage.min_free_bytes
 
 	service *consul.Registration // consul.register: this broker's catalog entry
 
@@ -179,6 +182,7 @@ func (b *Broker) shutdown() error {
 		b.cluster.close()
 		b.cluster = nil
 	}
+	b.adminQueues.Store(nil)
 	err := b.queues.Close()
 	b.queues = nil
 	var werr error
@@ -231,6 +235,9 @@ func (b *Broker) openSecurity() error {
 		Hosts: advertiseHosts(cfg), Logger: b.log})
 	if err != nil {
 		return err
+	}
+	if b.tls != nil {
+		b.registry.MustRegister(b.tls.Collector()) // fibril_tls_cert_not_after_timestamp_seconds{cert="server"}
 	}
 	// Resolved once: the authenticator (@node logins) and the coordination
 	// backend both use it.
@@ -308,6 +315,8 @@ func (b *Broker) openQueues() error {
 		b.log.Error("partition quarantined; it answers errors until repaired", "queue", q.Key.String(), "partition", q.Partition, "err", q.Err)
 	}
 	registerEngineMetrics(b.registry, b.queues)
+	b.disk = newDiskGuard(b.cfg.Server.DataDir, b.cfg.Storage.MinFreeBytes)
+	registerDiskMetrics(b.registry, b.disk, b.queues)
 	if b.cfg.Admin.MetricsPerChannel {
 		b.registry.MustRegister(newChannelCollector(b.queues))
 	}
@@ -352,7 +361,8 @@ func (b *Broker) startAdmin() error {
 	b.adminUsers.Store(b.users)
 	b.adminSettings.Store(b.settings)
 	opts := admin.Options{Gatherer: b.registry, Users: userAdmin{&b.adminUsers}, Logger: b.log,
-		Settings: b.adminSettings.Load, Topology: b.topologyView, Drain: b.drain, Peers: b.probePeers,
+		Settings: b.adminSettings.Load, Topology: b.topologyView, Drain: b.drain, Undrain: b.undrain, Peers: b.probePeers, Queues: queueAdmin{b},
+		Overview: b.overview,
 		Connections: func() any {
 			if s := b.adminSessions.Load(); s != nil {
 				return s.Connections()
@@ -409,6 +419,7 @@ func (b *Broker) startSessions() error {
 		NodeID:          string(b.nodeID),
 		Upstreams:       upstreams,
 		Replication:     repl,
+		NodeAdmin:       b.nodeAdmin,
 		OwnerID:         b.ownerID,
 		SkeletonDir:     filepath.Join(cfg.Server.DataDir, "sessions"),
 		Settings:        b.sessionSettings,
@@ -423,7 +434,11 @@ func (b *Broker) startSessions() error {
 	}
 	forward.RegisterUpstreamSessions(b.registry, b.sessions.Gateway(), cfg.Admin.MetricsPerChannel)
 	b.adminSessions.Store(b.sessions)
+	b.adminQueues.Store(b.queues)
 	go b.acceptLoop()
+	// Both end with the client listener (b.served), at shutdown.
+	go applyLimits(b.settings, b.queues, b.served)
+	go b.watchDisk(b.disk, b.queues, b.served)
 	if b.transport != nil {
 		b.peerAccepted = make(chan struct{})
 		go b.peerAcceptLoop(b.transport, b.peerAccepted)

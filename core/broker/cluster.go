@@ -103,6 +103,9 @@ func (b *Broker) startCluster() error {
 	if b.peer, err = b.loadPeerTLS(id); err != nil {
 		return err
 	}
+	if b.peer != nil {
+		b.registry.MustRegister(b.peer.Collector()) // fibril_tls_cert_not_after_timestamp_seconds{cert="peer"}
+	}
 	catalog, err := host.LoadCatalog(cfg.Plugins.Catalog)
 	if err != nil {
 		return err

@@ -157,3 +157,127 @@ func (b *Broker) drain(ctx context.Context, grace time.Duration, message string)
 	return map[string]any{"connections_notified": notified, "owned_partitions_remaining": remaining,
 		"handoff_complete": remaining == 0}, nil
 }
+
+// undrain ends a drain as far as it can be undone: the draining mark is
+// cleared, so placement may use the node again (S-128), the owner's gates
+// stop handing partitions over, a handoff's fence still waiting for a
+// follower is lifted, and /readyz follows the node's other conditions
+// again (in coordinated mode the cluster loop sets it on its next pass).
+// Two things are not undone, by design: the GOING_AWAY already sent
+// (S-127; those clients reconnect wherever their bootstrap list leads) and
+// partitions already handed over, which stay with their new owners (a
+// live owner is kept). In standalone mode a drain only sent GOING_AWAY
+// and turned /readyz false, so undrain only turns it true again.
+func (b *Broker) undrain(ctx context.Context) (any, error) {
+	c := b.adminCluster.Load()
+	if c == nil && !b.cfg.Coordination.Standalone() {
+		return nil, core.Errorf(core.ErrUnavailable, "the broker is still joining its cluster; retry")
+	}
+	if c != nil {
+		// The mark first: should the write fail, nothing changed and the
+		// node still drains.
+		if err := c.cl.SetLabel(ctx, core.LabelDraining, ""); err != nil {
+			return nil, core.Errorf(core.ErrUnavailable, "could not clear this node's draining mark (it still drains): %v", err)
+		}
+	}
+	was := b.draining.Swap(false)
+	out := map[string]any{"was_draining": was}
+	if c == nil {
+		// Ready again only where the drain took it: not while starting
+		// (sessions not served yet) nor shutting down (listener closed).
+		select {
+		case <-b.served:
+		default:
+			if was && b.adminSessions.Load() != nil {
+				b.admin.SetReady()
+			}
+		}
+		b.log.Info("undrained", "was_draining", was)
+		out["note"] = "connections already sent GOING_AWAY are not called back"
+		return out, nil
+	}
+	lifted, handedOver, held := c.liftDrainFences(ctx)
+	owned := 0
+	c.cl.Snapshot().AllPartitions(func(p cluster.Partition) {
+		if p.Node == c.self.ID {
+			owned++
+		}
+	})
+	out["owned_partitions"] = owned
+	out["fences_lifted"] = lifted
+	out["fenced_handed_over"] = handedOver
+	out["fences_held"] = held
+	out["note"] = "connections already sent GOING_AWAY are not called back, and partitions already handed over stay with their new owners"
+	if held > 0 {
+		b.log.Warn("undrain: some partitions stay fenced: their handoff's outcome is not known yet (undrain again to retry)",
+			"fences_held", held)
+	}
+	b.log.Info("undrained", "was_draining", was, "owned_partitions", owned, "fences_lifted", lifted,
+		"fenced_handed_over", handedOver)
+	return out, nil
+}
+
+// liftDrainFences lifts the fences that drain handoffs (handoffLocked) put
+// on partitions this node still owns, once b.draining is false: no new
+// handoff starts then, a handoff whose write is in flight is waited for,
+// and this node's view is brought up to the coordination store's index, so
+// that a partition whose handoff succeeded is seen as moved and keeps its
+// fence until the engine releases it (nothing past the fence may be
+// confirmed here: the new owner may not hold it). It returns how many
+// fences it lifted, how many partitions were handed over already, and how
+// many fences it had to leave undecided (a write still in flight, or this
+// node's view could not be brought up to date): undrain again lifts those.
+func (c *coordinated) liftDrainFences(ctx context.Context) (lifted, handedOver, held int) {
+	gs := &c.gates
+	fenced := func() (ogs []*ownedGate, writing bool) {
+		gs.mu.Lock()
+		defer gs.mu.Unlock()
+		for _, og := range gs.m {
+			if og.fencedAt != 0 {
+				ogs = append(ogs, og)
+				writing = writing || og.writing
+			}
+		}
+		return ogs, writing
+	}
+	ogs, writing := fenced()
+	for writing { // a HandOff takes at most recordTimeout
+		select {
+		case <-ctx.Done():
+			writing = false
+		case <-time.After(20 * time.Millisecond):
+			ogs, writing = fenced()
+		}
+	}
+	if len(ogs) == 0 {
+		return 0, 0, 0
+	}
+	// A linearizable read tells the store's index; a view at or past it
+	// shows every handoff written before.
+	_, idx, err := c.coord.List(ctx, cluster.KeySettings)
+	current := err == nil && c.cl.Await(ctx, 5*time.Second, func(s *cluster.Snapshot) bool { return s.Index >= idx })
+	snap := c.cl.Snapshot()
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	for _, og := range ogs {
+		if og.fencedAt == 0 || gs.m[og.ref] != og {
+			continue // lifted (handoff timeout) or released meanwhile
+		}
+		if !current || og.writing {
+			held++
+			continue
+		}
+		p, ok := snap.Partition(og.ref)
+		switch {
+		case !ok || !p.Placed() || p.Node != c.self.ID:
+			handedOver++ // the fence stays until the engine releases it
+		case p.Epoch != og.epoch:
+			held++ // the gate has not seen this epoch yet
+		default:
+			og.gate.ClearFence()
+			og.fencedAt, og.retryAt = 0, time.Time{}
+			lifted++
+		}
+	}
+	return lifted, handedOver, held
+}

@@ -24,6 +24,16 @@ func (c *coordinated) registerMetrics(reg prometheus.Registerer) {
 	}{
 		{"fibril_cluster_live_nodes", "Members with a live lease.", func() float64 { return float64(len(snap().LiveNodes())) }},
 		{"fibril_cluster_members", "Members that ever joined.", func() float64 { return float64(len(snap().MemberIDs)) }},
+		{"fibril_cluster_live_public_brokers", "Live, non-draining public members with client endpoints (the gateways); 0 is the topology's no_live_public_broker.", func() float64 { return float64(len(snap().Gateways)) }},
+		{"fibril_cluster_ownerless_partitions", "Placed partitions whose owner holds no live lease: unavailable until failover, re-placement or the owner's return.", func() float64 {
+			s, n := snap(), 0
+			s.AllPartitions(func(p cluster.Partition) {
+				if p.Placed() && !s.Live(p.Node) {
+					n++
+				}
+			})
+			return float64(n)
+		}},
 		{"fibril_cluster_is_controller", "1 while this node runs placement.", func() float64 { return boolf(c.cl.IsController()) }},
 		{"fibril_cluster_lease_valid", "1 while this node's lease is surely valid.", func() float64 { return boolf(c.cl.LeaseValid()) }},
 		{"fibril_cluster_owned_partitions", "Partitions assigned to this node.", func() float64 {

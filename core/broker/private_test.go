@@ -74,6 +74,12 @@ func TestPrivateOwnersAnswerTheGateway(t *testing.T) {
 		if v.Coordination.NoLivePublicBroker {
 			t.Fatal("no_live_public_broker set while the public broker is live")
 		}
+		if n := counterValue(t, b, "fibril_cluster_live_public_brokers"); n != 1 {
+			t.Fatalf("fibril_cluster_live_public_brokers = %v, want 1", n)
+		}
+		if n := counterValue(t, b, "fibril_cluster_ownerless_partitions"); n != 0 {
+			t.Fatalf("fibril_cluster_ownerless_partitions = %v with every owner live", n)
+		}
 		for _, p := range v.Partitions {
 			if p.Owner != "n0" {
 				privateOwned++
@@ -110,6 +116,9 @@ func TestPrivateOwnersAnswerTheGateway(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, "no_live_public_broker on a private broker", func() bool {
 		return topology(bs[1]).Coordination.NoLivePublicBroker
 	})
+	if n := counterValue(t, bs[1], "fibril_cluster_live_public_brokers"); n != 0 {
+		t.Fatalf("fibril_cluster_live_public_brokers = %v with the only public broker drained", n)
+	}
 	for _, p := range topology(bs[1]).Partitions {
 		if p.Owner != "n0" && len(p.Endpoints) != 0 {
 			t.Fatalf("private partition answers %v with no gateway", p.Endpoints)

@@ -39,7 +39,8 @@ func isReplyOp(op wire.Op) bool {
 	case wire.OpHelloOK, wire.OpHelloErr, wire.OpAuthOK, wire.OpAuthErr, wire.OpPublishOK,
 		wire.OpSubscribeOK, wire.OpSubscribeErr, wire.OpDeclareQueueOK, wire.OpDeclarePlexusOK,
 		wire.OpTopologyOK, wire.OpRedirect, wire.OpReconcileResult, wire.OpError,
-		wire.OpForwardedSessionOK: // a gateway's upstream session (docs/protocol.md#extensions)
+		wire.OpForwardedSessionOK, // a gateway's upstream session (docs/protocol.md#extensions)
+		wire.OpNodeAdminOK:        // a peer's admin request (docs/protocol.md#node-admin)
 		return true
 	}
 	return false
@@ -80,6 +81,8 @@ func acceptsReply(request, reply wire.Op) bool {
 		return reply == wire.OpHelloOK || reply == wire.OpHelloErr
 	case wire.OpForwardedSession:
 		return reply == wire.OpForwardedSessionOK
+	case wire.OpNodeAdmin:
+		return reply == wire.OpNodeAdminOK
 	}
 	return false
 }

@@ -84,6 +84,7 @@ type Storage struct {
 	Fsync           string `key:"storage.fsync"`
 	FsyncIntervalMS int64  `key:"storage.fsync_interval_ms"`
 	SegmentMaxBytes int64  `key:"storage.segment_max_bytes"`
+	MinFreeBytes    int64  `key:"storage.min_free_bytes"`
 	WAL             bool   `key:"storage.wal.enabled"`
 	WALFileBytes    int64  `key:"storage.wal.file_bytes"`
 	WALFiles        int64  `key:"storage.wal.files"`

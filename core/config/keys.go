@@ -125,6 +125,11 @@ var keys = []Key{
 		Doc: "Size at which a partition log rolls over to a new segment file.",
 	},
 	{
+		Name: "storage.min_free_bytes", Kind: KindInt, Default: int64(256 * MiB), Min: bound(0),
+		Env: []string{"FIBRIL_STORAGE_MIN_FREE_BYTES"},
+		Doc: "Free space on the data directory's file system below which publishes are refused (503, retryable), /readyz turns false and fibril_storage_writes_refused is 1, before a full disk can fail a write; the broker accepts publishes again by itself once there is this much free plus 10%. Acknowledgements and replication go on. 0 turns the check off.",
+	},
+	{
 		Name: "storage.wal.enabled", Kind: KindBool, Default: true,
 		Env: []string{"FIBRIL_STORAGE_WAL_ENABLED"},
 		Doc: "Under storage.fsync = always, confirm records with one fsync of a write-ahead log shared by every partition (in data_dir/wal) instead of an fsync per partition, so that spreading load over many partitions costs no throughput. The guarantee is the same: a confirmed record is on disk. Off: each partition fsyncs its own log.",

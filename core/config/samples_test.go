@@ -32,6 +32,7 @@ var samples = map[string]sample{
 	"storage.fsync":                                         {text: "interval", want: "interval"},
 	"storage.fsync_interval_ms":                             {text: "5", want: int64(5)},
 	"storage.segment_max_bytes":                             {text: "4096", want: int64(4096)},
+	"storage.min_free_bytes":                                {text: "0", want: int64(0)},
 	"storage.wal.enabled":                                   {text: "false", want: false},
 	"storage.wal.file_bytes":                                {text: "1048576", want: int64(1 << 20)},
 	"storage.wal.files":                                     {text: "8", want: int64(8)},

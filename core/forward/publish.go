@@ -110,8 +110,10 @@ func releaseBody(b *[]byte) {
 // confirmed counts a relayed PUBLISH_OK.
 func (r *Relay) confirmed(f upclient.Frame, err error, start time.Time) {
 	if err == nil && f.Op == wire.OpPublishOK {
+		took := time.Since(start)
 		r.gw.m.Confirms.Inc()
-		r.gw.m.ConfirmLatency.Add(float64(time.Since(start).Microseconds()))
+		r.gw.m.ConfirmLatency.Add(float64(took.Microseconds()))
+		r.gw.m.ConfirmSeconds.Observe(took.Seconds())
 	}
 }
 

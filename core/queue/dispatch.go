@@ -358,6 +358,7 @@ func (p *Partition) deliverLocked(s *Subscription, off uint64, rec *record, fres
 		Payload:     rec.Payload,
 	}
 	p.m.stats.delivered.Add(1)
+	p.counts.delivered.Add(1)
 	if !fresh || retries > 0 {
 		p.m.stats.redelivered.Add(1)
 	}

@@ -195,6 +195,7 @@ func (p *Partition) drainDeadLetters() {
 			if r.ok && settled {
 				p.goneLocked(r.off, pd.deadline)
 				p.m.stats.deadLettered.Add(1)
+				p.counts.deadLettered.Add(1)
 				continue
 			}
 			if pd.reason == reasonExpired {

@@ -39,6 +39,10 @@ type Manager struct {
 	kinds   sync.Map   // topic → Kind
 	streams map[string]StreamInfo
 	sparts  map[streamPartKey]*StreamPartition // opened stream partitions, under mu
+
+	limits     atomic.Pointer[map[Key]Limit] // SetLimits
+	refuse     atomic.Pointer[string]        // RefuseWrites
+	limitStats limitStats
 	// sreplicas are a follower's replicas of stream partitions (OpenReplica), under mu.
 	sreplicas map[streamPartKey]*storage.Partition
 
@@ -64,6 +68,7 @@ type queue struct {
 	key   Key
 	parts []atomic.Pointer[Partition] // nil until opened (Options.LazyPartitions)
 	cfg   atomic.Pointer[queueConfig]
+	limit atomic.Pointer[Limit] // nil: no limit (limits.go)
 
 	openMu sync.Mutex // serialises opening a partition on first use
 
@@ -181,6 +186,9 @@ func Open(opts Options) (*Manager, error) {
 func (m *Manager) openQueue(info QueueInfo) (*queue, error) {
 	q := &queue{key: info.Key, parts: make([]atomic.Pointer[Partition], info.PartitionCount)}
 	q.cfg.Store(&queueConfig{dlq: info.DLQ, maxRetries: info.MaxRetries, defaultTTL: info.DefaultTTLMillis})
+	if l := m.limits.Load(); l != nil {
+		q.setLimit(*l)
+	}
 	if m.opts.LazyPartitions {
 		return q, nil
 	}
@@ -606,7 +614,10 @@ func (m *Manager) Stats() Stats {
 
 		StreamPublished: s.streamPublished.Load(),
 		StreamDelivered: s.streamDelivered.Load(),
-		CursorCommits:   s.cursorCommits.Load(),
+
+		OverflowRejected: m.limitStats.rejected.Load(),
+		OverflowDropped:  m.limitStats.dropped.Load(),
+		CursorCommits:    s.cursorCommits.Load(),
 	}
 }
 

@@ -34,6 +34,8 @@ type Partition struct {
 	name  string             // "orders/billing partition 2", for messages
 	log   *storage.Partition // nil when the partition could not be opened
 
+	counts partCounters // for the admin API (admin.go)
+
 	broken atomic.Pointer[error] // quarantined or failed: every call answers it
 	epoch  atomic.Uint64         // the assignment epoch the log's history ends with, once known (BeginEpoch)
 
@@ -228,6 +230,10 @@ func (p *Partition) closeStorage() error {
 func (p *Partition) Depth() Depth {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.depthLocked()
+}
+
+func (p *Partition) depthLocked() Depth {
 	d := Depth{Inflight: uint64(len(p.inflight)), Delayed: uint64(len(p.delayed))}
 	if busy := d.Inflight + d.Delayed + uint64(len(p.pending)+len(p.settling)); p.unsettled > busy {
 		d.Ready = p.unsettled - busy

@@ -44,6 +44,9 @@ func (p *Partition) publish(msg *Message, done func(offset uint64, err error), d
 	if err := p.brokenErr(); err != nil {
 		return err
 	}
+	if err := refused(&p.m.refuse); err != nil {
+		return err
+	}
 	if limit := p.m.opts.MaxMessageBytes; limit > 0 && len(msg.Payload) > limit {
 		return core.Errorf(core.ErrTooLarge, "message payload is %d bytes; this broker accepts at most %d (broker.max_message_bytes)", len(msg.Payload), limit)
 	}
@@ -106,6 +109,10 @@ func (p *Partition) append(r *record, done func(uint64, error), deferCommit bool
 		p.mu.Unlock()
 		return err
 	}
+	if err := p.makeRoomLocked(); err != nil {
+		p.finishLocked()
+		return err
+	}
 	var off uint64
 	var err error
 	if deferCommit {
@@ -120,6 +127,7 @@ func (p *Partition) append(r *record, done func(uint64, error), deferCommit bool
 	p.end = off + 1
 	p.unsettled++
 	p.m.stats.published.Add(1)
+	p.counts.published.Add(1)
 	if r.Deadline != 0 {
 		p.ttl.Push(due{r.Deadline, off})
 		p.ttlLive++

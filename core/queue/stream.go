@@ -36,6 +36,8 @@ type StreamPartition struct {
 	log        *storage.Partition
 	maxPayload int // broker.max_message_bytes; 0 = no limit
 	stats      *engineStats
+	counts     partCounters            // for the admin API (admin.go)
+	refuse     *atomic.Pointer[string] // the manager's RefuseWrites; nil in tests that open a partition alone
 
 	// gate holds a replicated durable stream's confirms until its
 	// followers have the records (Options.Gates); nil: none.
@@ -189,6 +191,11 @@ func (p *StreamPartition) PublishDeferred(msg *Message, done func(offset uint64,
 func (p *StreamPartition) CommitIfIdle() bool { return p.log.CommitIfIdle() }
 
 func (p *StreamPartition) publish(msg *Message, done func(offset uint64, err error), deferCommit bool) error {
+	if p.refuse != nil {
+		if err := refused(p.refuse); err != nil {
+			return err
+		}
+	}
 	if p.maxPayload > 0 && len(msg.Payload) > p.maxPayload {
 		return core.Errorf(core.ErrTooLarge, "message payload is %d bytes; this broker accepts at most %d (broker.max_message_bytes)", len(msg.Payload), p.maxPayload)
 	}
@@ -230,6 +237,7 @@ func (p *StreamPartition) publish(msg *Message, done func(offset uint64, err err
 		return core.Errorf(core.ErrInternal, "append to %s: %v", p.name, err)
 	}
 	p.stats.streamPublished.Add(1)
+	p.counts.published.Add(1)
 	if tier != wire.DurabilityDurable {
 		p.advance(off + 1)
 	}
@@ -505,6 +513,7 @@ func (m *Manager) StreamPartition(topic string, n uint32) (*StreamPartition, err
 	}
 	sp.maxPayload = m.opts.MaxMessageBytes
 	sp.stats = &m.stats
+	sp.refuse = &m.refuse
 	if m.opts.Gates != nil && info.Replicated() {
 		sp.limit = 0 // until the gate's owner says otherwise
 		sp.visible = 0

@@ -262,6 +262,7 @@ func (s *StreamSubscription) deliverRange(from, limit uint64) error {
 		if matched {
 			more = s.c.Deliver(s.delivery(r.Offset, &rec))
 			s.p.stats.streamDelivered.Add(1)
+			s.p.counts.delivered.Add(1)
 		}
 		// One lock per record after Deliver: the checks for the next record
 		// (run made them for the first).

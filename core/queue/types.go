@@ -137,9 +137,9 @@ type Options struct {
 // admin). Messages on their way to a dead-letter queue, or whose ack is
 // being written, are in none of them.
 type Depth struct {
-	Ready    uint64 // deliverable now (or as soon as a subscription has credit)
-	Inflight uint64 // delivered, leased, not yet settled
-	Delayed  uint64 // waiting for a not_before (publish delay or nack delay)
+	Ready    uint64 `json:"ready"`    // deliverable now (or as soon as a subscription has credit)
+	Inflight uint64 `json:"inflight"` // delivered, leased, not yet settled
+	Delayed  uint64 `json:"delayed"`  // waiting for a not_before (publish delay or nack delay)
 }
 
 // QuarantineInfo names a partition that refuses to serve because its files
@@ -210,4 +210,7 @@ type Stats struct {
 	// Streams: records appended, records handed to stream subscriptions
 	// (each subscription counts its own), durable cursor commits.
 	StreamPublished, StreamDelivered, CursorCommits uint64
+	// Publishes refused by a full queue, and messages dropped to make
+	// room (limits.go).
+	OverflowRejected, OverflowDropped uint64
 }

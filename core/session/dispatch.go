@@ -120,6 +120,10 @@ func (c *Conn) handleNodeOnly(op wire.Op, id uint64, body []byte) {
 		c.handleForwardedSession(id, body)
 		return
 	}
+	if op == wire.OpNodeAdmin {
+		c.handleNodeAdmin(id, body)
+		return
+	}
 	if c.srv.opts.Replication != nil {
 		c.handleReplication(op, id, body)
 		return

@@ -67,7 +67,12 @@ type Options struct {
 	Upstreams forward.Dialer
 	// Replication serves followers' replication ops on @node connections
 	// (nil: 400 "not supported by this broker yet").
-	Replication     Replication
+	Replication Replication
+	// NodeAdmin serves NODE_ADMIN from a peer's admin API
+	// (docs/protocol.md#node-admin): it runs action with its JSON args
+	// for the peer node and returns the JSON result; an error is answered
+	// with its core.Code. nil: 400 "not supported".
+	NodeAdmin       func(ctx context.Context, peer, action string, args []byte) ([]byte, error)
 	OwnerID         wire.UUID                // this broker instance (persisted: S-100)
 	SkeletonDir     string                   // durable session skeletons (S-106); "" disables them
 	Settings        func() Settings          // nil = 5 s grace, 60 s restart TTL

@@ -38,7 +38,32 @@ type Document struct {
 	Partitioning Partitioning `json:"partitioning"`
 	Routing      Routing      `json:"routing"`
 	Replication  Replication  `json:"replication"`
+	Limits       Limits       `json:"limits"`
 }
+
+// Limits is the `limits` group: per-queue bounds
+// (docs/admin.md#limits). Empty by default, and absent from documents
+// stored before it existed.
+type Limits struct {
+	Queues []QueueLimit `json:"queues"`
+}
+
+// QueueLimit bounds one queue: each of its partitions holds at most
+// MaxMessagesPerPartition unsettled messages; a publish past it is
+// refused (overflow "reject_publish") or makes room by dropping the
+// oldest ready message ("drop_oldest").
+type QueueLimit struct {
+	Topic                   string `json:"topic"`
+	Group                   string `json:"group,omitempty"`
+	MaxMessagesPerPartition int64  `json:"max_messages_per_partition"`
+	Overflow                string `json:"overflow"`
+}
+
+// Overflow policies of QueueLimit.
+const (
+	OverflowRejectPublish = "reject_publish"
+	OverflowDropOldest    = "drop_oldest"
+)
 
 // Delivery is the `delivery` group (S-50, S-170).
 type Delivery struct {
@@ -165,6 +190,21 @@ func (d Document) Validate() error {
 	if err := config.ValidateRuntime(rt, config.Origin{}); err != nil {
 		errs = append(errs, err)
 	}
+	seen := map[[2]string]bool{}
+	for i, l := range d.Limits.Queues {
+		name := fmt.Sprintf("limits.queues[%d]", i)
+		switch {
+		case l.Topic == "":
+			errs = append(errs, fmt.Errorf("%s.topic: required", name))
+		case seen[[2]string{l.Topic, l.Group}]:
+			errs = append(errs, fmt.Errorf("%s: a second limit for topic %q group %q", name, l.Topic, l.Group))
+		}
+		seen[[2]string{l.Topic, l.Group}] = true
+		atLeast(name+".max_messages_per_partition", l.MaxMessagesPerPartition, 1)
+		if l.Overflow != OverflowRejectPublish && l.Overflow != OverflowDropOldest {
+			errs = append(errs, fmt.Errorf("%s.overflow = %q: must be %q or %q", name, l.Overflow, OverflowRejectPublish, OverflowDropOldest))
+		}
+	}
 	// A fixed node count cannot exceed the copies a partition may have:
 	// such a policy could never confirm anything.
 	if pol, err := config.ParseDurability(rp.Durability); err == nil && pol.Nodes > 0 && int64(pol.Nodes) > rp.TargetFollowers+1 {
@@ -182,6 +222,9 @@ type Store struct {
 	path string
 	mu   sync.Mutex // serialises Replace (and, shared, the follower)
 	cur  atomic.Pointer[Document]
+
+	chMu    sync.Mutex
+	changed chan struct{} // closed when cur changes (Changed)
 
 	// Shared mode (OpenShared): the document lives in doc.
 	doc    core.Document
@@ -225,6 +268,28 @@ func Open(path string, seed Document) (*Store, error) {
 // Current returns the document in force. Cheap; call it on every use.
 func (s *Store) Current() Document { return *s.cur.Load() }
 
+// Changed returns a channel that is closed at the next change of the
+// current document (a Replace here, or another broker's in a cluster).
+func (s *Store) Changed() <-chan struct{} {
+	s.chMu.Lock()
+	defer s.chMu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
+}
+
+// setCurrent makes d current and wakes Changed's waiters.
+func (s *Store) setCurrent(d *Document) {
+	s.cur.Store(d)
+	s.chMu.Lock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+	s.chMu.Unlock()
+}
+
 // Replace stores a whole new document if expected is the current version
 // (S-162): a stale version → core.ErrConflict, an invalid document →
 // core.ErrBadRequest. It returns the stored document with its new version.
@@ -245,7 +310,7 @@ func (s *Store) Replace(expected uint64, d Document) (Document, error) {
 	if err := s.write(d); err != nil {
 		return cur, err
 	}
-	s.cur.Store(&d)
+	s.setCurrent(&d)
 	return d, nil
 }
 

@@ -125,3 +125,38 @@ func TestReplicationValidation(t *testing.T) {
 		t.Fatalf("policy %+v", p)
 	}
 }
+
+// The limits group: each entry names a topic once, a positive limit and a
+// known overflow policy; a valid change wakes Changed.
+func TestLimitsValidationAndChanged(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "runtime-settings.json"), seed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := s.Current()
+	bad.Limits.Queues = []QueueLimit{
+		{Topic: "a", MaxMessagesPerPartition: 0, Overflow: "reject_publish"},
+		{Topic: "a", MaxMessagesPerPartition: 5, Overflow: "spill"},
+		{MaxMessagesPerPartition: 5, Overflow: "drop_oldest"},
+	}
+	_, err = s.Replace(1, bad)
+	for _, want := range []string{"limits.queues[0].max_messages_per_partition", "limits.queues[1]: a second limit", `limits.queues[1].overflow = "spill"`, "limits.queues[2].topic: required"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Replace error %v lacks %q", err, want)
+		}
+	}
+	ch := s.Changed()
+	good := s.Current()
+	good.Limits.Queues = []QueueLimit{{Topic: "a", Group: "g", MaxMessagesPerPartition: 10, Overflow: OverflowDropOldest}}
+	if _, err := s.Replace(1, good); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Changed was not closed by Replace")
+	}
+	if l := s.Current().Limits.Queues; len(l) != 1 || l[0].MaxMessagesPerPartition != 10 {
+		t.Fatalf("limits %+v", l)
+	}
+}

@@ -84,7 +84,7 @@ func (s *Store) adoptLocked(data []byte, ver uint64) error {
 	if err != nil {
 		return err
 	}
-	s.cur.Store(&d)
+	s.setCurrent(&d)
 	s.docVer = ver
 	return nil
 }
@@ -107,7 +107,7 @@ func (s *Store) replaceShared(d Document) (Document, error) {
 	if err != nil {
 		return cur, core.Errorf(core.ErrUnavailable, "runtime settings not stored: %v", err)
 	}
-	s.cur.Store(&d)
+	s.setCurrent(&d)
 	s.docVer = ver
 	return d, nil
 }

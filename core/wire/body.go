@@ -123,6 +123,10 @@ func NewBody(op Op) (Body, bool) {
 		return new(ForwardedSession), true
 	case OpForwardedSessionOK:
 		return new(ForwardedSessionOK), true
+	case OpNodeAdmin:
+		return new(NodeAdmin), true
+	case OpNodeAdminOK:
+		return new(NodeAdminOK), true
 	}
 	return nil, false
 }

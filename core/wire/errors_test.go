@@ -56,7 +56,7 @@ func TestBadMagic(t *testing.T) {
 }
 
 func TestUnknownAndUnsupportedOps(t *testing.T) {
-	for _, op := range []Op{0, 4, 88, 105, 199, 202, 256, 0xffff} {
+	for _, op := range []Op{0, 4, 88, 105, 199, 204, 256, 0xffff} {
 		if _, err := DecodeBody(op, []byte("FPB1")); !errors.Is(err, ErrUnknownOp) {
 			t.Errorf("op %d: %v", op, err)
 		}

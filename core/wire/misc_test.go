@@ -18,9 +18,9 @@ func TestOps(t *testing.T) {
 			}
 		}
 	}
-	// 50 upstream ops + 2 extension ops; 16 replication + 2 forwarding.
-	if known != 52 || nodeOnly != 18 {
-		t.Errorf("known %d (want 52), node-only %d (want 18)", known, nodeOnly)
+	// 50 upstream ops + 4 extension ops; 16 replication + 2 forwarding + 2 node admin.
+	if known != 54 || nodeOnly != 20 {
+		t.Errorf("known %d (want 54), node-only %d (want 20)", known, nodeOnly)
 	}
 	for _, c := range []struct {
 		op   Op
@@ -31,6 +31,7 @@ func TestOps(t *testing.T) {
 		{OpRedirect, "REDIRECT", false}, {OpReplicationRead, "REPLICATION_READ", true},
 		{OpStreamReplicationReadOK, "STREAM_REPLICATION_READ_OK", true},
 		{OpForwardedSession, "FORWARDED_SESSION", true}, {OpForwardedSessionOK, "FORWARDED_SESSION_OK", true},
+		{OpNodeAdmin, "NODE_ADMIN", true}, {OpNodeAdminOK, "NODE_ADMIN_OK", true},
 		{Op(123), "op(123)", false}, {Op(300), "op(300)", false},
 	} {
 		if c.op.String() != c.name || c.op.NodeOnly() != c.node {
@@ -156,5 +157,29 @@ func TestSmallTypes(t *testing.T) {
 	ok := &HelloOK{OwnerID: u(1), ClientID: u(2), ResumeToken: u(3)}
 	if ok.Identity() != (ResumeIdentity{u(1), u(2), u(3)}) {
 		t.Error("Identity")
+	}
+}
+
+// NODE_ADMIN and NODE_ADMIN_OK round-trip, and a truncated body is an
+// error, not a panic.
+func TestNodeAdminBodies(t *testing.T) {
+	req := NodeAdmin{Action: "queues.stats", Args: []byte(`{"topic":"orders"}`)}
+	b := req.AppendTo(nil)
+	var got NodeAdmin
+	if err := got.Decode(b); err != nil || got.Action != req.Action || string(got.Args) != string(req.Args) {
+		t.Fatalf("NodeAdmin round trip: %+v %v", got, err)
+	}
+	for i := range len(b) {
+		if err := new(NodeAdmin).Decode(b[:i]); err == nil {
+			t.Fatalf("NodeAdmin truncated at %d decoded", i)
+		}
+	}
+	ok := NodeAdminOK{Result: []byte(`[]`)}
+	var gotOK NodeAdminOK
+	if err := gotOK.Decode(ok.AppendTo(nil)); err != nil || string(gotOK.Result) != "[]" {
+		t.Fatalf("NodeAdminOK round trip: %+v %v", gotOK, err)
+	}
+	if _, err := DecodeBody(OpNodeAdmin, b); err != nil {
+		t.Fatalf("DecodeBody: %v", err)
 	}
 }

@@ -68,6 +68,8 @@ const (
 const (
 	OpForwardedSession   Op = 200
 	OpForwardedSessionOK Op = 201
+	OpNodeAdmin          Op = 202
+	OpNodeAdminOK        Op = 203
 )
 
 // opInfo is one row of the table that the codec needs.
@@ -135,6 +137,8 @@ var ops = [256]opInfo{
 	// FORWARDED_SESSION accepts FFS1 or FFS2; the table lists the v1 magic.
 	OpForwardedSession:   {"FORWARDED_SESSION", "FFS1", true},
 	OpForwardedSessionOK: {"FORWARDED_SESSION_OK", "FFO1", true},
+	OpNodeAdmin:          {"NODE_ADMIN", "FNA1", true},
+	OpNodeAdminOK:        {"NODE_ADMIN_OK", "FNO1", true},
 }
 
 func (o Op) info() (opInfo, bool) {

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Shell completion scripts, generated from the commands table and each
+// command's own flag set (taken through env.flagSink, so a new command or
+// flag is completed without anything else to update).
+
+// flagSpec is what completion knows of a flag.
+type flagSpec struct {
+	name, usage string
+	value       bool // takes a value
+	file        bool // the value is a file name
+}
+
+// cmdSpec is what completion knows of a command.
+type cmdSpec struct {
+	name, summary string
+	subs          []string // the words its first argument may be
+	flags         []flagSpec
+}
+
+func specOf(f *flag.Flag) flagSpec {
+	name, usage := flag.UnquoteUsage(f)
+	bf, isBool := f.Value.(interface{ IsBoolFlag() bool })
+	s := flagSpec{name: f.Name, usage: oneLine(usage), value: !isBool || !bf.IsBoolFlag()}
+	switch strings.ToLower(name) {
+	case "file", "path":
+		s.file = true
+	}
+	return s
+}
+
+// oneLine shortens a usage text to its first clause, for descriptions.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if i := strings.IndexAny(s, "(;:"); i > 0 {
+		s = strings.TrimSpace(s[:i])
+	}
+	if len(s) > 70 {
+		s = s[:67] + "..."
+	}
+	return s
+}
+
+// subcommandWords reads the words a command's first argument may be from
+// its args synopsis: the first word of each "|" alternative, when it is a
+// lower-case literal ("add NAME | list | remove NAME": add, list, remove).
+func subcommandWords(args string) []string {
+	var out []string
+	for _, alt := range strings.Split(args, "|") {
+		w := strings.Fields(alt)
+		if len(w) == 0 {
+			continue
+		}
+		ok := w[0][0] >= 'a' && w[0][0] <= 'z'
+		for _, r := range w[0] {
+			if (r < 'a' || r > 'z') && r != '-' {
+				ok = false
+			}
+		}
+		if ok {
+			out = append(out, w[0])
+		}
+	}
+	return out
+}
+
+// completionSpecs collects the global flags and, for every command, its
+// flags (without the global ones) and subcommand words; "help" completes
+// the command names. silent lists the commands that did not hand their
+// flag set over (they are completed without their own flags).
+func completionSpecs(ctx context.Context) (globalFlags []flagSpec, cmds []cmdSpec, silent []string) {
+	gfs := flag.NewFlagSet("", flag.ContinueOnError)
+	var g0 globals
+	g0.register(gfs)
+	isGlobal := map[string]bool{}
+	gfs.VisitAll(func(f *flag.Flag) {
+		globalFlags = append(globalFlags, specOf(f))
+		isGlobal[f.Name] = true
+	})
+	// The commands run only up to their flag parsing: the sink takes the
+	// flag set there, and nothing else is reachable (no input, a done
+	// context).
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	var names []string
+	for _, c := range commands {
+		names = append(names, c.name)
+		spec := cmdSpec{name: c.name, summary: c.summary, subs: subcommandWords(c.args)}
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard,
+			getenv: func(string) string { return "" },
+			flagSink: func(fs *flag.FlagSet) {
+				fs.VisitAll(func(f *flag.Flag) {
+					if !isGlobal[f.Name] {
+						spec.flags = append(spec.flags, specOf(f))
+					}
+				})
+			}}
+		g := g0
+		if err := c.run(dead, &g, e, nil); !errors.Is(err, errFlagsCollected) {
+			silent = append(silent, c.name)
+		}
+		cmds = append(cmds, spec)
+	}
+	cmds = append(cmds, cmdSpec{name: "help", summary: "list the commands, or show one's flags", subs: names})
+	return globalFlags, cmds, silent
+}
+
+// flagWords are the flags' names as typed ("--name"), those taking a value
+// and those whose value is a file, over the global flags and every
+// command's.
+func flagWords(fs []flagSpec) []string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, "--"+f.name)
+	}
+	return out
+}
+
+func valueFlags(globalFlags []flagSpec, cmds []cmdSpec, file bool) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(fs []flagSpec) {
+		for _, f := range fs {
+			if f.value && (!file || f.file) && !seen[f.name] {
+				seen[f.name] = true
+				out = append(out, "--"+f.name)
+			}
+		}
+	}
+	add(globalFlags)
+	for _, c := range cmds {
+		add(c.flags)
+	}
+	return out
+}
+
+func runCompletion(ctx context.Context, g *globals, e *env, args []string) error {
+	fs := newFlagSet("completion", "bash | zsh | fish", g, e)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("completion needs one shell: bash, zsh or fish")
+	}
+	var write func(io.Writer, []flagSpec, []cmdSpec)
+	switch pos[0] {
+	case "bash":
+		write = writeBash
+	case "zsh":
+		write = writeZsh
+	case "fish":
+		write = writeFish
+	default:
+		return usagef("unknown shell %q (bash, zsh, fish)", pos[0])
+	}
+	globalFlags, cmds, _ := completionSpecs(ctx)
+	write(e.stdout, globalFlags, cmds)
+	return nil
+}
+
+func commandNames(cmds []cmdSpec) []string {
+	out := make([]string, len(cmds))
+	for i, c := range cmds {
+		out[i] = c.name
+	}
+	return out
+}
+
+func writeBash(w io.Writer, globalFlags []flagSpec, cmds []cmdSpec) {
+	fmt.Fprintf(w, `# bash completion for fibrilctl, generated by 'fibrilctl completion bash'.
+# Load it with:  source <(fibrilctl completion bash)
+# or save it as ~/.local/share/bash-completion/completions/fibrilctl
+_fibrilctl() {
+    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
+    local commands=" %s "
+    local globals="%s"
+    local value_flags=" %s "
+    local file_flags=" %s "
+    local cmd="" w i npos=0
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        w="${COMP_WORDS[i]}"
+        if [[ $value_flags == *" $w "* ]]; then
+            i=$((i + 1))
+        elif [[ -z $cmd && $commands == *" $w "* ]]; then
+            cmd="$w"
+        elif [[ -n $cmd && $w != -* ]]; then
+            npos=$((npos + 1))
+        fi
+    done
+    if [[ $file_flags == *" $prev "* ]]; then
+        COMPREPLY=($(compgen -f -- "$cur"))
+        return
+    fi
+    if [[ $value_flags == *" $prev "* ]]; then
+        COMPREPLY=()
+        return
+    fi
+    local flags="" subs=""
+    case "$cmd" in
+        "") subs="$commands" ;;
+`, strings.Join(commandNames(cmds), " "), strings.Join(flagWords(globalFlags), " "),
+		strings.Join(valueFlags(globalFlags, cmds, false), " "), strings.Join(valueFlags(globalFlags, cmds, true), " "))
+	for _, c := range cmds {
+		fmt.Fprintf(w, "        %s) flags=%q subs=%q ;;\n", c.name, strings.Join(flagWords(c.flags), " "), strings.Join(c.subs, " "))
+	}
+	fmt.Fprint(w, `    esac
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "$flags $globals" -- "$cur"))
+    elif ((npos == 0)); then
+        COMPREPLY=($(compgen -W "$subs" -- "$cur"))
+    else
+        COMPREPLY=()
+    fi
+}
+complete -F _fibrilctl fibrilctl
+`)
+}
+
+// zshQuote quotes s for a single-quoted zsh word.
+func zshQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func writeZsh(w io.Writer, globalFlags []flagSpec, cmds []cmdSpec) {
+	fmt.Fprint(w, `#compdef fibrilctl
+# zsh completion for fibrilctl, generated by 'fibrilctl completion zsh'.
+# Load it with:  source <(fibrilctl completion zsh)
+# or save it as _fibrilctl in a directory of $fpath.
+_fibrilctl() {
+  local -a commands
+  commands=(
+`)
+	for _, c := range cmds {
+		fmt.Fprintf(w, "    %s\n", zshQuote(c.name+":"+c.summary))
+	}
+	fmt.Fprintf(w, `  )
+  local names=' %s '
+  local globals='%s'
+  local value_flags=' %s '
+  local file_flags=' %s '
+  local cmd='' w i npos=0
+  for (( i = 2; i < CURRENT; i++ )); do
+    w=${words[i]}
+    if [[ $value_flags == *" $w "* ]]; then
+      (( ++i ))
+    elif [[ -z $cmd && $names == *" $w "* ]]; then
+      cmd=$w
+    elif [[ -n $cmd && $w != -* ]]; then
+      (( ++npos ))
+    fi
+  done
+  local prev=${words[CURRENT-1]} cur=${words[CURRENT]}
+  if [[ $file_flags == *" $prev "* ]]; then
+    _files
+    return
+  fi
+  if [[ $value_flags == *" $prev "* ]]; then
+    return 1
+  fi
+  if [[ -z $cmd ]]; then
+    if [[ $cur == -* ]]; then
+      compadd -- ${=globals}
+    else
+      _describe -t commands 'fibrilctl command' commands
+    fi
+    return
+  fi
+  local flags='' subs=''
+  case $cmd in
+`, strings.Join(commandNames(cmds), " "), strings.Join(flagWords(globalFlags), " "),
+		strings.Join(valueFlags(globalFlags, cmds, false), " "), strings.Join(valueFlags(globalFlags, cmds, true), " "))
+	for _, c := range cmds {
+		fmt.Fprintf(w, "    %s) flags=%s subs=%s ;;\n", c.name, zshQuote(strings.Join(flagWords(c.flags), " ")), zshQuote(strings.Join(c.subs, " ")))
+	}
+	fmt.Fprint(w, `  esac
+  if [[ $cur == -* ]]; then
+    compadd -- ${=flags} ${=globals}
+  elif (( npos == 0 )) && [[ -n $subs ]]; then
+    compadd -- ${=subs}
+  else
+    return 1
+  fi
+}
+if [[ $funcstack[1] == _fibrilctl ]]; then
+  _fibrilctl "$@"
+else
+  compdef _fibrilctl fibrilctl
+fi
+`)
+}
+
+// fishQuote quotes s for a single-quoted fish word.
+func fishQuote(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+func writeFish(w io.Writer, globalFlags []flagSpec, cmds []cmdSpec) {
+	fmt.Fprintf(w, `# fish completion for fibrilctl, generated by 'fibrilctl completion fish'.
+# Load it with:  fibrilctl completion fish | source
+# or save it as ~/.config/fish/completions/fibrilctl.fish
+function __fibrilctl_command
+    set -l cmds %s
+    set -l value_flags %s
+    set -l words (commandline -opc)
+    set -e words[1]
+    set -l skip 0
+    for w in $words
+        if test $skip = 1
+            set skip 0
+        else if contains -- $w $value_flags
+            set skip 1
+        else if contains -- $w $cmds
+            echo $w
+            return 0
+        end
+    end
+    return 1
+end
+function __fibrilctl_using
+    set -l c (__fibrilctl_command)
+    or return 1
+    test "$c" = $argv[1]
+end
+complete -c fibrilctl -f
+`, strings.Join(commandNames(cmds), " "), strings.Join(valueFlags(globalFlags, cmds, false), " "))
+	flagLine := func(cond string, f flagSpec) {
+		fmt.Fprintf(w, "complete -c fibrilctl")
+		if cond != "" {
+			fmt.Fprintf(w, " -n %s", fishQuote(cond))
+		}
+		fmt.Fprintf(w, " -l %s", f.name)
+		if f.value {
+			fmt.Fprint(w, " -r")
+		}
+		if f.file {
+			fmt.Fprint(w, " -F")
+		}
+		fmt.Fprintf(w, " -d %s\n", fishQuote(f.usage))
+	}
+	for _, c := range cmds {
+		fmt.Fprintf(w, "complete -c fibrilctl -n 'not __fibrilctl_command' -a %s -d %s\n", c.name, fishQuote(c.summary))
+	}
+	for _, f := range globalFlags {
+		flagLine("", f)
+	}
+	for _, c := range cmds {
+		cond := "__fibrilctl_using " + c.name
+		if len(c.subs) > 0 {
+			fmt.Fprintf(w, "complete -c fibrilctl -n %s -a %s\n", fishQuote(cond), fishQuote(strings.Join(c.subs, " ")))
+		}
+		for _, f := range c.flags {
+			flagLine(cond, f)
+		}
+	}
+}

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// The queues command: the admin API's queues and streams
+// (/admin/api/queues), as tables for people and JSON for scripts.
+
+// queueEntry is one queue or stream as GET /admin/api/queues answers it
+// (the fields the tables show; --json prints the answer as it came).
+type queueEntry struct {
+	Kind           string `json:"kind"`
+	Topic          string `json:"topic"`
+	Group          string `json:"group"`
+	PartitionCount uint32 `json:"partition_count"`
+	DLQ            *struct {
+		Policy string `json:"policy"`
+		Topic  string `json:"topic"`
+		Group  string `json:"group"`
+	} `json:"dlq"`
+	MaxRetries   *uint32 `json:"max_retries"`
+	DefaultTTLMS *uint64 `json:"default_ttl_ms"`
+	Durability   string  `json:"durability"`
+	Retention    *struct {
+		MaxAgeMS   *uint64 `json:"max_age_ms"`
+		MaxBytes   *uint64 `json:"max_bytes"`
+		MaxRecords *uint64 `json:"max_records"`
+	} `json:"retention"`
+	Totals struct {
+		Ready        uint64  `json:"ready"`
+		Inflight     uint64  `json:"inflight"`
+		Delayed      uint64  `json:"delayed"`
+		DeadLettered uint64  `json:"dead_lettered"`
+		Records      uint64  `json:"records"`
+		Consumers    int     `json:"consumers"`
+		Bytes        int64   `json:"bytes"`
+		PublishRate  float64 `json:"publish_rate"`
+		DeliverRate  float64 `json:"deliver_rate"`
+		Unreported   int     `json:"unreported"`
+	} `json:"totals"`
+	Partitions []struct {
+		Partition   uint32 `json:"partition"`
+		Owner       string `json:"owner"`
+		Unavailable string `json:"unavailable"`
+		Queue       *struct {
+			Ready        uint64 `json:"ready"`
+			Inflight     uint64 `json:"inflight"`
+			Delayed      uint64 `json:"delayed"`
+			DeadLettered uint64 `json:"dead_lettered"`
+			Bytes        int64  `json:"bytes"`
+			Consumers    []struct {
+				Prefetch  uint32 `json:"prefetch"`
+				Unsettled int    `json:"unsettled"`
+			} `json:"consumers"`
+		} `json:"queue"`
+		Stream *struct {
+			First       uint64            `json:"first_offset"`
+			Next        uint64            `json:"next_offset"`
+			Bytes       int64             `json:"bytes"`
+			Subscribers int               `json:"subscribers"`
+			Cursors     map[string]uint64 `json:"cursors"`
+		} `json:"stream"`
+		Followers []struct {
+			Node       string  `json:"node"`
+			Live       bool    `json:"live"`
+			InSync     bool    `json:"in_sync"`
+			LagRecords *uint64 `json:"lag_records"`
+		} `json:"followers"`
+	} `json:"partitions"`
+}
+
+func runQueues(ctx context.Context, g *globals, e *env, args []string) error {
+	fs := newFlagSet("queues", "ls [--streams] | describe TOPIC [--group G] | purge TOPIC [--group G] [--yes]", g, e)
+	asJSON := fs.Bool("json", false, "print the admin API's JSON answer")
+	group := fs.String("group", "", "describe, purge: the queue's group")
+	streams := fs.Bool("streams", false, "ls: streams only")
+	yes := fs.Bool("yes", false, "purge: do not ask for confirmation")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usagef("queues needs a subcommand: ls, describe TOPIC or purge TOPIC")
+	}
+	a, err := g.adminClient(e)
+	if err != nil {
+		return err
+	}
+	sub, pos := pos[0], pos[1:]
+	switch sub {
+	case "ls", "list":
+		if len(pos) > 0 {
+			return usagef("queues ls takes no argument")
+		}
+		path := "/admin/api/queues"
+		if *streams {
+			path = "/admin/api/streams"
+		}
+		return listQueues(ctx, a, e, path, *asJSON, false)
+	case "describe", "show":
+		if len(pos) != 1 {
+			return usagef("queues describe takes exactly one TOPIC")
+		}
+		path := "/admin/api/queues/" + url.PathEscape(pos[0])
+		if *group != "" {
+			path += "?group=" + url.QueryEscape(*group)
+		}
+		return listQueues(ctx, a, e, path, *asJSON, true)
+	case "purge":
+		if len(pos) != 1 {
+			return usagef("queues purge takes exactly one TOPIC")
+		}
+		return purgeQueue(ctx, a, e, pos[0], *group, *yes, *asJSON)
+	}
+	return usagef("unknown queues subcommand %q (ls, describe, purge)", sub)
+}
+
+func listQueues(ctx context.Context, a *adminClient, e *env, path string, asJSON, detail bool) error {
+	var raw json.RawMessage
+	if err := a.do(ctx, http.MethodGet, path, nil, &raw); err != nil {
+		return err
+	}
+	if asJSON {
+		return printIndented(e, raw)
+	}
+	var out struct {
+		Queues []queueEntry `json:"queues"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return fmt.Errorf("admin API: malformed answer: %w", err)
+	}
+	if !detail {
+		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "KIND\tTOPIC\tGROUP\tPARTITIONS\tREADY\tIN FLIGHT\tDELAYED\tRECORDS\tCONSUMERS\tPUBLISH/S\tDELIVER/S\tSIZE")
+		unreported := 0
+		for _, q := range out.Queues {
+			t := q.Totals
+			ready, inflight, delayed, records := strconv.FormatUint(t.Ready, 10), strconv.FormatUint(t.Inflight, 10), strconv.FormatUint(t.Delayed, 10), "-"
+			if q.Kind == "stream" {
+				ready, inflight, delayed, records = "-", "-", "-", strconv.FormatUint(t.Records, 10)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%s\n", q.Kind, q.Topic, dash(q.Group), q.PartitionCount,
+				ready, inflight, delayed, records, t.Consumers, t.PublishRate, t.DeliverRate, humanBytes(t.Bytes))
+			unreported += t.Unreported
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if unreported > 0 {
+			fmt.Fprintf(e.stdout, "\n%d partitions without numbers (owner down or unreachable): see `queues describe TOPIC`\n", unreported)
+		}
+		return nil
+	}
+	for i, q := range out.Queues {
+		if i > 0 {
+			fmt.Fprintln(e.stdout)
+		}
+		describeQueue(e, q)
+	}
+	return nil
+}
+
+func describeQueue(e *env, q queueEntry) {
+	name := q.Topic
+	if q.Group != "" {
+		name += " (group " + q.Group + ")"
+	}
+	fmt.Fprintf(e.stdout, "%s %s: %d partitions\n", q.Kind, name, q.PartitionCount)
+	if q.Kind == "queue" {
+		dlq := "broker default"
+		if q.DLQ != nil {
+			dlq = q.DLQ.Policy
+			if q.DLQ.Topic != "" {
+				dlq += " → " + q.DLQ.Topic
+				if q.DLQ.Group != "" {
+					dlq += "/" + q.DLQ.Group
+				}
+			}
+		}
+		retries := "-"
+		if q.MaxRetries != nil {
+			retries = strconv.FormatUint(uint64(*q.MaxRetries), 10)
+		}
+		ttl := "none"
+		if q.DefaultTTLMS != nil {
+			ttl = strconv.FormatUint(*q.DefaultTTLMS, 10) + " ms"
+		}
+		fmt.Fprintf(e.stdout, "  dead letters: %s, max retries %s, default TTL %s\n", dlq, retries, ttl)
+		fmt.Fprintf(e.stdout, "  ready %d, in flight %d, delayed %d, dead-lettered %d, consumers %d, %.1f published/s, %.1f delivered/s, %s\n",
+			q.Totals.Ready, q.Totals.Inflight, q.Totals.Delayed, q.Totals.DeadLettered, q.Totals.Consumers, q.Totals.PublishRate, q.Totals.DeliverRate, humanBytes(q.Totals.Bytes))
+	} else {
+		var ret []string
+		if r := q.Retention; r != nil {
+			if r.MaxAgeMS != nil {
+				ret = append(ret, fmt.Sprintf("max age %d ms", *r.MaxAgeMS))
+			}
+			if r.MaxBytes != nil {
+				ret = append(ret, "max "+humanBytes(int64(*r.MaxBytes)))
+			}
+			if r.MaxRecords != nil {
+				ret = append(ret, fmt.Sprintf("max %d records", *r.MaxRecords))
+			}
+		}
+		if len(ret) == 0 {
+			ret = []string{"unbounded"}
+		}
+		fmt.Fprintf(e.stdout, "  durability %s, retention %s\n", q.Durability, strings.Join(ret, ", "))
+		fmt.Fprintf(e.stdout, "  records %d, subscribers %d, %.1f published/s, %.1f delivered/s, %s\n",
+			q.Totals.Records, q.Totals.Consumers, q.Totals.PublishRate, q.Totals.DeliverRate, humanBytes(q.Totals.Bytes))
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	if q.Kind == "queue" {
+		fmt.Fprintln(tw, "  PARTITION\tOWNER\tREADY\tIN FLIGHT\tDELAYED\tCONSUMERS (PREFETCH/UNSETTLED)\tFOLLOWERS\tSIZE")
+	} else {
+		fmt.Fprintln(tw, "  PARTITION\tOWNER\tOFFSETS\tSUBSCRIBERS\tCURSORS\tFOLLOWERS\tSIZE")
+	}
+	for _, p := range q.Partitions {
+		var fol []string
+		for _, f := range p.Followers {
+			s := f.Node
+			if f.InSync {
+				s += "*"
+			}
+			if !f.Live {
+				s += "(dead)"
+			}
+			if f.LagRecords != nil {
+				s += fmt.Sprintf("(lag=%d)", *f.LagRecords)
+			}
+			fol = append(fol, s)
+		}
+		follow := dash(strings.Join(fol, ","))
+		owner := dash(p.Owner)
+		switch {
+		case p.Queue != nil:
+			var cs []string
+			for _, c := range p.Queue.Consumers {
+				cs = append(cs, fmt.Sprintf("%d/%d", c.Prefetch, c.Unsettled))
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", p.Partition, owner, p.Queue.Ready, p.Queue.Inflight, p.Queue.Delayed,
+				dash(strings.Join(cs, " ")), follow, humanBytes(p.Queue.Bytes))
+		case p.Stream != nil:
+			var cs []string
+			for n, c := range p.Stream.Cursors {
+				cs = append(cs, fmt.Sprintf("%s@%d", n, c))
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t[%d,%d)\t%d\t%s\t%s\t%s\n", p.Partition, owner, p.Stream.First, p.Stream.Next, p.Stream.Subscribers,
+				dash(strings.Join(cs, " ")), follow, humanBytes(p.Stream.Bytes))
+		default:
+			fmt.Fprintf(tw, "  %d\t%s\t(%s)\n", p.Partition, owner, p.Unavailable)
+		}
+	}
+	_ = tw.Flush()
+}
+
+func purgeQueue(ctx context.Context, a *adminClient, e *env, topic, group string, yes, asJSON bool) error {
+	name := topic
+	if group != "" {
+		name += " (group " + group + ")"
+	}
+	if !yes {
+		fmt.Fprintf(e.stderr, "purge queue %s: every ready and delayed message is dropped (in-flight ones stay until settled). Type the topic name to confirm: ", name)
+		line, err := readLine(ctx, e)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(line) != topic {
+			return fmt.Errorf("not confirmed: nothing purged (use --yes in scripts)")
+		}
+	}
+	fmt.Fprintf(e.stderr, "purging %s on every partition's owner…\n", name)
+	var raw json.RawMessage
+	if err := a.do(ctx, http.MethodPost, "/admin/api/queues/purge", map[string]string{"topic": topic, "group": group}, &raw); err != nil {
+		return err
+	}
+	if asJSON {
+		return printIndented(e, raw)
+	}
+	var out struct {
+		Purged     uint64 `json:"purged"`
+		Failed     int    `json:"failed_partitions"`
+		Partitions []struct {
+			Partition uint32 `json:"partition"`
+			Purged    uint64 `json:"purged"`
+			Error     string `json:"error"`
+		} `json:"partitions"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return fmt.Errorf("admin API: malformed answer: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "purged %d messages from %s\n", out.Purged, name)
+	for _, p := range out.Partitions {
+		if p.Error != "" {
+			fmt.Fprintf(e.stdout, "  partition %d: %s\n", p.Partition, p.Error)
+		}
+	}
+	if out.Failed > 0 {
+		return fmt.Errorf("%d partitions were not purged", out.Failed)
+	}
+	return nil
+}
+
+func printIndented(e *env, raw json.RawMessage) error {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return fmt.Errorf("admin API: malformed answer: %w", err)
+	}
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// humanBytes prints a size in binary units.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// readLine reads one line of stdin (a confirmation). ctx ending (Ctrl-C)
+// abandons the read.
+func readLine(ctx context.Context, e *env) (string, error) {
+	type result struct {
+		line string
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		line, err := bufio.NewReader(e.stdin).ReadString('\n')
+		if err == io.EOF {
+			err = nil
+		}
+		ch <- result{strings.TrimRight(line, "\r\n"), err}
+	}()
+	select {
+	case r := <-ch:
+		return r.line, r.err
+	case <-ctx.Done():
+		return "", fmt.Errorf("confirmation interrupted: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// queues ls / describe / purge against the test broker: the table shows
+// the counts, --json the API's answer, and purge asks for the topic name
+// unless --yes.
+func TestQueuesCommand(t *testing.T) {
+	topic := fmt.Sprintf("q-%d", time.Now().UnixNano())
+	stream := topic + "-events"
+	mustOK(t, ctl(t, "", "declare", "--topic", topic, "--partitions", "2", "--max-retries", "4"), "declare")
+	mustOK(t, ctl(t, "", "declare", "--stream", "--topic", stream, "--max-records", "100"), "declare stream")
+	mustOK(t, ctl(t, "", "publish", "--topic", topic, "--partition", "1", "--count", "3", "m"), "publish")
+	mustOK(t, ctl(t, "", "publish", "--topic", stream, "--count", "2", "r"), "publish to the stream")
+
+	r := ctl(t, "", "queues", "ls")
+	mustOK(t, r, "queues ls")
+	if !strings.Contains(r.stdout, "KIND") || !regexpLine(r.stdout, `^queue\s+`+topic+`\s+-\s+2\s+3\s+0\s+0\s+-\s+0\s`) ||
+		!regexpLine(r.stdout, `^stream\s+`+stream+`\s+-\s+1\s+-\s+-\s+-\s+2\s`) {
+		t.Fatalf("queues ls:\n%s", r.stdout)
+	}
+	r = ctl(t, "", "queues", "ls", "--streams", "--json")
+	mustOK(t, r, "queues ls --streams --json")
+	var ls struct {
+		Queues []struct{ Kind, Topic string } `json:"queues"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &ls); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range ls.Queues {
+		if q.Kind != "stream" {
+			t.Fatalf("--streams listed a %s: %s", q.Kind, r.stdout)
+		}
+	}
+	r = ctl(t, "", "queues", "describe", topic)
+	mustOK(t, r, "describe")
+	if !strings.Contains(r.stdout, "queue "+topic+": 2 partitions") || !strings.Contains(r.stdout, "max retries 4") ||
+		!regexpLine(r.stdout, `^\s+1\s+-\s+3\s+0\s+0\s`) {
+		t.Fatalf("describe:\n%s", r.stdout)
+	}
+	r = ctl(t, "", "queues", "describe", stream)
+	mustOK(t, r, "describe stream")
+	if !strings.Contains(r.stdout, "retention max 100 records") || !strings.Contains(r.stdout, "[0,2)") {
+		t.Fatalf("describe stream:\n%s", r.stdout)
+	}
+	if r := ctl(t, "", "queues", "describe", "no-such-"+topic); r.code != exitFail || !strings.Contains(r.stderr, "404") {
+		t.Fatalf("describe unknown: %+v", r)
+	}
+
+	// Not confirmed: nothing happens.
+	if r := ctl(t, "wrong\n", "queues", "purge", topic); r.code != exitFail || !strings.Contains(r.stderr, "not confirmed") {
+		t.Fatalf("unconfirmed purge: %+v", r)
+	}
+	r = ctl(t, topic+"\n", "queues", "purge", topic)
+	mustOK(t, r, "purge")
+	if !strings.Contains(r.stdout, "purged 3 messages") {
+		t.Fatalf("purge printed %q", r.stdout)
+	}
+	if r := ctl(t, "", "queues", "purge", stream, "--yes"); r.code != exitFail || !strings.Contains(r.stderr, "is a stream") {
+		t.Fatalf("purge of a stream: %+v", r)
+	}
+	if r := ctl(t, "", "queues"); r.code != exitUsage {
+		t.Fatalf("queues without a subcommand: %+v", r)
+	}
+}
+
+// regexpLine reports whether some line of out matches re.
+func regexpLine(out, re string) bool {
+	return regexp.MustCompile(`(?m)` + re).MatchString(out)
+}

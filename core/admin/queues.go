@@ -1,0 +1,227 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// QueueAdmin is the queues and streams API (docs/admin.md#queues).
+type QueueAdmin interface {
+	// List describes every queue and stream (kind "stream": streams
+	// only); with topic set, only that topic's (and with group, only that
+	// queue), ErrNotFound when there is none.
+	List(ctx context.Context, kind, topic, group string) (any, error)
+	// Purge drops a queue's ready messages on every partition; user is the
+	// admin user, for the audit log.
+	Purge(ctx context.Context, topic, group, user string) (any, error)
+	// Messages reads one queue partition's messages (S-69).
+	Messages(ctx context.Context, q MessagesQuery) (any, error)
+	// Replay copies dead letters back to their origin queues (S-68).
+	Replay(ctx context.Context, req ReplayRequest, user string) (any, error)
+}
+
+// MessagesQuery is GET /admin/api/messages' parameters.
+type MessagesQuery struct {
+	Topic, Group   string
+	Partition      uint32
+	From           uint64
+	Limit          int
+	IncludeSettled bool
+	PayloadLimit   int      // 0: no payload
+	States         []string // empty: every state but settled (with IncludeSettled: every state)
+}
+
+// ReplayRequest is POST /admin/api/dlq/replay's body.
+type ReplayRequest struct {
+	DLQTopic  string   `json:"dlq_topic"`
+	DLQGroup  string   `json:"dlq_group"`
+	Partition *uint32  `json:"partition"` // nil: every partition of the DLQ
+	Offsets   []uint64 `json:"offsets"`   // at most 100, of one partition
+	All       bool     `json:"all"`       // every active message instead of Offsets
+	Settle    bool     `json:"settle"`    // remove each replayed message from the DLQ once its copy is confirmed
+}
+
+// Inspection limits (S-69).
+const (
+	messagesDefaultLimit = 50
+	messagesMaxLimit     = 5000
+	payloadDefaultLimit  = 4096
+	payloadMaxLimit      = 1 << 20
+)
+
+// messageStates are the states GET /admin/api/messages filters on.
+var messageStates = []string{"ready", "inflight", "delayed", "pending_dlq", "settled"}
+
+// adminCallTimeout bounds one queues call that fans out to owners.
+const adminCallTimeout = 30 * time.Second
+
+func (s *Server) registerQueues() {
+	s.mux.Handle("GET /admin/api/queues", s.auth(http.HandlerFunc(s.listQueues("", false))))
+	s.mux.Handle("GET /admin/api/streams", s.auth(http.HandlerFunc(s.listQueues("stream", false))))
+	s.mux.Handle("GET /admin/api/queues/{topic}", s.auth(http.HandlerFunc(s.listQueues("", true))))
+	s.mux.Handle("POST /admin/api/queues/purge", s.auth(http.HandlerFunc(s.purgeQueue)))
+	s.mux.Handle("GET /admin/api/messages", s.auth(http.HandlerFunc(s.messages)))
+	s.mux.Handle("POST /admin/api/dlq/replay", s.auth(http.HandlerFunc(s.replay)))
+}
+
+// messages is GET /admin/api/messages?topic&group&partition&from&limit&
+// include_settled&include_payload&payload_limit_bytes&status (S-69).
+func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Queues == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no queues API")
+		return
+	}
+	v := r.URL.Query()
+	q := MessagesQuery{Topic: v.Get("topic"), Group: v.Get("group"), Limit: messagesDefaultLimit, PayloadLimit: payloadDefaultLimit}
+	bad := func(msg string) { writeError(w, http.StatusBadRequest, "bad_request", msg) }
+	if q.Topic == "" {
+		bad("topic is required")
+		return
+	}
+	num := func(name string, max uint64, set func(uint64)) bool {
+		if t := v.Get(name); t != "" {
+			n, err := strconv.ParseUint(t, 10, 64)
+			if err != nil || n > max {
+				bad(fmt.Sprintf("%s must be a whole number up to %d", name, max))
+				return false
+			}
+			set(n)
+		}
+		return true
+	}
+	flag := func(name string, set func(bool)) bool {
+		if t := v.Get(name); t != "" {
+			b, err := strconv.ParseBool(t)
+			if err != nil {
+				bad(name + " must be true or false")
+				return false
+			}
+			set(b)
+		}
+		return true
+	}
+	includePayload := true
+	if !num("partition", math.MaxUint32, func(n uint64) { q.Partition = uint32(n) }) ||
+		!num("from", math.MaxUint64, func(n uint64) { q.From = n }) ||
+		!num("limit", messagesMaxLimit, func(n uint64) { q.Limit = int(n) }) ||
+		!num("payload_limit_bytes", payloadMaxLimit, func(n uint64) { q.PayloadLimit = int(n) }) ||
+		!flag("include_settled", func(b bool) { q.IncludeSettled = b }) ||
+		!flag("include_payload", func(b bool) { includePayload = b }) {
+		return
+	}
+	if !includePayload {
+		q.PayloadLimit = 0
+	}
+	if st := v.Get("status"); st != "" && st != "active" {
+		for _, x := range strings.Split(st, ",") {
+			if !slices.Contains(messageStates, x) {
+				bad(fmt.Sprintf("status %q: want a comma-separated list of %s, or active", x, strings.Join(messageStates, ", ")))
+				return
+			}
+			q.States = append(q.States, x)
+			if x == "settled" {
+				q.IncludeSettled = true
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), adminCallTimeout)
+	defer cancel()
+	out, err := s.opts.Queues.Messages(ctx, q)
+	if err != nil {
+		writeCoreError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// replay is POST /admin/api/dlq/replay (S-68).
+func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Queues == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no queues API")
+		return
+	}
+	var req ReplayRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "body must be JSON {dlq_topic, dlq_group?, partition?, offsets[] | all, settle?}: "+err.Error())
+		return
+	}
+	// A replay of everything may take a while: the copies wait for their
+	// confirms.
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
+	defer cancel()
+	out, err := s.opts.Queues.Replay(ctx, req, s.user(r))
+	if err != nil {
+		writeCoreError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) listQueues(kind string, one bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.Queues == nil {
+			writeError(w, http.StatusNotFound, "not_found", "no queues API")
+			return
+		}
+		topic, group := "", ""
+		if one {
+			topic, group = r.PathValue("topic"), r.URL.Query().Get("group")
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), adminCallTimeout)
+		defer cancel()
+		out, err := s.opts.Queues.List(ctx, kind, topic, group)
+		if err != nil {
+			writeCoreError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+// purgeQueue is POST /admin/api/queues/purge {topic, group?}.
+func (s *Server) purgeQueue(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Queues == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no queues API")
+		return
+	}
+	var req struct {
+		Topic string `json:"topic"`
+		Group string `json:"group"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || strings.TrimSpace(req.Topic) == "" {
+		msg := "body must be JSON {topic, group?}"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		writeError(w, http.StatusBadRequest, "bad_request", msg)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), adminCallTimeout)
+	defer cancel()
+	out, err := s.opts.Queues.Purge(ctx, req.Topic, req.Group, s.user(r))
+	if err != nil {
+		writeCoreError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// user names who made an admin request, for audit logs: the admin user,
+// or "anonymous" when admin auth is off.
+func (s *Server) user(r *http.Request) string {
+	if u, _, ok := r.BasicAuth(); ok && s.opts.Username != "" {
+		return u
+	}
+	return "anonymous"
+}

@@ -1,0 +1,160 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
+)
+
+// A disk below storage.min_free_bytes: publishes are refused with a
+// retryable error naming the setting, /readyz says why and the gauge is
+// 1; acks go on; once 10% more than the minimum is free, everything is
+// back without a restart.
+func TestDiskGuard(t *testing.T) {
+	var free atomic.Uint64
+	free.Store(5000)
+	oldFree, oldInterval := diskFree, diskCheckInterval
+	diskFree = func(string) (uint64, error) { return free.Load(), nil }
+	diskCheckInterval = 10 * time.Millisecond
+	b := startBroker(t, "--storage.min_free_bytes=1000")
+	diskFree, diskCheckInterval = oldFree, oldInterval
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, b)
+	pub := c.Publisher("jobs", client.PublisherOptions{})
+	if _, err := pub.PublishConfirmed(ctx, client.Message{Payload: []byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.Subscribe(ctx, "jobs", client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	free.Store(500)
+	testkit.Eventually(t, 5*time.Second, "readyz reports the full disk", func() bool {
+		code, body := adminDo(t, b, "GET", "/readyz", "")
+		return code == 503 && strings.Contains(body, "storage.min_free_bytes")
+	})
+	// 503 is retryable: the Go client re-sends until its deadline, so a
+	// producer waits for space. A short deadline shows the refusal.
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = pub.PublishConfirmed(short, client.Message{Payload: []byte("b")})
+	cancelShort()
+	if err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "disk is nearly full") {
+		t.Fatalf("publish on a full disk: %v", err)
+	}
+	if !strings.Contains(scrape(t, b), "fibril_storage_writes_refused 1\n") {
+		t.Error("fibril_storage_writes_refused is not 1")
+	}
+	if err := d.Ack(ctx); err != nil { // acks go on
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "the ack is applied", func() bool {
+		return strings.Contains(queuesBody(t, b), `"inflight":0`)
+	})
+
+	free.Store(1050) // above the minimum, below the 10% margin: still refused
+	time.Sleep(50 * time.Millisecond)
+	if code, _ := adminDo(t, b, "GET", "/readyz", ""); code != 503 {
+		t.Fatalf("readyz %d inside the margin", code)
+	}
+	free.Store(2000)
+	testkit.Eventually(t, 5*time.Second, "ready again", func() bool {
+		code, _ := adminDo(t, b, "GET", "/readyz", "")
+		return code == 200
+	})
+	if _, err := pub.PublishConfirmed(ctx, client.Message{Payload: []byte("c")}); err != nil {
+		t.Fatalf("publish after space returned: %v", err)
+	}
+	if !strings.Contains(scrape(t, b), "fibril_storage_free_bytes 2000\n") {
+		t.Error("fibril_storage_free_bytes does not show the last reading")
+	}
+}
+
+func queuesBody(t *testing.T, b *Broker) string {
+	t.Helper()
+	_, body := adminDo(t, b, "GET", "/admin/api/queues", "")
+	return body
+}
+
+// Limits from the runtime settings apply at once: reject_publish refuses
+// the publish past the limit, drop_oldest makes room, and removing the
+// limit lifts it.
+func TestQueueLimitsFromSettings(t *testing.T) {
+	b := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, b)
+	setLimits := func(limits string) {
+		t.Helper()
+		code, body := editRuntimeSettings(t, b, func(doc map[string]any) {
+			var l any
+			_ = json.Unmarshal([]byte(limits), &l)
+			doc["limits"] = l
+		})
+		if code != 200 {
+			t.Fatalf("settings: %d %s", code, body)
+		}
+	}
+	pub := c.Publisher("capped", client.PublisherOptions{})
+	publish := func(p string) error {
+		// A refusal (503) is re-sent until the deadline: keep it short.
+		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		_, err := pub.PublishConfirmed(short, client.Message{Payload: []byte(p)})
+		return err
+	}
+	setLimits(`{"queues":[{"topic":"capped","max_messages_per_partition":2,"overflow":"reject_publish"}]}`)
+	for _, p := range []string{"a", "b"} {
+		if err := publish(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, 5*time.Second, "the limit refuses the third", func() bool {
+		err := publish("c")
+		return err != nil && strings.Contains(err.Error(), "is full")
+	})
+	setLimits(`{"queues":[{"topic":"capped","max_messages_per_partition":2,"overflow":"drop_oldest"}]}`)
+	testkit.Eventually(t, 5*time.Second, "drop_oldest makes room", func() bool { return publish("d") == nil })
+	if code, body := editRuntimeSettings(t, b, func(doc map[string]any) {
+		doc["limits"] = map[string]any{"queues": []any{map[string]any{"topic": "capped", "max_messages_per_partition": 0, "overflow": "drop_oldest"}}}
+	}); code != 400 || !strings.Contains(body, "limits.queues[0].max_messages_per_partition") {
+		t.Fatalf("an invalid limit: %d %s", code, body)
+	}
+	setLimits(`{"queues":[]}`)
+	if err := publish("e"); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.Subscribe(ctx, "capped", client.SubscribeOptions{Prefetch: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for range 3 {
+		d, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(d.Payload))
+	}
+	if strings.Join(got, "") != "bde" {
+		t.Fatalf("delivered %v, want b d e (a was dropped, c refused)", got)
+	}
+	m := scrape(t, b)
+	for _, want := range []string{"fibril_broker_overflow_dropped_total 1", "fibril_broker_overflow_rejected_total"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
