@@ -72,6 +72,8 @@ type Broker struct {
 	adminQueues   atomic.Pointer[queue.Manager] // set once sessions serve; cleared at shutdown
 	rates         rateBook                      // the admin API's publish and deliver rates
 	disk          *diskGuard                    // storage.min_free_bytes
+	nodeConns     nodeConnPool                  // NODE_ADMIN sessions to peers
+	remoteDLQ     chan struct{}                 // bounds the dead-letter copies sent to other brokers at once
 
 	service *consul.Registration // consul.register: this broker's catalog entry
 
@@ -86,7 +88,8 @@ type Broker struct {
 // then recovery, then the broker listener. It returns once clients can
 // connect.
 func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
-	b := &Broker{cfg: cfg, log: log, registry: newMetricsRegistry(), served: make(chan struct{})}
+	b := &Broker{cfg: cfg, log: log, registry: newMetricsRegistry(), served: make(chan struct{}),
+		remoteDLQ: make(chan struct{}, remoteDeadLetterConcurrency)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -295,6 +298,12 @@ func (b *Broker) openQueues() error {
 				return nil
 			}
 			return b.cluster.deadLetterPartition
+		}(),
+		RemoteDeadLetter: func() func(queue.Key, *queue.Message, func(bool)) {
+			if b.cluster == nil {
+				return nil
+			}
+			return b.remoteDeadLetter
 		}(),
 		MaxMessageBytes: int(cfg.Broker.MaxMessageBytes),
 		Logger:          b.log,

@@ -5,6 +5,7 @@ package broker
 // to a partition of its target that this node owns.
 
 import (
+	"fmt"
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/cluster"
 	"github.com/fibrilgo/fibril/core/queue"
@@ -68,7 +69,7 @@ func (c *coordinated) deadLetterPartition(target queue.Key) (uint32, error) {
 		}
 	}
 	if len(owned) == 0 {
-		return 0, core.Errorf(core.ErrUnavailable, "this broker owns no partition of dead-letter target %s", target)
+		return 0, fmt.Errorf("this broker owns no partition of dead-letter target %s: %w", target, queue.ErrNoLocalPartition)
 	}
 	if !c.cl.LeaseValid() {
 		return 0, core.Errorf(core.ErrUnavailable, "cluster lease not surely valid")

@@ -236,6 +236,9 @@ type appendRequest struct {
 	Group     string       `json:"group,omitempty"`
 	Partition uint32       `json:"partition"`
 	Messages  []apiMessage `json:"messages"`
+	// DeadLetter: the messages are dead-letter copies another broker made;
+	// they keep their stroma.dlq.* headers and receive time.
+	DeadLetter bool `json:"dead_letter,omitempty"`
 }
 
 // appendLocal publishes the messages to a partition this broker serves
@@ -267,7 +270,15 @@ func (b *Broker) appendLocal(ctx context.Context, req appendRequest) ([]uint64, 
 		for _, h := range m.Headers {
 			msg.Headers = append(msg.Headers, wire.Header{Key: h.Key, Value: h.Value})
 		}
-		if err := p.Publish(msg, func(off uint64, err error) { results <- result{i, off, err} }); err != nil {
+		done := func(off uint64, err error) { results <- result{i, off, err} }
+		var err error
+		if req.DeadLetter {
+			msg.Received = m.Received
+			err = p.AppendDeadLetter(msg, done)
+		} else {
+			err = p.Publish(msg, done)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -577,4 +588,61 @@ func (q queueAdmin) Messages(ctx context.Context, m admin.MessagesQuery) (any, e
 
 func (q queueAdmin) Replay(ctx context.Context, req admin.ReplayRequest, user string) (any, error) {
 	return q.b.replayDLQ(ctx, req, user)
+}
+
+// remoteDeadLetterConcurrency bounds the dead-letter copies this broker
+// sends to other brokers at once; more wait for a slot.
+const remoteDeadLetterConcurrency = 32
+
+// remoteDeadLetter is queue.Options.RemoteDeadLetter: a dead letter whose
+// target queue has no partition on this broker goes to the owner of one
+// of them, round-robin, over NODE_ADMIN (queues.append with DeadLetter);
+// done reports whether that owner confirmed it. It returns at once.
+func (b *Broker) remoteDeadLetter(target queue.Key, msg *queue.Message, done func(ok bool)) {
+	m := apiMessage{BrowsedMessage: queue.BrowsedMessage{Published: msg.Published, Received: msg.Received, Payload: msg.Payload},
+		ContentTag: uint8(msg.ContentType.Tag), ContentCustom: msg.ContentType.Custom}
+	for _, h := range msg.Headers {
+		m.Headers = append(m.Headers, apiHeader{h.Key, h.Value})
+	}
+	go func() {
+		b.remoteDLQ <- struct{}{}
+		defer func() { <-b.remoteDLQ }()
+		err := b.sendDeadLetter(target, m)
+		if err != nil {
+			b.log.Warn("dead letter not copied to its target's owner; it is tried again later", "target", target.String(), "err", err)
+		}
+		done(err == nil)
+	}()
+}
+
+func (b *Broker) sendDeadLetter(target queue.Key, m apiMessage) error {
+	c := b.adminCluster.Load()
+	if c == nil {
+		return core.Errorf(core.ErrUnavailable, "not in a cluster yet")
+	}
+	snap := c.cl.Snapshot()
+	q := snap.Queue(target.Topic, target.Group.Value)
+	if q == nil {
+		return core.Errorf(core.ErrNotFound, "dead-letter target %s is not declared in this cluster", target)
+	}
+	var live []uint32
+	for _, p := range q.Parts {
+		if p.Placed() && snap.Live(p.Node) {
+			live = append(live, p.Ref.Partition)
+		}
+	}
+	if len(live) == 0 {
+		return core.Errorf(core.ErrUnavailable, "no partition of dead-letter target %s has a live owner", target)
+	}
+	n := live[c.dlqRR.Add(1)%uint64(len(live))]
+	owner := q.Parts[n].Node
+	ctx, cancel := context.WithTimeout(context.Background(), nodeAdminTimeout)
+	defer cancel()
+	var offs []uint64
+	req := appendRequest{Topic: target.Topic, Group: target.Group.Value, Partition: n, Messages: []apiMessage{m}, DeadLetter: true}
+	if owner == c.self.ID { // placed here since DeadLetterPartition looked
+		_, err := b.appendLocal(ctx, req)
+		return err
+	}
+	return b.askNode(ctx, c, owner, actionQueueAppend, req, &offs)
 }

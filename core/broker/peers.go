@@ -304,6 +304,7 @@ func (b *Broker) serverTLS() *tls.Config {
 // streams peers opened; their sessions end as on a broken socket) and the
 // accept loop.
 func (b *Broker) closeTransport() {
+	b.nodeConns.closeAll()
 	if b.links != nil {
 		b.links.Close()
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/cluster"
 	"github.com/fibrilgo/fibril/core/peer"
 	"github.com/fibrilgo/fibril/core/queue"
@@ -238,36 +239,21 @@ func (b *Broker) nodeAdmin(ctx context.Context, from, action string, args []byte
 const nodeAdminTimeout = 10 * time.Second
 
 // askNode runs a NODE_ADMIN action on a peer and decodes its result into
-// out.
+// out. The peer session is kept for the next request (nodeConns).
 func (b *Broker) askNode(ctx context.Context, c *coordinated, node core.NodeID, action string, args, out any) error {
-	m := c.cl.Snapshot().Members[node]
-	if m == nil || !m.Live {
-		return core.Errorf(core.ErrUnavailable, "node %s is not live", node)
-	}
-	if b.links == nil {
-		return core.Errorf(core.ErrUnavailable, "no inter-broker transport")
-	}
-	timeout := time.Duration(b.settings.Current().Routing.UpstreamConnectTimeoutMS) * time.Millisecond
-	dctx, cancel := context.WithTimeout(ctx, timeout)
-	link, err := b.links.Get(dctx, core.Peer{ID: node, Addr: m.Info.PeerAddr})
-	if err != nil {
-		cancel()
-		return core.Errorf(core.ErrUnavailable, "reach node %s: %v", node, err)
-	}
-	conn, _, err := peer.Login{Self: c.self.ID, Secret: string(b.secret)}.Dial(dctx, link, 0, nil)
-	cancel()
-	if err != nil {
-		return core.Errorf(core.ErrUnavailable, "log in to node %s: %v", node, err)
-	}
-	defer conn.Close()
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return err
 	}
-	ctx, cancel = context.WithTimeout(ctx, nodeAdminTimeout)
+	conn, err := b.nodeConns.get(ctx, b, c, node)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, nodeAdminTimeout)
 	defer cancel()
 	f, err := conn.Do(ctx, wire.OpNodeAdmin, &wire.NodeAdmin{Action: action, Args: raw})
 	if err != nil {
+		b.nodeConns.drop(node, conn)
 		return core.Errorf(core.ErrUnavailable, "node %s: %v", node, err)
 	}
 	switch f.Op {
@@ -283,6 +269,82 @@ func (b *Broker) askNode(ctx context.Context, c *coordinated, node core.NodeID, 
 		return fmt.Errorf("node %s: %w", node, core.Errorf(sentinelOf(eb.Code), "%s", eb.Message))
 	}
 	return fmt.Errorf("node %s answered NODE_ADMIN with %s", node, f.Op)
+}
+
+// nodeConnPool keeps one @node session per peer for NODE_ADMIN, so a
+// dashboard polling every second, or a stream of dead letters to another
+// broker's DLQ partition, does not open a stream and log in each time.
+// A session that ended is replaced on the next request.
+type nodeConnPool struct {
+	mu    sync.Mutex
+	conns map[core.NodeID]*client.Conn
+}
+
+// nodeAdminHeartbeat keeps a pooled session alive while it is idle.
+const nodeAdminHeartbeat = 5 * time.Second
+
+func (p *nodeConnPool) get(ctx context.Context, b *Broker, c *coordinated, node core.NodeID) (*client.Conn, error) {
+	p.mu.Lock()
+	conn := p.conns[node]
+	p.mu.Unlock()
+	if conn != nil {
+		select {
+		case <-conn.Done():
+			p.drop(node, conn)
+		default:
+			return conn, nil
+		}
+	}
+	m := c.cl.Snapshot().Members[node]
+	if m == nil || !m.Live {
+		return nil, core.Errorf(core.ErrUnavailable, "node %s is not live", node)
+	}
+	if b.links == nil {
+		return nil, core.Errorf(core.ErrUnavailable, "no inter-broker transport")
+	}
+	timeout := time.Duration(b.settings.Current().Routing.UpstreamConnectTimeoutMS) * time.Millisecond
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	link, err := b.links.Get(dctx, core.Peer{ID: node, Addr: m.Info.PeerAddr})
+	if err != nil {
+		return nil, core.Errorf(core.ErrUnavailable, "reach node %s: %v", node, err)
+	}
+	conn, _, err = peer.Login{Self: c.self.ID, Secret: string(b.secret)}.Dial(dctx, link, nodeAdminHeartbeat, nil)
+	if err != nil {
+		return nil, core.Errorf(core.ErrUnavailable, "log in to node %s: %v", node, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		p.conns = map[core.NodeID]*client.Conn{}
+	}
+	if old := p.conns[node]; old != nil { // another request dialled meanwhile: keep one
+		_ = conn.Close()
+		return old, nil
+	}
+	p.conns[node] = conn
+	return conn, nil
+}
+
+// drop forgets conn (when it is still node's) and closes it.
+func (p *nodeConnPool) drop(node core.NodeID, conn *client.Conn) {
+	p.mu.Lock()
+	if p.conns[node] == conn {
+		delete(p.conns, node)
+	}
+	p.mu.Unlock()
+	_ = conn.Close()
+}
+
+// closeAll ends every pooled session (shutdown).
+func (p *nodeConnPool) closeAll() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
 }
 
 // sentinelOf maps a wire error code back to the core sentinel (the

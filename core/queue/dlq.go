@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 
@@ -111,7 +112,8 @@ func (p *Partition) runDeadLetter(j dlqJob) {
 		rec = &dec
 	}
 	tq, tp, err := p.m.deadLetterTarget(j.target)
-	if err != nil {
+	remote := errors.Is(err, ErrNoLocalPartition) && p.m.opts.RemoteDeadLetter != nil
+	if err != nil && !remote {
 		p.m.log.Error("queue: dead-letter target unusable", "queue", p.q.key.String(), "target", j.target.String(), "err", err)
 		p.deadLetterDone(j.off, false)
 		return
@@ -140,6 +142,14 @@ func (p *Partition) runDeadLetter(j dlqJob) {
 		Received:    j.at,
 		Payload:     rec.Payload,
 	}
+	if remote {
+		// Another broker owns every partition of the target: it stores
+		// the copy (AppendDeadLetter there) and answers when it is
+		// confirmed.
+		p.m.opts.RemoteDeadLetter(j.target, &Message{ContentType: cp.ContentType, Headers: cp.Headers, Published: cp.Published,
+			Received: cp.Received, Payload: cp.Payload}, func(ok bool) { p.deadLetterDone(j.off, ok) })
+		return
+	}
 	if ttl, ok := tq.cfg.Load().defaultTTL.Get(); ok {
 		cp.Deadline = ttlDeadline(j.at, ttl)
 	}
@@ -148,6 +158,27 @@ func (p *Partition) runDeadLetter(j dlqJob) {
 		p.m.log.Error("queue: dead-letter copy refused", "queue", p.q.key.String(), "target", j.target.String(), "err", err)
 		p.deadLetterDone(j.off, false)
 	}
+}
+
+// ErrNoLocalPartition is what Options.DeadLetterPartition wraps when this
+// broker owns no partition of the target: the copy then goes to the
+// target's owner through Options.RemoteDeadLetter.
+var ErrNoLocalPartition = errors.New("no partition of the dead-letter target is owned here")
+
+// AppendDeadLetter stores a dead-letter copy that another broker made
+// (Options.RemoteDeadLetter there): the message keeps its stroma.dlq.*
+// headers, which a client's publish may not carry, and gets the queue's
+// default TTL as a local copy would. done runs once it is confirmed
+// (under the partition's gate, like any publish).
+func (p *Partition) AppendDeadLetter(msg *Message, done func(offset uint64, err error)) error {
+	if err := p.brokenErr(); err != nil {
+		return err
+	}
+	cp := record{ContentType: msg.ContentType, Headers: msg.Headers, Published: msg.Published, Received: msg.Received, Payload: msg.Payload}
+	if ttl, ok := p.q.cfg.Load().defaultTTL.Get(); ok {
+		cp.Deadline = ttlDeadline(msg.Received, ttl)
+	}
+	return p.append(&cp, done, false)
 }
 
 // deadLetterDone records a copy's outcome. It runs on a storage commit

@@ -118,10 +118,14 @@ type Options struct {
 	// leaves the message where it was (it is retried later). nil: any
 	// partition, round-robin, the target created on demand (standalone).
 	DeadLetterPartition func(target Key) (uint32, error)
-	MaxMessageBytes     int                // payload cap (broker.max_message_bytes); larger → ErrTooLarge
-	GlobalDLQ           func() (Key, bool) // S-64 broker-wide DLQ target; nil or false = none (then discard, S-65)
-	Now                 func() time.Time   // nil = time.Now
-	Logger              *slog.Logger       // nil = slog.Default()
+	// RemoteDeadLetter, when set, copies a dead letter to the target's
+	// owner when DeadLetterPartition answers ErrNoLocalPartition; done
+	// reports whether the copy was confirmed there. It must not block.
+	RemoteDeadLetter func(target Key, msg *Message, done func(ok bool))
+	MaxMessageBytes  int                // payload cap (broker.max_message_bytes); larger → ErrTooLarge
+	GlobalDLQ        func() (Key, bool) // S-64 broker-wide DLQ target; nil or false = none (then discard, S-65)
+	Now              func() time.Time   // nil = time.Now
+	Logger           *slog.Logger       // nil = slog.Default()
 	// Gates, when set (a cluster broker), gives each partition the engine
 	// opens — a queue's, or a durable stream's — its ConfirmGate, or nil
 	// for none. A partition with a gate delivers nothing until its limit
