@@ -80,11 +80,12 @@ type queueEntry struct {
 }
 
 func runQueues(ctx context.Context, g *globals, e *env, args []string) error {
-	fs := newFlagSet("queues", "ls [--streams] | describe TOPIC [--group G] | purge TOPIC [--group G] [--yes]", g, e)
+	fs := newFlagSet("queues", "ls [--streams] | describe TOPIC [--group G] | purge TOPIC [--group G] [--yes] | delete TOPIC [--group G] [--force] [--yes]", g, e)
 	asJSON := fs.Bool("json", false, "print the admin API's JSON answer")
 	group := fs.String("group", "", "describe, purge: the queue's group")
 	streams := fs.Bool("streams", false, "ls: streams only")
-	yes := fs.Bool("yes", false, "purge: do not ask for confirmation")
+	yes := fs.Bool("yes", false, "purge, delete: do not ask for confirmation")
+	force := fs.Bool("force", false, "delete: even with messages in flight")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -121,8 +122,13 @@ func runQueues(ctx context.Context, g *globals, e *env, args []string) error {
 			return usagef("queues purge takes exactly one TOPIC")
 		}
 		return purgeQueue(ctx, a, e, pos[0], *group, *yes, *asJSON)
+	case "delete", "rm":
+		if len(pos) != 1 {
+			return usagef("queues delete takes exactly one TOPIC")
+		}
+		return deleteTopic(ctx, a, e, pos[0], *group, *force, *yes, *asJSON)
 	}
-	return usagef("unknown queues subcommand %q (ls, describe, purge)", sub)
+	return usagef("unknown queues subcommand %q (ls, describe, purge, delete)", sub)
 }
 
 func listQueues(ctx context.Context, a *adminClient, e *env, path string, asJSON, detail bool) error {
@@ -307,6 +313,73 @@ func purgeQueue(ctx context.Context, a *adminClient, e *env, topic, group string
 	if out.Failed > 0 {
 		return fmt.Errorf("%d partitions were not purged", out.Failed)
 	}
+	return nil
+}
+
+// deleteTopic deletes a queue or a stream, whichever the topic is.
+func deleteTopic(ctx context.Context, a *adminClient, e *env, topic, group string, force, yes, asJSON bool) error {
+	path := "/admin/api/queues/" + url.PathEscape(topic)
+	if group != "" {
+		path += "?group=" + url.QueryEscape(group)
+	}
+	var found struct {
+		Queues []queueEntry `json:"queues"`
+	}
+	if err := a.do(ctx, http.MethodGet, path, nil, &found); err != nil {
+		return err
+	}
+	var q *queueEntry
+	for i := range found.Queues {
+		if found.Queues[i].Group == group {
+			q = &found.Queues[i]
+		}
+	}
+	if q == nil {
+		return fmt.Errorf("queue %s has no group %q", topic, group)
+	}
+	name := q.Kind + " " + topic
+	if group != "" {
+		name += " (group " + group + ")"
+	}
+	if !yes {
+		fmt.Fprintf(e.stderr, "delete %s: its %d partitions and everything in them go, subscribers are told topic_deleted. Type the topic name to confirm: ", name, q.PartitionCount)
+		line, err := readLine(ctx, e)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(line) != topic {
+			return fmt.Errorf("not confirmed: nothing deleted (use --yes in scripts)")
+		}
+	}
+	body := map[string]any{"topic": topic}
+	endpoint := "/admin/api/streams/delete"
+	if q.Kind == "queue" {
+		endpoint = "/admin/api/queues/delete"
+		body["group"], body["force"] = group, force
+	}
+	var raw json.RawMessage
+	if err := a.do(ctx, http.MethodPost, endpoint, body, &raw); err != nil {
+		return err
+	}
+	if asJSON {
+		return printIndented(e, raw)
+	}
+	var out struct {
+		Deleted struct {
+			Partitions int    `json:"partitions"`
+			Messages   uint64 `json:"messages"`
+			Records    uint64 `json:"records"`
+		} `json:"deleted"`
+		Closed int `json:"subscriptions_closed"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return fmt.Errorf("admin API: malformed answer: %w", err)
+	}
+	what := fmt.Sprintf("%d messages", out.Deleted.Messages)
+	if q.Kind == "stream" {
+		what = fmt.Sprintf("%d records", out.Deleted.Records)
+	}
+	fmt.Fprintf(e.stdout, "deleted %s: %d partitions, %s, %d subscriptions closed\n", name, out.Deleted.Partitions, what, out.Closed)
 	return nil
 }
 

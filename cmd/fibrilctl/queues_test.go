@@ -66,6 +66,22 @@ func TestQueuesCommand(t *testing.T) {
 	if r := ctl(t, "", "queues", "purge", stream, "--yes"); r.code != exitFail || !strings.Contains(r.stderr, "is a stream") {
 		t.Fatalf("purge of a stream: %+v", r)
 	}
+	if r := ctl(t, "nope\n", "queues", "delete", stream); r.code != exitFail || !strings.Contains(r.stderr, "not confirmed") {
+		t.Fatalf("unconfirmed delete: %+v", r)
+	}
+	r = ctl(t, "", "queues", "delete", stream, "--yes")
+	mustOK(t, r, "delete stream")
+	if !strings.Contains(r.stdout, "deleted stream "+stream+": 1 partitions, 2 records") {
+		t.Fatalf("delete stream printed %q", r.stdout)
+	}
+	r = ctl(t, topic+"\n", "queues", "delete", topic)
+	mustOK(t, r, "delete queue")
+	if !strings.Contains(r.stdout, "deleted queue "+topic+": 2 partitions, 0 messages") {
+		t.Fatalf("delete queue printed %q", r.stdout)
+	}
+	if r := ctl(t, "", "queues", "describe", topic); r.code != exitFail || !strings.Contains(r.stderr, "404") {
+		t.Fatalf("describe after delete: %+v", r)
+	}
 	if r := ctl(t, "", "queues"); r.code != exitUsage {
 		t.Fatalf("queues without a subcommand: %+v", r)
 	}

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -25,7 +26,14 @@ type QueueAdmin interface {
 	Messages(ctx context.Context, q MessagesQuery) (any, error)
 	// Replay copies dead letters back to their origin queues (S-68).
 	Replay(ctx context.Context, req ReplayRequest, user string) (any, error)
+	// Delete removes a queue (kind "queue") or a stream (kind "stream");
+	// a queue with messages in flight needs force.
+	Delete(ctx context.Context, kind, topic, group string, force bool, user string) (any, error)
 }
+
+// ErrNotImplemented is answered 501: the operation exists, not yet in
+// this mode.
+var ErrNotImplemented = errors.New("not implemented")
 
 // MessagesQuery is GET /admin/api/messages' parameters.
 type MessagesQuery struct {
@@ -69,6 +77,45 @@ func (s *Server) registerQueues() {
 	s.mux.Handle("POST /admin/api/queues/purge", s.auth(http.HandlerFunc(s.purgeQueue)))
 	s.mux.Handle("GET /admin/api/messages", s.auth(http.HandlerFunc(s.messages)))
 	s.mux.Handle("POST /admin/api/dlq/replay", s.auth(http.HandlerFunc(s.replay)))
+	s.mux.Handle("POST /admin/api/queues/delete", s.auth(http.HandlerFunc(s.deleteTopic("queue"))))
+	s.mux.Handle("POST /admin/api/streams/delete", s.auth(http.HandlerFunc(s.deleteTopic("stream"))))
+}
+
+// deleteTopic is POST /admin/api/queues/delete {topic, group?, force?}
+// and POST /admin/api/streams/delete {topic}.
+func (s *Server) deleteTopic(kind string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.Queues == nil {
+			writeError(w, http.StatusNotFound, "not_found", "no queues API")
+			return
+		}
+		var req struct {
+			Topic string `json:"topic"`
+			Group string `json:"group"`
+			Force bool   `json:"force"`
+		}
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil || req.Topic == "" || (kind == "stream" && (req.Group != "" || req.Force)) {
+			msg := "body must be JSON {topic, group?, force?}"
+			if kind == "stream" {
+				msg = "body must be JSON {topic}"
+			}
+			if err != nil {
+				msg += ": " + err.Error()
+			}
+			writeError(w, http.StatusBadRequest, "bad_request", msg)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), adminCallTimeout)
+		defer cancel()
+		out, err := s.opts.Queues.Delete(ctx, kind, req.Topic, req.Group, req.Force, s.user(r))
+		if err != nil {
+			writeCoreError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	}
 }
 
 // messages is GET /admin/api/messages?topic&group&partition&from&limit&

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/admin"
 	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/cluster"
 	"github.com/fibrilgo/fibril/core/peer"
@@ -768,4 +769,51 @@ func (q queueAdmin) List(ctx context.Context, kind, topic, group string) (any, e
 
 func (q queueAdmin) Purge(ctx context.Context, topic, group, user string) (any, error) {
 	return q.b.purgeQueue(ctx, topic, group, user)
+}
+
+func (q queueAdmin) Delete(ctx context.Context, kind, topic, group string, force bool, user string) (any, error) {
+	return q.b.deleteTopic(kind, topic, group, force, user)
+}
+
+// deleteTopic deletes a queue or a stream on a standalone broker
+// (docs/admin.md#delete): the engine drops it (refusing a queue with
+// messages in flight unless force), then every subscription to it ends
+// with SUBSCRIPTION_CLOSED(topic_deleted). In a cluster it answers 501:
+// there the catalog entry needs a tombstone every replica confirms,
+// which is not built yet.
+func (b *Broker) deleteTopic(kind, topic, group string, force bool, user string) (any, error) {
+	if b.adminCluster.Load() != nil {
+		return nil, fmt.Errorf("%w: deleting a %s is available on a standalone broker only so far; in a cluster, purge it (POST /admin/api/queues/purge) and stop using the name", admin.ErrNotImplemented, kind)
+	}
+	qm := b.readyQueues()
+	if qm == nil {
+		return nil, core.Errorf(core.ErrUnavailable, "the broker is still recovering")
+	}
+	if k, ok := qm.Kind(topic); ok && k.String() != kind {
+		return nil, core.Errorf(core.ErrBadRequest, "%s is a %s, not a %s", topic, k, kind)
+	}
+	var rep queue.DeleteReport
+	var err error
+	key := queue.Key{Topic: topic, Group: optGroup(group)}
+	if kind == "stream" {
+		rep, err = qm.DeleteStream(topic)
+	} else {
+		rep, err = qm.DeleteQueue(key, force)
+	}
+	if err != nil {
+		return nil, err
+	}
+	closed := 0
+	if s := b.adminSessions.Load(); s != nil {
+		closed = s.CloseSubscriptions(func(t, g string, _ uint32) bool {
+			return t == topic && (kind == "stream" || g == group)
+		}, wire.ReasonTopicDeleted, fmt.Sprintf("%s %s was deleted", kind, topic))
+	}
+	name := topic
+	if kind == "queue" {
+		name = key.String()
+	}
+	b.log.Warn(kind+" deleted", kind, name, "partitions", rep.Partitions, "messages", rep.Messages, "records", rep.Records,
+		"subscriptions_closed", closed, "force", force, "admin_user", user)
+	return map[string]any{"kind": kind, "topic": topic, "group": group, "deleted": rep, "subscriptions_closed": closed}, nil
 }

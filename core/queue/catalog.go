@@ -39,6 +39,15 @@ type catalogFile struct {
 	Version int             `json:"version"`
 	Queues  []catalogQueue  `json:"queues"`
 	Streams []catalogStream `json:"streams"`
+	// Deleted keeps the kind of every deleted topic that has not been
+	// declared again: it may only come back as the same kind (S-22). An
+	// older broker ignores the field (and so forgets that rule).
+	Deleted []catalogDeleted `json:"deleted,omitempty"`
+}
+
+type catalogDeleted struct {
+	Topic string `json:"topic"`
+	Kind  string `json:"kind"` // queue | stream
 }
 
 type catalogQueue struct {

@@ -142,9 +142,17 @@ func Open(opts Options) (*Manager, error) {
 	if err := m.fs.SyncDir(filepath.Dir(filepath.Clean(opts.Dir))); err != nil {
 		m.log.Warn("queue: could not fsync the parent of the data directory", "dir", opts.Dir, "err", err)
 	}
+	m.emptyTrash() // what a delete left before a crash or restart
 	cat, err := readCatalog(m.fs, opts.Dir)
 	if err != nil {
 		return nil, core.Errorf(core.ErrInternal, "queue engine: queue catalog in %s is unreadable: %v", opts.Dir, err)
+	}
+	for _, d := range cat.Deleted {
+		if d.Kind == KindStream.String() {
+			m.kinds.Store(d.Topic, KindStream)
+		} else {
+			m.kinds.Store(d.Topic, KindQueue)
+		}
 	}
 	for _, s := range cat.Streams {
 		si := fromCatalogStream(s)
@@ -400,6 +408,13 @@ func sameConfig(a, b queueConfig) bool {
 // createQueueLocked makes a new queue durable: partition directories
 // first, then the catalog that names it; only then is it visible.
 func (m *Manager) createQueueLocked(info QueueInfo) (*queue, error) {
+	group := "@default"
+	if g, ok := info.Group.Get(); ok {
+		group = g
+	}
+	if err := m.leftovers(filepath.Join(m.opts.Dir, "q", info.Topic, group)); err != nil {
+		return nil, err
+	}
 	if err := makePartitionDirs(m.fs, m.opts.Dir, info.Key, info.PartitionCount); err != nil {
 		return nil, core.Errorf(core.ErrInternal, "create queue %s: %v", info.Key, err)
 	}
@@ -423,12 +438,16 @@ func (m *Manager) createQueueLocked(info QueueInfo) (*queue, error) {
 // one being created) and stream.
 func (m *Manager) saveCatalogLocked(extra *queue) error {
 	var c catalogFile
+	hasQueue := map[string]bool{}
 	m.queues.Range(func(_, v any) bool {
-		c.Queues = append(c.Queues, toCatalogQueue(v.(*queue).info()))
+		q := v.(*queue)
+		c.Queues = append(c.Queues, toCatalogQueue(q.info()))
+		hasQueue[q.key.Topic] = true
 		return true
 	})
 	if extra != nil {
 		c.Queues = append(c.Queues, toCatalogQueue(extra.info()))
+		hasQueue[extra.key.Topic] = true
 	}
 	slices.SortFunc(c.Queues, func(a, b catalogQueue) int {
 		return cmp.Compare(keyString(a.Topic, a.Group), keyString(b.Topic, b.Group))
@@ -437,6 +456,17 @@ func (m *Manager) saveCatalogLocked(extra *queue) error {
 		c.Streams = append(c.Streams, toCatalogStream(s))
 	}
 	slices.SortFunc(c.Streams, func(a, b catalogStream) int { return cmp.Compare(a.Topic, b.Topic) })
+	// A kind with no queue or stream left is a deleted topic's (delete.go).
+	m.kinds.Range(func(k, v any) bool {
+		topic, kind := k.(string), v.(Kind)
+		if _, ok := m.streams[topic]; kind == KindStream && !ok {
+			c.Deleted = append(c.Deleted, catalogDeleted{Topic: topic, Kind: kind.String()})
+		} else if kind == KindQueue && !hasQueue[topic] {
+			c.Deleted = append(c.Deleted, catalogDeleted{Topic: topic, Kind: kind.String()})
+		}
+		return true
+	})
+	slices.SortFunc(c.Deleted, func(a, b catalogDeleted) int { return cmp.Compare(a.Topic, b.Topic) })
 	if err := writeCatalog(m.fs, m.opts.Dir, c); err != nil {
 		return core.Errorf(core.ErrInternal, "save queue catalog in %s: %v", m.opts.Dir, err)
 	}
@@ -488,6 +518,9 @@ func (m *Manager) ApplyStream(si StreamInfo) (StreamInfo, error) {
 }
 
 func (m *Manager) applyStreamLocked(si StreamInfo) (StreamInfo, error) {
+	if err := m.leftovers(filepath.Join(m.opts.Dir, "s", si.Topic)); err != nil {
+		return StreamInfo{}, err
+	}
 	m.streams[si.Topic] = si
 	if err := m.saveCatalogLocked(nil); err != nil {
 		delete(m.streams, si.Topic)

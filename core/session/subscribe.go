@@ -275,14 +275,22 @@ func (s *Session) unsubscribeLocked(subs []*subscription) {
 // released here (the new owner redelivers them). It returns how many it
 // ended.
 func (s *Server) CloseMoved(moved func(topic, group string, partition uint32) bool) int {
+	return s.CloseSubscriptions(moved, wire.ReasonOwnerMoved, "the partition moved to another broker; subscribe again")
+}
+
+// CloseSubscriptions ends every local subscription that match selects
+// and tells its client with SUBSCRIPTION_CLOSED(reason, message); it
+// returns how many it ended. A deleted queue's subscriptions end with
+// topic_deleted (docs/admin.md#delete).
+func (s *Server) CloseSubscriptions(match func(topic, group string, partition uint32) bool, reason wire.Reason, message string) int {
 	n := 0
 	for _, sess := range s.sessions.all() {
-		n += sess.closeMoved(moved)
+		n += sess.closeMatching(match, reason, message)
 	}
 	return n
 }
 
-func (s *Session) closeMoved(moved func(topic, group string, partition uint32) bool) int {
+func (s *Session) closeMatching(moved func(topic, group string, partition uint32) bool, reason wire.Reason, message string) int {
 	s.transition.Lock()
 	s.mu.Lock()
 	var gone []*subscription
@@ -297,8 +305,7 @@ func (s *Session) closeMoved(moved func(topic, group string, partition uint32) b
 	}
 	s.transition.Unlock()
 	for _, sub := range gone {
-		s.notify(wire.OpSubscriptionClosed, &wire.SubscriptionClosed{SubID: sub.id, Code: wire.ReasonOwnerMoved,
-			Message: "the partition moved to another broker; subscribe again"})
+		s.notify(wire.OpSubscriptionClosed, &wire.SubscriptionClosed{SubID: sub.id, Code: reason, Message: message})
 	}
 	if len(gone) > 0 {
 		s.saveSkeleton()
