@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -65,11 +66,25 @@ var handedOut = struct {
 }{ports: map[int]bool{}}
 
 // freePort returns a loopback port nothing listens on right now and that
-// it has not returned before in this process.
+// it has not returned before in this process. It picks from below the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range) when there is
+// room: a port from that range may be taken by any process's outgoing
+// connection or port-0 listener between this check and the broker's bind
+// (seen in CI, with every test package running at once: "bind: address
+// already in use"); ports below it are only ever handed out here.
 func freePort(t testing.TB) int {
 	t.Helper()
 	handedOut.Lock()
 	defer handedOut.Unlock()
+	if lo := ephemeralLow(); lo > lowPortBase+1000 {
+		for range 1000 {
+			port := lowPortBase + rand.IntN(lo-lowPortBase)
+			if !handedOut.ports[port] && portFree(port) {
+				handedOut.ports[port] = true
+				return port
+			}
+		}
+	}
 	for range 100 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -84,6 +99,41 @@ func freePort(t testing.TB) int {
 	}
 	t.Fatal("freePort: no port that was not handed out before in 100 tries")
 	return 0
+}
+
+// lowPortBase is the lowest port freePort picks below the ephemeral range.
+const lowPortBase = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (0 when
+// it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
+}
+
+// portFree reports whether port can be bound on loopback for TCP and UDP
+// (QUIC peers use UDP on a client listener's port number).
+func portFree(port int) bool {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	l.Close()
+	u, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	u.Close()
+	return true
 }
 
 // startRaftCluster starts n brokers forming one raft cluster and waits

@@ -326,6 +326,7 @@ func (b *Broker) openQueues() error {
 	registerEngineMetrics(b.registry, b.queues)
 	b.disk = newDiskGuard(b.cfg.Server.DataDir, b.cfg.Storage.MinFreeBytes)
 	registerDiskMetrics(b.registry, b.disk, b.queues)
+	registerLatencies(b.registry, b.queues)
 	if b.cfg.Admin.MetricsPerChannel {
 		b.registry.MustRegister(newChannelCollector(b.queues))
 	}

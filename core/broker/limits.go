@@ -14,8 +14,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fibrilgo/fibril/core/latency"
 	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/settings"
+	"github.com/fibrilgo/fibril/core/storage"
 )
 
 // applyLimits gives the engine the limits of every runtime settings
@@ -152,4 +154,26 @@ func registerDiskMetrics(reg prometheus.Registerer, g *diskGuard, qm *queue.Mana
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fibril_broker_overflow_dropped_total",
 		Help: "Ready messages dropped to make room for a publish (limits.queues, overflow drop_oldest)."},
 		func() float64 { return float64(qm.Stats().OverflowDropped) }))
+}
+
+// histogramCollector exports a latency.Histogram as a Prometheus
+// histogram, read at scrape time.
+type histogramCollector struct {
+	desc *prometheus.Desc
+	h    *latency.Histogram
+}
+
+func (c histogramCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c histogramCollector) Collect(ch chan<- prometheus.Metric) {
+	buckets, n, sum := c.h.Snapshot()
+	ch <- prometheus.MustNewConstHistogram(c.desc, n, sum, buckets)
+}
+
+// registerLatencies exports the engines' latency histograms.
+func registerLatencies(reg prometheus.Registerer, qm *queue.Manager) {
+	reg.MustRegister(histogramCollector{h: storage.FsyncLatency, desc: prometheus.NewDesc("fibril_storage_fsync_seconds",
+		"Time each sync of a segment, journal or write-ahead log file took (process-wide).", nil, nil)})
+	reg.MustRegister(histogramCollector{h: qm.PublishToDeliver(), desc: prometheus.NewDesc("fibril_broker_publish_to_deliver_seconds",
+		"Time from the broker receiving a queue message to its first delivery (millisecond resolution; redeliveries not counted).", nil, nil)})
 }

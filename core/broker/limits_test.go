@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -155,6 +156,32 @@ func TestQueueLimitsFromSettings(t *testing.T) {
 	for _, want := range []string{"fibril_broker_overflow_dropped_total 1", "fibril_broker_overflow_rejected_total"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// The latency histograms fill: fsyncs under storage.fsync = always, and
+// a first delivery.
+func TestLatencyHistograms(t *testing.T) {
+	b := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, b)
+	publishTo(ctx, t, c, "lat", 0, 3)
+	sub, err := c.Subscribe(ctx, "lat", client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := sub.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := scrape(t, b)
+	for _, re := range []string{`(?m)^fibril_broker_publish_to_deliver_seconds_count 3$`, `(?m)^fibril_storage_fsync_seconds_count [1-9]`,
+		`(?m)^fibril_broker_publish_to_deliver_seconds_bucket\{le="0.001"\}`} {
+		if !regexp.MustCompile(re).MatchString(m) {
+			t.Errorf("metrics lack %s", re)
 		}
 	}
 }

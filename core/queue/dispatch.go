@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/wire"
@@ -361,6 +362,8 @@ func (p *Partition) deliverLocked(s *Subscription, off uint64, rec *record, fres
 	p.counts.delivered.Add(1)
 	if !fresh || retries > 0 {
 		p.m.stats.redelivered.Add(1)
+	} else if rec.Received > 0 {
+		p.m.deliverLatency.Observe(time.Duration(p.m.nowMs()-rec.Received) * time.Millisecond)
 	}
 	if s.opts.AutoAck {
 		// S-53: settled right after the hand-off; the settle itself is
