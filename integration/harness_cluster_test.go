@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -56,84 +55,11 @@ type raftCluster struct {
 	secret string // the cluster secret file every node reads
 }
 
-// handedOut holds every port freePort returned in this process: a port is
-// only reserved until the caller's broker binds it, and the kernel may
-// offer the same free port again meanwhile (seen in CI: node-2's client
-// listener got node-1's raft port, and node-2 could not start).
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// freePort returns a loopback port nothing listens on right now and that
-// it has not returned before in this process. It picks from below the
-// kernel's ephemeral range (net.ipv4.ip_local_port_range) when there is
-// room: a port from that range may be taken by any process's outgoing
-// connection or port-0 listener between this check and the broker's bind
-// (seen in CI, with every test package running at once: "bind: address
-// already in use"); ports below it are only ever handed out here.
+// freePort is testkit.FreePort (ports below the ephemeral range, never
+// handed out twice in this process).
 func freePort(t testing.TB) int {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	if lo := ephemeralLow(); lo > lowPortBase+1000 {
-		for range 1000 {
-			port := lowPortBase + rand.IntN(lo-lowPortBase)
-			if !handedOut.ports[port] && portFree(port) {
-				handedOut.ports[port] = true
-				return port
-			}
-		}
-	}
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !handedOut.ports[port] {
-			handedOut.ports[port] = true
-			return port
-		}
-	}
-	t.Fatal("freePort: no port that was not handed out before in 100 tries")
-	return 0
-}
-
-// lowPortBase is the lowest port freePort picks below the ephemeral range.
-const lowPortBase = 20000
-
-// ephemeralLow is the first port of the kernel's ephemeral range (0 when
-// it cannot be read).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	n, _ := strconv.Atoi(f[0])
-	return n
-}
-
-// portFree reports whether port can be bound on loopback for TCP and UDP
-// (QUIC peers use UDP on a client listener's port number).
-func portFree(port int) bool {
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return false
-	}
-	l.Close()
-	u, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		return false
-	}
-	u.Close()
-	return true
+	return testkit.FreePort(t)
 }
 
 // startRaftCluster starts n brokers forming one raft cluster and waits

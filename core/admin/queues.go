@@ -70,25 +70,46 @@ var messageStates = []string{"ready", "inflight", "delayed", "pending_dlq", "set
 // adminCallTimeout bounds one queues call that fans out to owners.
 const adminCallTimeout = 30 * time.Second
 
+// queuesRoute serves a queues API handler behind admin auth; without a
+// queues API it answers 404.
+func (s *Server) queuesRoute(h http.HandlerFunc) http.Handler {
+	return s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.Queues == nil {
+			writeError(w, http.StatusNotFound, "not_found", "no queues API")
+			return
+		}
+		h(w, r)
+	}))
+}
+
+// answer runs call within timeout and writes its result as JSON, or its
+// error with the status of S-160.
+func answer(w http.ResponseWriter, r *http.Request, timeout time.Duration, call func(context.Context) (any, error)) {
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	out, err := call(ctx)
+	if err != nil {
+		writeCoreError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
 func (s *Server) registerQueues() {
-	s.mux.Handle("GET /admin/api/queues", s.auth(http.HandlerFunc(s.listQueues("", false))))
-	s.mux.Handle("GET /admin/api/streams", s.auth(http.HandlerFunc(s.listQueues("stream", false))))
-	s.mux.Handle("GET /admin/api/queues/{topic}", s.auth(http.HandlerFunc(s.listQueues("", true))))
-	s.mux.Handle("POST /admin/api/queues/purge", s.auth(http.HandlerFunc(s.purgeQueue)))
-	s.mux.Handle("GET /admin/api/messages", s.auth(http.HandlerFunc(s.messages)))
-	s.mux.Handle("POST /admin/api/dlq/replay", s.auth(http.HandlerFunc(s.replay)))
-	s.mux.Handle("POST /admin/api/queues/delete", s.auth(http.HandlerFunc(s.deleteTopic("queue"))))
-	s.mux.Handle("POST /admin/api/streams/delete", s.auth(http.HandlerFunc(s.deleteTopic("stream"))))
+	s.mux.Handle("GET /admin/api/queues", s.queuesRoute(s.listQueues("", false)))
+	s.mux.Handle("GET /admin/api/streams", s.queuesRoute(s.listQueues("stream", false)))
+	s.mux.Handle("GET /admin/api/queues/{topic}", s.queuesRoute(s.listQueues("", true)))
+	s.mux.Handle("POST /admin/api/queues/purge", s.queuesRoute(s.purgeQueue))
+	s.mux.Handle("GET /admin/api/messages", s.queuesRoute(s.messages))
+	s.mux.Handle("POST /admin/api/dlq/replay", s.queuesRoute(s.replay))
+	s.mux.Handle("POST /admin/api/queues/delete", s.queuesRoute(s.deleteTopic("queue")))
+	s.mux.Handle("POST /admin/api/streams/delete", s.queuesRoute(s.deleteTopic("stream")))
 }
 
 // deleteTopic is POST /admin/api/queues/delete {topic, group?, force?}
 // and POST /admin/api/streams/delete {topic}.
 func (s *Server) deleteTopic(kind string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.opts.Queues == nil {
-			writeError(w, http.StatusNotFound, "not_found", "no queues API")
-			return
-		}
 		var req struct {
 			Topic string `json:"topic"`
 			Group string `json:"group"`
@@ -107,24 +128,15 @@ func (s *Server) deleteTopic(kind string) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, "bad_request", msg)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), adminCallTimeout)
-		defer cancel()
-		out, err := s.opts.Queues.Delete(ctx, kind, req.Topic, req.Group, req.Force, s.user(r))
-		if err != nil {
-			writeCoreError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, out)
+		answer(w, r, adminCallTimeout, func(ctx context.Context) (any, error) {
+			return s.opts.Queues.Delete(ctx, kind, req.Topic, req.Group, req.Force, s.user(r))
+		})
 	}
 }
 
 // messages is GET /admin/api/messages?topic&group&partition&from&limit&
 // include_settled&include_payload&payload_limit_bytes&status (S-69).
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Queues == nil {
-		writeError(w, http.StatusNotFound, "not_found", "no queues API")
-		return
-	}
 	v := r.URL.Query()
 	q := MessagesQuery{Topic: v.Get("topic"), Group: v.Get("group"), Limit: messagesDefaultLimit, PayloadLimit: payloadDefaultLimit}
 	bad := func(msg string) { writeError(w, http.StatusBadRequest, "bad_request", msg) }
@@ -178,22 +190,11 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), adminCallTimeout)
-	defer cancel()
-	out, err := s.opts.Queues.Messages(ctx, q)
-	if err != nil {
-		writeCoreError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
+	answer(w, r, adminCallTimeout, func(ctx context.Context) (any, error) { return s.opts.Queues.Messages(ctx, q) })
 }
 
 // replay is POST /admin/api/dlq/replay (S-68).
 func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Queues == nil {
-		writeError(w, http.StatusNotFound, "not_found", "no queues API")
-		return
-	}
 	var req ReplayRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
 	dec.DisallowUnknownFields()
@@ -203,43 +204,21 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	// A replay of everything may take a while: the copies wait for their
 	// confirms.
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
-	defer cancel()
-	out, err := s.opts.Queues.Replay(ctx, req, s.user(r))
-	if err != nil {
-		writeCoreError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
+	answer(w, r, 10*time.Minute, func(ctx context.Context) (any, error) { return s.opts.Queues.Replay(ctx, req, s.user(r)) })
 }
 
 func (s *Server) listQueues(kind string, one bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.opts.Queues == nil {
-			writeError(w, http.StatusNotFound, "not_found", "no queues API")
-			return
-		}
 		topic, group := "", ""
 		if one {
 			topic, group = r.PathValue("topic"), r.URL.Query().Get("group")
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), adminCallTimeout)
-		defer cancel()
-		out, err := s.opts.Queues.List(ctx, kind, topic, group)
-		if err != nil {
-			writeCoreError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, out)
+		answer(w, r, adminCallTimeout, func(ctx context.Context) (any, error) { return s.opts.Queues.List(ctx, kind, topic, group) })
 	}
 }
 
 // purgeQueue is POST /admin/api/queues/purge {topic, group?}.
 func (s *Server) purgeQueue(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Queues == nil {
-		writeError(w, http.StatusNotFound, "not_found", "no queues API")
-		return
-	}
 	var req struct {
 		Topic string `json:"topic"`
 		Group string `json:"group"`
@@ -254,14 +233,9 @@ func (s *Server) purgeQueue(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", msg)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), adminCallTimeout)
-	defer cancel()
-	out, err := s.opts.Queues.Purge(ctx, req.Topic, req.Group, s.user(r))
-	if err != nil {
-		writeCoreError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
+	answer(w, r, adminCallTimeout, func(ctx context.Context) (any, error) {
+		return s.opts.Queues.Purge(ctx, req.Topic, req.Group, s.user(r))
+	})
 }
 
 // user names who made an admin request, for audit logs: the admin user,

@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // ManagementToken is the ACL management token of an agent started with
@@ -295,20 +297,14 @@ func (a *Agent) Restart() {
 	a.start()
 }
 
+// freePorts returns n ports for an agent (testkit.FreePort: below the
+// kernel's ephemeral range, so no other process takes one before the
+// agent binds it).
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var out []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		_ = ln.Close()
+	out := make([]int, n)
+	for i := range out {
+		out[i] = testkit.FreePort(t)
 	}
 	return out
 }
