@@ -188,7 +188,7 @@ func init() {
 		{"declare", "--topic T [--stream] [...]", "declare a queue (or a stream with --stream)", runDeclare},
 		{"publish", "--topic T [...] [MESSAGE]", "publish a message (from the argument or stdin)", runPublish},
 		{"consume", "--topic T [...]", "print deliveries and settle them", runConsume},
-		{"queues", "ls | describe TOPIC | purge TOPIC [--json]", "list, describe and purge queues and streams (admin API)", runQueues},
+		{"queues", "ls | describe | messages | purge | delete | replay …", "see, inspect, purge, delete queues and streams; replay dead letters (admin API)", runQueues},
 		{"topology", "[--topic T] [--owners] [--json]", "show the broker's routing table (--owners: owner nodes, from the admin API)", runTopology},
 		{"cluster", "[--json]", "list the cluster's nodes (admin API)", runCluster},
 		{"peers", "[--json]", "probe every live peer over the inter-broker transport (admin API)", runPeers},

@@ -80,12 +80,20 @@ type queueEntry struct {
 }
 
 func runQueues(ctx context.Context, g *globals, e *env, args []string) error {
-	fs := newFlagSet("queues", "ls [--streams] | describe TOPIC [--group G] | purge TOPIC [--group G] [--yes] | delete TOPIC [--group G] [--force] [--yes]", g, e)
+	fs := newFlagSet("queues", "ls [--streams] | describe TOPIC [--group G] | messages TOPIC [--partition N] [--from O] [--limit L] [--status S]\n"+
+		"       | purge TOPIC [--group G] [--yes] | delete TOPIC [--group G] [--force] [--yes] | replay DLQ_TOPIC [--offsets O,..|--all] [--settle]", g, e)
 	asJSON := fs.Bool("json", false, "print the admin API's JSON answer")
 	group := fs.String("group", "", "describe, purge: the queue's group")
 	streams := fs.Bool("streams", false, "ls: streams only")
 	yes := fs.Bool("yes", false, "purge, delete: do not ask for confirmation")
 	force := fs.Bool("force", false, "delete: even with messages in flight")
+	partition := fs.Int("partition", -1, "messages: the partition (default 0); replay: only this partition of the DLQ")
+	from := fs.Uint64("from", 0, "messages: the first offset to look at")
+	limit := fs.Int("limit", 50, "messages: most messages shown (at most 5000)")
+	status := fs.String("status", "", "messages: comma-separated states (ready, inflight, delayed, pending_dlq, settled) or active (default)")
+	offsets := fs.String("offsets", "", "replay: comma-separated offsets of one DLQ partition (at most 100)")
+	all := fs.Bool("all", false, "replay: every active dead letter")
+	settle := fs.Bool("settle", false, "replay: remove each dead letter once its copy is confirmed")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -122,13 +130,51 @@ func runQueues(ctx context.Context, g *globals, e *env, args []string) error {
 			return usagef("queues purge takes exactly one TOPIC")
 		}
 		return purgeQueue(ctx, a, e, pos[0], *group, *yes, *asJSON)
+	case "messages", "peek":
+		if len(pos) != 1 {
+			return usagef("queues messages takes exactly one TOPIC")
+		}
+		v := url.Values{"topic": {pos[0]}, "from": {strconv.FormatUint(*from, 10)}, "limit": {strconv.Itoa(*limit)}}
+		if *group != "" {
+			v.Set("group", *group)
+		}
+		if *partition >= 0 {
+			v.Set("partition", strconv.Itoa(*partition))
+		}
+		if *status != "" {
+			v.Set("status", *status)
+		}
+		return listMessages(ctx, a, e, "/admin/api/messages?"+v.Encode(), *asJSON)
+	case "replay":
+		if len(pos) != 1 {
+			return usagef("queues replay takes exactly one DLQ_TOPIC")
+		}
+		req := map[string]any{"dlq_topic": pos[0], "dlq_group": *group, "all": *all, "settle": *settle}
+		if *partition >= 0 {
+			req["partition"] = *partition
+		}
+		if *offsets != "" {
+			var offs []uint64
+			for _, s := range strings.Split(*offsets, ",") {
+				o, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+				if err != nil {
+					return usagef("--offsets: %q is not an offset", s)
+				}
+				offs = append(offs, o)
+			}
+			req["offsets"] = offs
+		}
+		if *all == (*offsets != "") {
+			return usagef("queues replay needs --offsets or --all (not both)")
+		}
+		return replayDLQ(ctx, a, e, req, *asJSON)
 	case "delete", "rm":
 		if len(pos) != 1 {
 			return usagef("queues delete takes exactly one TOPIC")
 		}
 		return deleteTopic(ctx, a, e, pos[0], *group, *force, *yes, *asJSON)
 	}
-	return usagef("unknown queues subcommand %q (ls, describe, purge, delete)", sub)
+	return usagef("unknown queues subcommand %q (ls, describe, messages, purge, delete, replay)", sub)
 }
 
 func listQueues(ctx context.Context, a *adminClient, e *env, path string, asJSON, detail bool) error {
@@ -435,4 +481,103 @@ func readLine(ctx context.Context, e *env) (string, error) {
 	case <-ctx.Done():
 		return "", fmt.Errorf("confirmation interrupted: %w", ctx.Err())
 	}
+}
+
+// listMessages prints a page of GET /admin/api/messages: one line per
+// message, its dead-letter origin when it has one.
+func listMessages(ctx context.Context, a *adminClient, e *env, path string, asJSON bool) error {
+	var raw json.RawMessage
+	if err := a.do(ctx, http.MethodGet, path, nil, &raw); err != nil {
+		return err
+	}
+	if asJSON {
+		return printIndented(e, raw)
+	}
+	var page struct {
+		Next     uint64 `json:"next"`
+		Messages []struct {
+			Offset      uint64 `json:"offset"`
+			State       string `json:"state"`
+			Retries     uint32 `json:"retries"`
+			ContentType string `json:"content_type"`
+			PayloadSize int    `json:"payload_size"`
+			Payload     []byte `json:"payload"`
+			DLQ         *struct {
+				SourceTopic  string `json:"source_topic"`
+				SourceGroup  string `json:"source_group"`
+				SourceOffset string `json:"source_offset"`
+				Reason       string `json:"reason"`
+			} `json:"dlq"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(raw, &page); err != nil {
+		return fmt.Errorf("admin API: malformed answer: %w", err)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "OFFSET\tSTATE\tRETRIES\tSIZE\tDEAD-LETTERED FROM\tPAYLOAD")
+	for _, m := range page.Messages {
+		from := "-"
+		if d := m.DLQ; d != nil {
+			from = d.SourceTopic
+			if d.SourceGroup != "" {
+				from += "/" + d.SourceGroup
+			}
+			from += "@" + d.SourceOffset + " (" + d.Reason + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\n", m.Offset, m.State, m.Retries, m.PayloadSize, from, preview(m.Payload, m.PayloadSize))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "next page: --from %d\n", page.Next)
+	return nil
+}
+
+// preview shows a payload as text when it is printable, else its size.
+func preview(p []byte, size int) string {
+	const max = 60
+	s := string(p)
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == 0xfffd {
+			return fmt.Sprintf("(%d bytes, binary)", size)
+		}
+	}
+	if len(s) > max || size > len(p) {
+		return strconv.Quote(s[:min(len(s), max)]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+// replayDLQ runs POST /admin/api/dlq/replay and prints the counts and
+// what was skipped.
+func replayDLQ(ctx context.Context, a *adminClient, e *env, req map[string]any, asJSON bool) error {
+	fmt.Fprintf(e.stderr, "replaying dead letters of %s; each copy waits for its confirm…\n", req["dlq_topic"])
+	var raw json.RawMessage
+	if err := a.do(ctx, http.MethodPost, "/admin/api/dlq/replay", req, &raw); err != nil {
+		return err
+	}
+	if asJSON {
+		return printIndented(e, raw)
+	}
+	var out struct {
+		Replayed int  `json:"replayed_count"`
+		Skipped  int  `json:"skipped_count"`
+		More     bool `json:"more"`
+		Skips    []struct {
+			Partition uint32 `json:"partition"`
+			Offset    uint64 `json:"offset"`
+			Reason    string `json:"reason"`
+		} `json:"skipped"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return fmt.Errorf("admin API: malformed answer: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "replayed %d, skipped %d\n", out.Replayed, out.Skipped)
+	for _, s := range out.Skips {
+		fmt.Fprintf(e.stdout, "  partition %d offset %d: %s\n", s.Partition, s.Offset, s.Reason)
+	}
+	if out.More {
+		fmt.Fprintln(e.stdout, "more dead letters remain: run it again")
+	}
+	return nil
 }

@@ -91,3 +91,39 @@ func TestQueuesCommand(t *testing.T) {
 func regexpLine(out, re string) bool {
 	return regexp.MustCompile(`(?m)` + re).MatchString(out)
 }
+
+// queues messages shows a DLQ's dead letters with their origin; queues
+// replay sends them back.
+func TestQueuesMessagesAndReplay(t *testing.T) {
+	topic := fmt.Sprintf("r-%d", time.Now().UnixNano())
+	dlq := topic + "-dlq"
+	mustOK(t, ctl(t, "", "declare", "--topic", dlq), "declare dlq")
+	mustOK(t, ctl(t, "", "declare", "--topic", topic, "--dlq", "named:"+dlq), "declare")
+	mustOK(t, ctl(t, "", "publish", "--topic", topic, "--count", "2", "hello"), "publish")
+	mustOK(t, ctl(t, "", "consume", "--topic", topic, "--count", "2", "--fail"), "consume --fail")
+	var r result
+	for range 50 { // the dead letters are copied after the fail
+		r = ctl(t, "", "queues", "messages", dlq)
+		if strings.Count(r.stdout, "(terminal_nack)") == 2 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mustOK(t, r, "messages")
+	if strings.Count(r.stdout, topic+"@") != 2 || !strings.Contains(r.stdout, `"hello"`) || !strings.Contains(r.stdout, "next page: --from 2") {
+		t.Fatalf("messages:\n%s", r.stdout)
+	}
+	if r := ctl(t, "", "queues", "replay", dlq); r.code != exitUsage {
+		t.Fatalf("replay without --offsets or --all: %+v", r)
+	}
+	r = ctl(t, "", "queues", "replay", dlq, "--all", "--settle")
+	mustOK(t, r, "replay")
+	if !strings.Contains(r.stdout, "replayed 2, skipped 0") {
+		t.Fatalf("replay printed %q", r.stdout)
+	}
+	if r := ctl(t, "", "queues", "messages", dlq); strings.Contains(r.stdout, "terminal_nack") {
+		t.Fatalf("the DLQ after replay --settle:\n%s", r.stdout)
+	}
+	r = ctl(t, "", "consume", "--topic", topic, "--count", "2")
+	mustOK(t, r, "consume the replayed copies")
+}
