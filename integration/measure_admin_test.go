@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -13,7 +14,8 @@ import (
 // the three; without followers, which would put every partition's files
 // on every broker, past this machine's 20,000 open files per process):
 // the whole list, asked of one broker that fans out to the two others
-// over NODE_ADMIN, and one queue's description.
+// over NODE_ADMIN, one queue's description, and the topology (which the
+// dashboard's Overview and Cluster pages read).
 //
 // It is a measurement, not a check: it runs only with FIBRIL_MEASURE=1.
 //
@@ -36,6 +38,9 @@ func TestMeasureQueuesAPI(t *testing.T) {
 				t.Fatalf("%s: %d %.300s", path, code, body)
 			}
 			size = len(body)
+			if !strings.HasPrefix(path, "/admin/api/queues") {
+				continue
+			}
 			var v struct {
 				Queues []struct {
 					Totals struct {
@@ -61,4 +66,6 @@ func TestMeasureQueuesAPI(t *testing.T) {
 	measureDeclare(t, rc, 100, 100) // q0000…q0099: the first 10 exist already
 	timeGet("10,000 partitions, GET /admin/api/queues", "/admin/api/queues", 20)
 	timeGet("10,000 partitions, GET /admin/api/queues/q0042 (100 partitions)", "/admin/api/queues/q0042", 20)
+	// The dashboard's Overview and Cluster pages read the topology too.
+	timeGet("10,000 partitions, GET /admin/api/topology", "/admin/api/topology", 20)
 }
