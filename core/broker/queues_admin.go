@@ -80,8 +80,12 @@ type rateSample struct {
 	at                 time.Time
 	published, deliver uint64
 	pubRate, delRate   float64
-	seen               bool // read in the last sweep (unread entries are dropped)
+	seen               time.Time // last read (sweep drops the long unread)
 }
+
+// rateForget is how long a partition's sample is kept without being read
+// (closed, moved away, deleted, or nobody looks).
+const rateForget = 5 * time.Minute
 
 func (rb *rateBook) rates(k rateKey, now time.Time, published, delivered uint64) (pub, del float64) {
 	rb.mu.Lock()
@@ -91,10 +95,10 @@ func (rb *rateBook) rates(k rateKey, now time.Time, published, delivered uint64)
 	}
 	s := rb.m[k]
 	if s == nil || published < s.published || delivered < s.deliver { // new, or reopened (counters restart)
-		rb.m[k] = &rateSample{at: now, published: published, deliver: delivered, seen: true}
+		rb.m[k] = &rateSample{at: now, published: published, deliver: delivered, seen: now}
 		return 0, 0
 	}
-	s.seen = true
+	s.seen = now
 	if dt := now.Sub(s.at); dt >= rateWindow {
 		s.pubRate = float64(published-s.published) / dt.Seconds()
 		s.delRate = float64(delivered-s.deliver) / dt.Seconds()
@@ -103,16 +107,15 @@ func (rb *rateBook) rates(k rateKey, now time.Time, published, delivered uint64)
 	return s.pubRate, s.delRate
 }
 
-// sweep drops the samples of partitions a full read did not see (closed,
-// moved away, deleted), so the book does not grow with history.
-func (rb *rateBook) sweep() {
+// sweep drops the samples not read for rateForget, so the book does not
+// grow with partitions that closed, moved away or were deleted.
+func (rb *rateBook) sweep(now time.Time) {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
 	for k, s := range rb.m {
-		if !s.seen {
+		if now.Sub(s.seen) > rateForget {
 			delete(rb.m, k)
 		}
-		s.seen = false
 	}
 }
 
@@ -155,7 +158,7 @@ func (b *Broker) localPartitions(topic string) []localPartition {
 		out = append(out, lp)
 	}
 	if topic == "" {
-		b.rates.sweep()
+		b.rates.sweep(now)
 	}
 	return out
 }

@@ -222,3 +222,31 @@ func checkClusterQueues(ctx context.Context, t *testing.T, bs []*Broker, c *clie
 		t.Errorf("after the purge: %+v", q.Totals)
 	}
 }
+
+// Rates: the first read gives 0 and a sample; a read a second or more
+// later gives the rate since; reads in between repeat it; a counter that
+// went back (the partition reopened) starts over; long-unread samples go.
+func TestRateBook(t *testing.T) {
+	var rb rateBook
+	k := rateKey{"queue", "t", "", 0}
+	t0 := time.Unix(1000, 0)
+	if p, d := rb.rates(k, t0, 100, 50); p != 0 || d != 0 {
+		t.Fatalf("first read %v %v", p, d)
+	}
+	if p, _ := rb.rates(k, t0.Add(500*time.Millisecond), 150, 50); p != 0 {
+		t.Fatalf("read within the window %v", p)
+	}
+	if p, d := rb.rates(k, t0.Add(2*time.Second), 300, 150); p != 100 || d != 50 {
+		t.Fatalf("rates %v %v, want 100 50", p, d)
+	}
+	if p, _ := rb.rates(k, t0.Add(2500*time.Millisecond), 310, 150); p != 100 {
+		t.Fatalf("between samples %v, want the last rate", p)
+	}
+	if p, _ := rb.rates(k, t0.Add(4*time.Second), 5, 0); p != 0 {
+		t.Fatalf("after a reopen %v", p)
+	}
+	rb.sweep(t0.Add(4*time.Second + rateForget + time.Second))
+	if len(rb.m) != 0 {
+		t.Fatalf("sweep kept %d samples", len(rb.m))
+	}
+}
