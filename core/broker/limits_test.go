@@ -97,7 +97,9 @@ func TestQueueLimitsFromSettings(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := dialClient(ctx, t, b)
-	setLimits := func(limits string) {
+	// The engine applies a settings change right after the PUT answers:
+	// wait until the queues API shows the limit in force.
+	setLimits := func(limits, want string) {
 		t.Helper()
 		code, body := editRuntimeSettings(t, b, func(doc map[string]any) {
 			var l any
@@ -107,6 +109,10 @@ func TestQueueLimitsFromSettings(t *testing.T) {
 		if code != 200 {
 			t.Fatalf("settings: %d %s", code, body)
 		}
+		testkit.Eventually(t, 5*time.Second, "the limit applies: "+want, func() bool {
+			_, body := adminDo(t, b, "GET", "/admin/api/queues/capped", "")
+			return strings.Contains(body, want)
+		})
 	}
 	pub := c.Publisher("capped", client.PublisherOptions{})
 	publish := func(p string) error {
@@ -116,24 +122,33 @@ func TestQueueLimitsFromSettings(t *testing.T) {
 		_, err := pub.PublishConfirmed(short, client.Message{Payload: []byte(p)})
 		return err
 	}
-	setLimits(`{"queues":[{"topic":"capped","max_messages_per_partition":2,"overflow":"reject_publish"}]}`)
 	for _, p := range []string{"a", "b"} {
 		if err := publish(p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	testkit.Eventually(t, 5*time.Second, "the limit refuses the third", func() bool {
-		err := publish("c")
-		return err != nil && strings.Contains(err.Error(), "is full")
-	})
-	setLimits(`{"queues":[{"topic":"capped","max_messages_per_partition":2,"overflow":"drop_oldest"}]}`)
-	testkit.Eventually(t, 5*time.Second, "drop_oldest makes room", func() bool { return publish("d") == nil })
+	setLimits(`{"queues":[{"topic":"capped","max_messages_per_partition":2,"overflow":"reject_publish"}]}`, `"overflow":"reject_publish"`)
+	if err := publish("c"); err == nil || !strings.Contains(err.Error(), "is full") {
+		t.Fatalf("publish past the limit: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // the refused publish's last re-send is answered
+	setLimits(`{"queues":[{"topic":"capped","max_messages_per_partition":2,"overflow":"drop_oldest"}]}`, `"overflow":"drop_oldest"`)
+	if err := publish("d"); err != nil {
+		t.Fatalf("drop_oldest: %v", err)
+	}
 	if code, body := editRuntimeSettings(t, b, func(doc map[string]any) {
 		doc["limits"] = map[string]any{"queues": []any{map[string]any{"topic": "capped", "max_messages_per_partition": 0, "overflow": "drop_oldest"}}}
 	}); code != 400 || !strings.Contains(body, "limits.queues[0].max_messages_per_partition") {
 		t.Fatalf("an invalid limit: %d %s", code, body)
 	}
-	setLimits(`{"queues":[]}`)
+	code, body := editRuntimeSettings(t, b, func(doc map[string]any) { doc["limits"] = map[string]any{"queues": []any{}} })
+	if code != 200 {
+		t.Fatalf("settings: %d %s", code, body)
+	}
+	testkit.Eventually(t, 5*time.Second, "the limit is lifted", func() bool {
+		_, body := adminDo(t, b, "GET", "/admin/api/queues/capped", "")
+		return strings.Contains(body, `"topic":"capped"`) && !strings.Contains(body, `"limit"`)
+	})
 	if err := publish("e"); err != nil {
 		t.Fatal(err)
 	}

@@ -379,12 +379,20 @@ type queueView struct {
 	DLQ          *dlqView `json:"dlq,omitempty"`
 	MaxRetries   *uint32  `json:"max_retries,omitempty"`
 	DefaultTTLMS *uint64  `json:"default_ttl_ms,omitempty"`
+	// Limit is the queue's limit as this broker's engine applies it
+	// (limits.queues; absent: none).
+	Limit *limitView `json:"limit,omitempty"`
 	// Streams.
 	Durability string         `json:"durability,omitempty"`
 	Retention  *retentionView `json:"retention,omitempty"`
 
 	Totals     totalsView      `json:"totals"`
 	Partitions []partitionView `json:"partitions"`
+}
+
+type limitView struct {
+	MaxMessagesPerPartition uint64 `json:"max_messages_per_partition"`
+	Overflow                string `json:"overflow"`
 }
 
 type dlqView struct {
@@ -459,6 +467,13 @@ func (b *Broker) queuesView(ctx context.Context, kind, topic, group string, oneQ
 		}
 	}
 	views = filterViews(views, kind, topic, group, oneQueue)
+	if qm := b.readyQueues(); qm != nil {
+		for i := range views {
+			if l, ok := qm.LimitOf(queue.Key{Topic: views[i].Topic, Group: optGroup(views[i].Group)}); ok && views[i].Kind == "queue" {
+				views[i].Limit = &limitView{MaxMessagesPerPartition: l.MaxMessages, Overflow: l.Overflow.String()}
+			}
+		}
+	}
 	if oneQueue && len(views) == 0 {
 		what := "queue or stream " + topic
 		if group != "" {

@@ -60,6 +60,19 @@ func (m *Manager) SetLimits(limits map[Key]Limit) {
 	})
 }
 
+// LimitOf returns the limit in force for a queue (ok false: none, or no
+// such queue).
+func (m *Manager) LimitOf(key Key) (Limit, bool) {
+	v, ok := m.queues.Load(key.norm())
+	if !ok {
+		return Limit{}, false
+	}
+	if l := v.(*queue).limit.Load(); l != nil {
+		return *l, true
+	}
+	return Limit{}, false
+}
+
 func (q *queue) setLimit(limits map[Key]Limit) {
 	if l, ok := limits[q.key]; ok && l.MaxMessages > 0 {
 		q.limit.Store(&l)
