@@ -81,7 +81,8 @@ type queueEntry struct {
 
 func runQueues(ctx context.Context, g *globals, e *env, args []string) error {
 	fs := newFlagSet("queues", "ls [--streams] | describe TOPIC [--group G] | messages TOPIC [--partition N] [--from O] [--limit L] [--status S]\n"+
-		"       | purge TOPIC [--group G] [--yes] | delete TOPIC [--group G] [--force] [--yes] | replay DLQ_TOPIC [--offsets O,..|--all] [--settle]", g, e)
+		"       | purge TOPIC [--group G] [--yes] | delete TOPIC [--group G] [--force] [--yes] | replay DLQ_TOPIC [--offsets O,..|--all] [--settle]\n"+
+		"       | limit TOPIC [--group G] (--max-messages N [--overflow reject_publish|drop_oldest] | --remove)", g, e)
 	asJSON := fs.Bool("json", false, "print the admin API's JSON answer")
 	group := fs.String("group", "", "describe, purge: the queue's group")
 	streams := fs.Bool("streams", false, "ls: streams only")
@@ -94,6 +95,9 @@ func runQueues(ctx context.Context, g *globals, e *env, args []string) error {
 	offsets := fs.String("offsets", "", "replay: comma-separated offsets of one DLQ partition (at most 100)")
 	all := fs.Bool("all", false, "replay: every active dead letter")
 	settle := fs.Bool("settle", false, "replay: remove each dead letter once its copy is confirmed")
+	maxMessages := fs.Int64("max-messages", 0, "limit: most unsettled messages per partition")
+	overflow := fs.String("overflow", "reject_publish", "limit: what a publish to a full partition does: reject_publish or drop_oldest")
+	remove := fs.Bool("remove", false, "limit: remove the queue's limit")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -168,13 +172,21 @@ func runQueues(ctx context.Context, g *globals, e *env, args []string) error {
 			return usagef("queues replay needs --offsets or --all (not both)")
 		}
 		return replayDLQ(ctx, a, e, req, *asJSON)
+	case "limit":
+		if len(pos) != 1 {
+			return usagef("queues limit takes exactly one TOPIC")
+		}
+		if *remove == (*maxMessages > 0) {
+			return usagef("queues limit needs --max-messages N or --remove")
+		}
+		return setQueueLimit(ctx, a, e, pos[0], *group, *maxMessages, *overflow, *remove)
 	case "delete", "rm":
 		if len(pos) != 1 {
 			return usagef("queues delete takes exactly one TOPIC")
 		}
 		return deleteTopic(ctx, a, e, pos[0], *group, *force, *yes, *asJSON)
 	}
-	return usagef("unknown queues subcommand %q (ls, describe, messages, purge, delete, replay)", sub)
+	return usagef("unknown queues subcommand %q (ls, describe, messages, purge, delete, replay, limit)", sub)
 }
 
 func listQueues(ctx context.Context, a *adminClient, e *env, path string, asJSON, detail bool) error {
@@ -578,6 +590,65 @@ func replayDLQ(ctx context.Context, a *adminClient, e *env, req map[string]any, 
 	}
 	if out.More {
 		fmt.Fprintln(e.stdout, "more dead letters remain: run it again")
+	}
+	return nil
+}
+
+// setQueueLimit changes one entry of the runtime settings' limits group
+// (docs/admin.md#limits): read the document, replace or remove the
+// queue's entry, write it back with the version read (a concurrent change
+// elsewhere makes it fail with 409 rather than be lost).
+func setQueueLimit(ctx context.Context, a *adminClient, e *env, topic, group string, max int64, overflow string, remove bool) error {
+	var cur struct {
+		Version  uint64         `json:"version"`
+		Settings map[string]any `json:"settings"`
+	}
+	if err := a.do(ctx, http.MethodGet, "/admin/api/runtime-settings", nil, &cur); err != nil {
+		return err
+	}
+	limits, _ := cur.Settings["limits"].(map[string]any)
+	if limits == nil {
+		limits = map[string]any{}
+	}
+	old, _ := limits["queues"].([]any)
+	queues := []any{}
+	found := false
+	for _, q := range old {
+		m, _ := q.(map[string]any)
+		g, _ := m["group"].(string)
+		if m["topic"] == topic && g == group {
+			found = true
+			continue
+		}
+		queues = append(queues, q)
+	}
+	if remove && !found {
+		return fmt.Errorf("queue %s has no limit", topic)
+	}
+	if !remove {
+		entry := map[string]any{"topic": topic, "max_messages_per_partition": max, "overflow": overflow}
+		if group != "" {
+			entry["group"] = group
+		}
+		queues = append(queues, entry)
+	}
+	limits["queues"] = queues
+	cur.Settings["limits"] = limits
+	delete(cur.Settings, "version")
+	var out struct {
+		Version uint64 `json:"version"`
+	}
+	if err := a.do(ctx, http.MethodPut, "/admin/api/runtime-settings", map[string]any{"expected_version": cur.Version, "settings": cur.Settings}, &out); err != nil {
+		return err
+	}
+	name := topic
+	if group != "" {
+		name += " (group " + group + ")"
+	}
+	if remove {
+		fmt.Fprintf(e.stdout, "queue %s: no limit (settings version %d)\n", name, out.Version)
+	} else {
+		fmt.Fprintf(e.stdout, "queue %s: at most %d messages per partition, overflow %s (settings version %d)\n", name, max, overflow, out.Version)
 	}
 	return nil
 }

@@ -66,6 +66,30 @@ func TestQueuesCommand(t *testing.T) {
 	if r := ctl(t, "", "queues", "purge", stream, "--yes"); r.code != exitFail || !strings.Contains(r.stderr, "is a stream") {
 		t.Fatalf("purge of a stream: %+v", r)
 	}
+	r = ctl(t, "", "queues", "limit", topic, "--max-messages", "7", "--overflow", "drop_oldest")
+	mustOK(t, r, "limit")
+	if !strings.Contains(r.stdout, "at most 7 messages per partition, overflow drop_oldest") {
+		t.Fatalf("limit printed %q", r.stdout)
+	}
+	for range 50 { // applied right after the settings change
+		if r = ctl(t, "", "queues", "ls", "--json"); strings.Contains(r.stdout, `"max_messages_per_partition": 7`) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(r.stdout, `"max_messages_per_partition": 7`) {
+		t.Fatalf("the limit is not in force:\n%s", r.stdout)
+	}
+	if r := ctl(t, "", "queues", "limit", topic, "--overflow", "spill", "--max-messages", "1"); r.code != exitFail || !strings.Contains(r.stderr, "overflow") {
+		t.Fatalf("a bad overflow: %+v", r)
+	}
+	mustOK(t, ctl(t, "", "queues", "limit", topic, "--remove"), "limit --remove")
+	if r := ctl(t, "", "queues", "limit", topic, "--remove"); r.code != exitFail || !strings.Contains(r.stderr, "has no limit") {
+		t.Fatalf("removing twice: %+v", r)
+	}
+	if r := ctl(t, "", "queues", "limit", topic); r.code != exitUsage {
+		t.Fatalf("limit without --max-messages or --remove: %+v", r)
+	}
 	if r := ctl(t, "nope\n", "queues", "delete", stream); r.code != exitFail || !strings.Contains(r.stderr, "not confirmed") {
 		t.Fatalf("unconfirmed delete: %+v", r)
 	}
