@@ -9,7 +9,6 @@ package broker
 import (
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,15 +46,10 @@ func engineLimits(l settings.Limits) map[queue.Key]queue.Limit {
 }
 
 // diskFree reports the bytes available to this process on dir's file
-// system. It and diskCheckInterval are variables so tests can make a
-// disk look full; a guard copies both when it is made.
-var diskFree = func(dir string) (uint64, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, err
-	}
-	return st.Bavail * uint64(st.Bsize), nil
-}
+// system (statFree: disk_unix.go, disk_other.go). It and
+// diskCheckInterval are variables so tests can make a disk look full; a
+// guard copies both when it is made.
+var diskFree = statFree
 
 // diskCheckInterval is how often the disk guard looks at free space.
 var diskCheckInterval = time.Second

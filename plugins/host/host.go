@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"regexp"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -400,7 +400,11 @@ func (s *supervisor) watch() (cause error, ok bool) {
 			s.log.Warn("plugin health check failed", "error", err, "failures", failures)
 			if failures >= 3 {
 				if p.pid > 0 {
-					_ = syscall.Kill(p.pid, syscall.SIGKILL)
+					// os.Process.Kill is SIGKILL on Unix and TerminateProcess
+					// on Windows.
+					if proc, err := os.FindProcess(p.pid); err == nil {
+						_ = proc.Kill()
+					}
 				}
 				return fmt.Errorf("%s plugin %q: process %d stopped answering (%v); killed it", s.kind, s.entry.Name, p.pid, err), true
 			}
