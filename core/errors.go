@@ -50,6 +50,18 @@ func Code(err error) uint16 {
 	return wire.CodeInternal
 }
 
+// Sentinel is Code's inverse: the sentinel answered with code, or nil for
+// a code no sentinel has (a peer's or a broker's ERROR back to an error
+// that errors.Is can match).
+func Sentinel(code uint16) error {
+	for _, c := range codes {
+		if c.code == code {
+			return c.err
+		}
+	}
+	return nil
+}
+
 // Errorf wraps a sentinel with a formatted message, keeping the message
 // free of the sentinel's own text: Errorf(ErrNotFound, "queue %q", q)
 // reads `queue "x"` on the wire, and errors.Is(err, ErrNotFound) holds.

@@ -29,6 +29,14 @@ func TestCodeMapsEverySentinel(t *testing.T) {
 			t.Errorf("Code(%v) = %d, want %d", err, got, want)
 		}
 	}
+	for _, c := range codes { // Sentinel is Code's inverse
+		if got := Sentinel(c.code); got != c.err {
+			t.Errorf("Sentinel(%d) = %v, want %v", c.code, got, c.err)
+		}
+	}
+	if Sentinel(418) != nil {
+		t.Error("Sentinel(418) is not nil")
+	}
 	if !wire.CodeRetryable(Code(ErrUnavailable)) || wire.CodeRetryable(Code(ErrNotFound)) {
 		t.Error("retry classification of 503/404 is wrong")
 	}

@@ -107,15 +107,13 @@ func (s *Server) drain(w http.ResponseWriter, r *http.Request) {
 	if req.Message == "" {
 		req.Message = "broker draining"
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	out, err := s.opts.Drain(ctx, grace, req.Message)
-	if err != nil {
-		writeCoreError(w, err)
-		return
-	}
-	s.opts.Logger.Info("drain requested", "grace", grace)
-	writeJSON(w, http.StatusOK, out)
+	answer(w, r, 30*time.Second, func(ctx context.Context) (any, error) {
+		out, err := s.opts.Drain(ctx, grace, req.Message)
+		if err == nil {
+			s.opts.Logger.Info("drain requested", "grace", grace)
+		}
+		return out, err
+	})
 }
 
 // undrain ends a drain: the node may get new partitions again and /readyz
@@ -127,15 +125,13 @@ func (s *Server) undrain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "undrain is not available")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	out, err := s.opts.Undrain(ctx)
-	if err != nil {
-		writeCoreError(w, err)
-		return
-	}
-	s.opts.Logger.Info("undrain requested")
-	writeJSON(w, http.StatusOK, out)
+	answer(w, r, 30*time.Second, func(ctx context.Context) (any, error) {
+		out, err := s.opts.Undrain(ctx)
+		if err == nil {
+			s.opts.Logger.Info("undrain requested")
+		}
+		return out, err
+	})
 }
 
 // peers reports, for every live peer, whether this broker reaches it over

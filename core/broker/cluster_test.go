@@ -347,19 +347,7 @@ func TestClusterDeadLetters(t *testing.T) {
 		DLQ: &client.DLQPolicy{Kind: wire.DLQNamed, Topic: "dead"}}); err != nil {
 		t.Fatal(err)
 	}
-	placed := func(topic string) bool {
-		q := bs[0].cluster.cl.Snapshot().Queue(topic, "")
-		if q == nil {
-			return false
-		}
-		for _, p := range q.Parts {
-			if !p.Placed() {
-				return false
-			}
-		}
-		return true
-	}
-	testkit.Eventually(t, 5*time.Second, "both queues are placed", func() bool { return placed("dead") && placed("work") })
+	awaitPlaced(t, bs[0], 5*time.Second, "dead", "work")
 	if _, err := c.Topology(ctx, ""); err != nil {
 		t.Fatal(err)
 	}

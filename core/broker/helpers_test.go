@@ -25,6 +25,7 @@ import (
 	"github.com/fibrilgo/fibril/core/config"
 	"github.com/fibrilgo/fibril/core/memcoord"
 	"github.com/fibrilgo/fibril/core/metricstest"
+	"github.com/fibrilgo/fibril/core/testkit"
 	"github.com/fibrilgo/fibril/plugins"
 )
 
@@ -278,4 +279,25 @@ func counterValue(t *testing.T, b *Broker, name string) float64 {
 	t.Helper()
 	v, _ := metricstest.Lookup(t, b.registry, name, nil)
 	return v
+}
+
+// awaitPlaced waits until every partition of each queue (default group)
+// is placed in b's view of the cluster.
+func awaitPlaced(t *testing.T, b *Broker, within time.Duration, topics ...string) {
+	t.Helper()
+	testkit.Eventually(t, within, fmt.Sprintf("every partition of %v is placed", topics), func() bool {
+		snap := b.cluster.cl.Snapshot()
+		for _, topic := range topics {
+			q := snap.Queue(topic, "")
+			if q == nil {
+				return false
+			}
+			for _, p := range q.Parts {
+				if !p.Placed() {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }

@@ -40,7 +40,7 @@ func engineLimits(l settings.Limits) map[queue.Key]queue.Limit {
 		if q.Overflow == settings.OverflowDropOldest {
 			lim.Overflow = queue.DropOldest
 		}
-		out[queue.Key{Topic: q.Topic, Group: optGroup(q.Group)}] = lim
+		out[queueKey(q.Topic, q.Group)] = lim
 	}
 	return out
 }

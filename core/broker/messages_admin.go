@@ -134,7 +134,7 @@ func (b *Broker) localQueuePartition(topic, group string, n uint32) (*queue.Part
 	if qm == nil {
 		return nil, core.Errorf(core.ErrUnavailable, "the broker is still recovering")
 	}
-	key := queue.Key{Topic: topic, Group: optGroup(group)}
+	key := queueKey(topic, group)
 	if c := b.adminCluster.Load(); c != nil {
 		p, ok := c.cl.Snapshot().Partition(core.PartitionRef{Topic: topic, Group: group, Partition: n})
 		if !ok || p.Node != c.self.ID {
@@ -182,19 +182,19 @@ func (b *Broker) partitionOwner(topic, group string, n uint32) (core.NodeID, err
 		if snap.Stream(topic) != nil {
 			return "", core.Errorf(core.ErrBadRequest, "%s is a stream: its records are read with a stream subscription", topic)
 		}
-		return "", core.Errorf(core.ErrNotFound, "queue %s is not declared", queue.Key{Topic: topic, Group: optGroup(group)})
+		return "", core.Errorf(core.ErrNotFound, "queue %s is not declared", queueKey(topic, group))
 	}
 	if int(n) >= len(q.Parts) {
-		return "", core.Errorf(core.ErrBadRequest, "queue %s has %d partitions; there is no partition %d", queue.Key{Topic: topic, Group: optGroup(group)}, len(q.Parts), n)
+		return "", core.Errorf(core.ErrBadRequest, "queue %s has %d partitions; there is no partition %d", queueKey(topic, group), len(q.Parts), n)
 	}
 	p := q.Parts[n]
 	switch {
 	case !p.Placed():
-		return "", core.Errorf(core.ErrUnavailable, "%s partition %d is not placed yet", queue.Key{Topic: topic, Group: optGroup(group)}, n)
+		return "", core.Errorf(core.ErrUnavailable, "%s partition %d is not placed yet", queueKey(topic, group), n)
 	case p.Node == c.self.ID:
 		return "", nil
 	case !snap.Live(p.Node):
-		return "", core.Errorf(core.ErrUnavailable, "the owner of %s partition %d, node %s, is down", queue.Key{Topic: topic, Group: optGroup(group)}, n, p.Node)
+		return "", core.Errorf(core.ErrUnavailable, "the owner of %s partition %d, node %s, is down", queueKey(topic, group), n, p.Node)
 	}
 	return p.Node, nil
 }
@@ -392,15 +392,13 @@ func (b *Broker) queuePartitionCount(topic, group string) (uint32, error) {
 			return uint32(len(q.Parts)), nil
 		}
 	} else if qm := b.readyQueues(); qm != nil {
-		for _, q := range qm.Queues() {
-			if q.Topic == topic && q.Group.Value == group {
-				return q.PartitionCount, nil
-			}
+		if q, ok := qm.QueueInfo(queueKey(topic, group)); ok {
+			return q.PartitionCount, nil
 		}
 	} else {
 		return 0, core.Errorf(core.ErrUnavailable, "the broker is still recovering")
 	}
-	return 0, core.Errorf(core.ErrNotFound, "queue %s is not declared", queue.Key{Topic: topic, Group: optGroup(group)})
+	return 0, core.Errorf(core.ErrNotFound, "queue %s is not declared", queueKey(topic, group))
 }
 
 // replayDLQ copies dead letters back to the queues they came from (the
@@ -488,7 +486,7 @@ func (b *Broker) replayDLQ(ctx context.Context, req admin.ReplayRequest, user st
 			from = page.Next
 		}
 	}
-	b.log.Info("dead letters replayed", "dlq", queue.Key{Topic: req.DLQTopic, Group: optGroup(req.DLQGroup)}.String(),
+	b.log.Info("dead letters replayed", "dlq", queueKey(req.DLQTopic, req.DLQGroup).String(),
 		"replayed", ans.ReplayedCount, "skipped", ans.SkippedCount, "settle", req.Settle, "admin_user", user)
 	return ans, nil
 }
@@ -573,7 +571,7 @@ func (b *Broker) replayPage(ctx context.Context, req admin.ReplayRequest, user s
 				settled[o] = true
 			}
 		}
-		target := queue.Key{Topic: bt.topic, Group: optGroup(bt.group)}.String()
+		target := queueKey(bt.topic, bt.group).String()
 		for i, m := range bt.src {
 			ans.done(replayed{Partition: part, Offset: m.Offset, Target: target, TargetPartition: bt.partition, TargetOffset: offs[i], Settled: settled[m.Offset]})
 		}

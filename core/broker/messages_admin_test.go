@@ -195,21 +195,7 @@ func TestMessagesAndReplayCluster(t *testing.T) {
 	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "orders", Partitions: 3, DLQ: &client.DLQPolicy{Kind: wire.DLQNamed, Topic: "orders-dlq"}}); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 10*time.Second, "every partition is placed", func() bool {
-		snap := bs[0].cluster.cl.Snapshot()
-		for _, name := range []string{"orders", "orders-dlq"} {
-			q := snap.Queue(name, "")
-			if q == nil {
-				return false
-			}
-			for _, p := range q.Parts {
-				if !p.Placed() {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	awaitPlaced(t, bs[0], 10*time.Second, "orders", "orders-dlq")
 	snap := bs[0].cluster.cl.Snapshot()
 	dlqOwner, remote := snap.Queue("orders-dlq", "").Parts[0].Node, 0
 	for _, p := range snap.Queue("orders", "").Parts {

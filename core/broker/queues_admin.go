@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -147,7 +148,7 @@ func (b *Broker) localPartitions(topic string) []localPartition {
 			ref := core.PartitionRef{Topic: s.Topic, Group: s.Group.Value, Partition: s.Partition}
 			if p, ok := snap.Partition(ref); ok && p.Node == c.self.ID {
 				for _, f := range p.Followers {
-					fs := followerState{Node: f, Live: snap.Live(f), InSync: containsNode(p.InSync, f)}
+					fs := followerState{Node: f, Live: snap.Live(f), InSync: slices.Contains(p.InSync, f)}
 					if _, lag, ok := c.lag(ref, f); ok {
 						fs.LagRecords, fs.LagBytes = &lag.records, &lag.bytes
 					}
@@ -161,15 +162,6 @@ func (b *Broker) localPartitions(topic string) []localPartition {
 		b.rates.sweep(now)
 	}
 	return out
-}
-
-func containsNode(ids []core.NodeID, id core.NodeID) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
 
 // readyQueues is the queue manager once the broker serves (nil while it
@@ -270,7 +262,11 @@ func (b *Broker) askNode(ctx context.Context, c *coordinated, node core.NodeID, 
 	case wire.OpError:
 		var eb wire.ErrorBody
 		_ = eb.Decode(f.Body)
-		return fmt.Errorf("node %s: %w", node, core.Errorf(sentinelOf(eb.Code), "%s", eb.Message))
+		sentinel := core.Sentinel(eb.Code)
+		if sentinel == nil {
+			sentinel = core.ErrInternal
+		}
+		return fmt.Errorf("node %s: %w", node, core.Errorf(sentinel, "%s", eb.Message))
 	}
 	return fmt.Errorf("node %s answered NODE_ADMIN with %s", node, f.Op)
 }
@@ -349,24 +345,6 @@ func (p *nodeConnPool) closeAll() {
 	for _, c := range conns {
 		_ = c.Close()
 	}
-}
-
-// sentinelOf maps a wire error code back to the core sentinel (the
-// inverse of core.Code for the codes an admin action answers).
-func sentinelOf(code uint16) error {
-	switch code {
-	case wire.CodeBadRequest:
-		return core.ErrBadRequest
-	case wire.CodeNotFound:
-		return core.ErrNotFound
-	case wire.CodeConflict:
-		return core.ErrConflict
-	case wire.CodeForbidden:
-		return core.ErrForbidden
-	case wire.CodeUnavailable:
-		return core.ErrUnavailable
-	}
-	return core.ErrInternal
 }
 
 // queueView is one queue or stream in the API's answer.
@@ -469,7 +447,7 @@ func (b *Broker) queuesView(ctx context.Context, kind, topic, group string, oneQ
 	views = filterViews(views, kind, topic, group, oneQueue)
 	if qm := b.readyQueues(); qm != nil {
 		for i := range views {
-			if l, ok := qm.LimitOf(queue.Key{Topic: views[i].Topic, Group: optGroup(views[i].Group)}); ok && views[i].Kind == "queue" {
+			if l, ok := qm.LimitOf(queueKey(views[i].Topic, views[i].Group)); ok && views[i].Kind == "queue" {
 				views[i].Limit = &limitView{MaxMessagesPerPartition: l.MaxMessages, Overflow: l.Overflow.String()}
 			}
 		}
@@ -668,8 +646,8 @@ func (b *Broker) purgeQueue(ctx context.Context, topic, group, user string) (any
 		if k, ok := qm.Kind(topic); ok && k == queue.KindStream {
 			return nil, core.Errorf(core.ErrBadRequest, "%s is a stream: a stream is not purged (its retention drops records)", topic)
 		}
-		if !qm.HasQueue(queue.Key{Topic: topic, Group: optGroup(group)}) {
-			return nil, core.Errorf(core.ErrNotFound, "queue %s is not declared", queue.Key{Topic: topic, Group: optGroup(group)})
+		if !qm.HasQueue(queueKey(topic, group)) {
+			return nil, core.Errorf(core.ErrNotFound, "queue %s is not declared", queueKey(topic, group))
 		}
 		counts, err := b.purgeLocal(topic, group, user)
 		if err != nil {
@@ -690,7 +668,7 @@ func (b *Broker) purgeQueue(ctx context.Context, topic, group, user string) (any
 		if snap.Stream(topic) != nil {
 			return nil, core.Errorf(core.ErrBadRequest, "%s is a stream: a stream is not purged (its retention drops records)", topic)
 		}
-		return nil, core.Errorf(core.ErrNotFound, "queue %s is not declared", queue.Key{Topic: topic, Group: optGroup(group)})
+		return nil, core.Errorf(core.ErrNotFound, "queue %s is not declared", queueKey(topic, group))
 	}
 	byOwner := map[core.NodeID][]uint32{}
 	out := make([]partResult, len(q.Parts))
@@ -748,7 +726,7 @@ func (b *Broker) purgeLocal(topic, group, user string) (map[uint32]uint64, error
 	if qm == nil {
 		return nil, core.Errorf(core.ErrUnavailable, "the broker is still recovering")
 	}
-	key := queue.Key{Topic: topic, Group: optGroup(group)}
+	key := queueKey(topic, group)
 	owned := func(uint32) bool { return true }
 	if c := b.adminCluster.Load(); c != nil {
 		if !qm.HasQueue(key) {
@@ -769,13 +747,6 @@ func (b *Broker) purgeLocal(topic, group, user string) (map[uint32]uint64, error
 	}
 	b.log.Info("queue purged", "queue", key.String(), "purged", total, "partitions", len(counts), "admin_user", user, "err", err)
 	return counts, err
-}
-
-func optGroup(g string) wire.Option[string] {
-	if g == "" {
-		return wire.Option[string]{}
-	}
-	return wire.Some(g)
 }
 
 // queueAdmin is the broker as admin.QueueAdmin.
@@ -812,7 +783,7 @@ func (b *Broker) deleteTopic(kind, topic, group string, force bool, user string)
 	}
 	var rep queue.DeleteReport
 	var err error
-	key := queue.Key{Topic: topic, Group: optGroup(group)}
+	key := queueKey(topic, group)
 	if kind == "stream" {
 		rep, err = qm.DeleteStream(topic)
 	} else {

@@ -179,18 +179,7 @@ func checkClusterQueues(ctx context.Context, t *testing.T, bs []*Broker, c *clie
 	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "spread", Partitions: 6}); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 10*time.Second, "every partition is placed", func() bool {
-		q := bs[0].cluster.cl.Snapshot().Queue("spread", "")
-		if q == nil {
-			return false
-		}
-		for _, p := range q.Parts {
-			if !p.Placed() {
-				return false
-			}
-		}
-		return true
-	})
+	awaitPlaced(t, bs[0], 10*time.Second, "spread")
 	for p := range uint32(6) {
 		publishTo(ctx, t, c, "spread", p, 2)
 	}

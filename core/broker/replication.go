@@ -87,11 +87,18 @@ func refOf(k wire.QueueKey) core.PartitionRef {
 
 // keysOf is the engine's and the wire's key of a partition.
 func keysOf(ref core.PartitionRef) (queue.Key, wire.QueueKey) {
-	key := queue.Key{Topic: ref.Topic}
-	if ref.Group != "" {
-		key.Group = wire.Some(ref.Group)
-	}
+	key := queueKey(ref.Topic, ref.Group)
 	return key, wire.QueueKey{Topic: ref.Topic, Group: key.Group, Partition: ref.Partition}
+}
+
+// queueKey is the engine's key of a queue named by topic and group, ""
+// being the default group.
+func queueKey(topic, group string) queue.Key {
+	key := queue.Key{Topic: topic}
+	if group != "" {
+		key.Group = wire.Some(group)
+	}
+	return key
 }
 
 func (pb *progressBook) get(ref core.PartitionRef, node core.NodeID) (followerProgress, bool) {

@@ -58,25 +58,9 @@ func (e *Error) Error() string {
 // client itself re-sends only what docs/protocol.md#answers allows.
 func (e *Error) Retryable() bool { return wire.CodeRetryable(e.Code) }
 
-// coreSentinels maps the core sentinels to their wire code, so that
-// errors.Is(err, core.ErrConflict) holds for an Error with code 409.
-var coreSentinels = []struct {
-	err  error
-	code uint16
-}{
-	{core.ErrBadRequest, wire.CodeBadRequest},
-	{core.ErrUnauthorized, wire.CodeUnauthorized},
-	{core.ErrForbidden, wire.CodeForbidden},
-	{core.ErrNotFound, wire.CodeNotFound},
-	{core.ErrConflict, wire.CodeConflict},
-	{core.ErrTooLarge, wire.CodePayloadTooLarge},
-	{core.ErrInternal, wire.CodeInternal},
-	{core.ErrUnavailable, wire.CodeUnavailable},
-	{core.ErrOutcomeUnknown, wire.CodeOutcomeUnknown},
-}
-
-// Is matches the core sentinel of the same code, ErrOutcomeUnknown for 504
-// and ErrTLSRequired for 426.
+// Is matches the core sentinel of the same code (core.Sentinel, so that
+// errors.Is(err, core.ErrConflict) holds for an Error with code 409),
+// ErrOutcomeUnknown for 504 and ErrTLSRequired for 426.
 func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrOutcomeUnknown:
@@ -84,12 +68,8 @@ func (e *Error) Is(target error) bool {
 	case ErrTLSRequired:
 		return e.Code == wire.CodeTLSRequired
 	}
-	for _, s := range coreSentinels {
-		if s.err == target {
-			return s.code == e.Code
-		}
-	}
-	return false
+	s := core.Sentinel(e.Code)
+	return s != nil && s == target
 }
 
 func errorFromBody(op wire.Op, body []byte) error {

@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"slices"
+
 	"github.com/fibrilgo/fibril/core/storage"
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -70,7 +72,7 @@ func (p *Partition) Browse(opts BrowseOptions) (msgs []BrowsedMessage, next uint
 		}
 		next = r.Offset + 1
 		st, retries, notBefore := p.stateOf(r.Offset)
-		if (st == StateSettled && !opts.IncludeSettled) || !wanted(opts.States, st) {
+		if (st == StateSettled && !opts.IncludeSettled) || (len(opts.States) > 0 && !slices.Contains(opts.States, st)) {
 			return true
 		}
 		rec, err := decodeRecord(r.Data)
@@ -92,18 +94,6 @@ func (p *Partition) Browse(opts BrowseOptions) (msgs []BrowsedMessage, next uint
 		err = derr
 	}
 	return msgs, next, err
-}
-
-func wanted(states []string, st string) bool {
-	if len(states) == 0 {
-		return true
-	}
-	for _, s := range states {
-		if s == st {
-			return true
-		}
-	}
-	return false
 }
 
 // stateOf says what the engine is doing with one message.

@@ -542,6 +542,15 @@ func (m *Manager) HasQueue(key Key) bool {
 	return ok
 }
 
+// QueueInfo describes one queue (ok false when it is not declared).
+func (m *Manager) QueueInfo(key Key) (QueueInfo, bool) {
+	v, ok := m.queues.Load(key.norm())
+	if !ok {
+		return QueueInfo{}, false
+	}
+	return v.(*queue).info(), true
+}
+
 // Queues lists every queue, sorted by topic then group.
 func (m *Manager) Queues() []QueueInfo {
 	var out []QueueInfo
