@@ -3,7 +3,7 @@ package integration
 // The browser dashboard (docs/admin.md#dashboard) in a real headless
 // Chromium against a real three-broker cluster with one private node and
 // admin auth on: every page, the private marking, live queue numbers, a
-// purge through the confirmation dialog, the connection list (forwarded
+// purge and a stream delete through the confirmation dialog, the connection list (forwarded
 // sessions on the private owner), the settings form and its conflict.
 
 import (
@@ -326,25 +326,25 @@ func TestDashboard(t *testing.T) {
 	t.Logf("orders partition owners as the dashboard shows them: %v", owners)
 	shot("queues")
 	eval(`document.getElementById('purge-open').click()`, nil)
-	wait("purge dialog open", `document.getElementById('purge-dialog').open && document.activeElement.id === 'purge-confirm'`)
+	wait("purge dialog open", `document.getElementById('confirm-dialog').open && document.activeElement.id === 'confirm-input'`)
 	if err := page.Type(ctx, "order"); err != nil {
 		t.Fatal(err)
 	}
 	var disabled bool
-	eval(`document.getElementById('purge-go').disabled`, &disabled)
+	eval(`document.getElementById('confirm-go').disabled`, &disabled)
 	if !disabled {
 		t.Fatal("the purge button is enabled before the topic name is typed in full")
 	}
 	if err := page.Type(ctx, "s"); err != nil {
 		t.Fatal(err)
 	}
-	wait("purge enabled", `!document.getElementById('purge-go').disabled`)
+	wait("purge enabled", `!document.getElementById('confirm-go').disabled`)
 	shot("purge-dialog")
-	eval(`document.getElementById('purge-go').click()`, nil)
-	wait("purge answer", `document.getElementById('purge-result').textContent.startsWith('Purged 12 messages')`)
-	t.Logf("purge answer: %s", text(`#purge-result`))
-	eval(`document.getElementById('purge-cancel').click()`, nil)
-	wait("ready 0 after the purge", fmt.Sprintf(`!document.getElementById('purge-dialog').open &&
+	eval(`document.getElementById('confirm-go').click()`, nil)
+	wait("purge answer", `document.getElementById('confirm-result').textContent.startsWith('Purged 12 messages')`)
+	t.Logf("purge answer: %s", text(`#confirm-result`))
+	eval(`document.getElementById('confirm-cancel').click()`, nil)
+	wait("ready 0 after the purge", fmt.Sprintf(`!document.getElementById('confirm-dialog').open &&
 		(document.querySelector('%s [data-col=ready]') || {}).textContent === '0'`, row))
 	shot("queues-purged")
 	var same bool
@@ -374,6 +374,19 @@ func TestDashboard(t *testing.T) {
 	eval(fmt.Sprintf(`document.querySelector('%s [data-col=topic] button').click()`, srow), nil)
 	wait("stream details", `document.querySelectorAll('#streams-details tbody tr').length === 2`)
 	shot("streams")
+	// Delete the stream through the dialog: every broker drops it.
+	eval(`document.getElementById('stream-delete-open').click()`, nil)
+	wait("delete dialog open", `document.getElementById('confirm-dialog').open && document.getElementById('confirm-force-box').hidden`)
+	if err := page.Type(ctx, "events"); err != nil {
+		t.Fatal(err)
+	}
+	wait("delete enabled", `!document.getElementById('confirm-go').disabled`)
+	shot("delete-dialog")
+	eval(`document.getElementById('confirm-go').click()`, nil)
+	wait("delete answer", `document.getElementById('confirm-result').textContent.startsWith('Deleted stream events: 2 partitions, 3 records')`)
+	t.Logf("delete answer: %s", text(`#confirm-result`))
+	eval(`document.getElementById('confirm-cancel').click()`, nil)
+	wait("the stream is gone", fmt.Sprintf(`!document.querySelector('%s') && document.getElementById('streams-details').hidden`, srow))
 
 	// Connections: this test's client, with its subscriptions.
 	sub := subscribe(t, c, "orders", client.SubscribeOptions{Prefetch: 4})

@@ -429,6 +429,9 @@ func deleteTopic(ctx context.Context, a *adminClient, e *env, topic, group strin
 			Records    uint64 `json:"records"`
 		} `json:"deleted"`
 		Closed int `json:"subscriptions_closed"`
+		// In a cluster: the brokers that have not confirmed yet.
+		Complete *bool    `json:"complete"`
+		Pending  []string `json:"pending"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return fmt.Errorf("admin API: malformed answer: %w", err)
@@ -438,6 +441,10 @@ func deleteTopic(ctx context.Context, a *adminClient, e *env, topic, group strin
 		what = fmt.Sprintf("%d records", out.Deleted.Records)
 	}
 	fmt.Fprintf(e.stdout, "deleted %s: %d partitions, %s, %d subscriptions closed\n", name, out.Deleted.Partitions, what, out.Closed)
+	if out.Complete != nil && !*out.Complete {
+		fmt.Fprintf(e.stdout, "waiting for %s to drop their copy (they are down or slow); the name can be declared again once they have\n",
+			strings.Join(out.Pending, ", "))
+	}
 	return nil
 }
 

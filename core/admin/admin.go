@@ -255,8 +255,6 @@ func writeCoreError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, "conflict", err.Error())
 	case errors.Is(err, core.ErrUnavailable):
 		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
-	case errors.Is(err, ErrNotImplemented):
-		writeError(w, http.StatusNotImplemented, "not_implemented", err.Error())
 	default:
 		writeError(w, http.StatusInternalServerError, "internal", err.Error())
 	}

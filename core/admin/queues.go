@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -30,10 +29,6 @@ type QueueAdmin interface {
 	// a queue with messages in flight needs force.
 	Delete(ctx context.Context, kind, topic, group string, force bool, user string) (any, error)
 }
-
-// ErrNotImplemented is answered 501: the operation exists, not yet in
-// this mode.
-var ErrNotImplemented = errors.New("not implemented")
 
 // MessagesQuery is GET /admin/api/messages' parameters.
 type MessagesQuery struct {

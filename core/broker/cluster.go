@@ -82,6 +82,8 @@ type coordinated struct {
 	// snapshot applied (closeMoved; run goroutine only).
 	owned       map[core.PartitionRef]bool
 	confirmWait prometheus.Histogram
+	// deletions tracks the tombstones in view (deletion.go).
+	deletions deletions
 }
 
 // startCluster opens the coordination backend and joins the cluster
@@ -193,6 +195,7 @@ func (c *coordinated) run() {
 			// On a new view, and once per gateTick: lagging followers
 			// leave the in-sync set in time.
 			c.gates.reconcile(snap)
+			c.dropDeleted(snap) // after followers.reconcile: the replicas of a deleted name have stopped
 			gated = time.Now()
 		}
 		health, isPlugin := c.coord.(host.PluginHealth)

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
-	"github.com/fibrilgo/fibril/core/admin"
 	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/cluster"
 	"github.com/fibrilgo/fibril/core/peer"
@@ -401,6 +400,12 @@ type totalsView struct {
 	Unreported int `json:"unreported"`
 }
 
+// Reasons a partition has no numbers that mean it holds nothing.
+const (
+	unavailableNotPlaced = "not placed yet"
+	unavailableNotLoaded = "not loaded on its owner"
+)
+
 type partitionView struct {
 	Partition uint32      `json:"partition"`
 	Owner     core.NodeID `json:"owner,omitempty"`
@@ -414,6 +419,15 @@ type partitionView struct {
 // queuesView is GET /admin/api/queues (kind "" = queues and streams,
 // "stream" = streams only) and, with topic set, one topic's entries.
 func (b *Broker) queuesView(ctx context.Context, kind, topic, group string, oneQueue bool) (any, error) {
+	views, err := b.collectViews(ctx, kind, topic, group, oneQueue)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"queues": views}, nil
+}
+
+// collectViews is queuesView's list, sorted by topic then group.
+func (b *Broker) collectViews(ctx context.Context, kind, topic, group string, oneQueue bool) ([]queueView, error) {
 	var views []queueView
 	c := b.adminCluster.Load()
 	if c == nil {
@@ -466,7 +480,7 @@ func (b *Broker) queuesView(ctx context.Context, kind, topic, group string, oneQ
 		}
 		return views[i].Group < views[j].Group
 	})
-	return map[string]any{"queues": views}, nil
+	return views, nil
 }
 
 func filterViews(views []queueView, kind, topic, group string, oneQueue bool) []queueView {
@@ -549,7 +563,7 @@ func (b *Broker) fillStats(ctx context.Context, c *coordinated, views []queueVie
 			case c == nil:
 				pv.OwnerLive = true
 			case pv.Owner == "":
-				pv.Unavailable = "not placed yet"
+				pv.Unavailable = unavailableNotPlaced
 			case !snap.Live(pv.Owner):
 				pv.Unavailable = "owner " + string(pv.Owner) + " is down"
 			default:
@@ -600,7 +614,7 @@ func (b *Broker) fillStats(ctx context.Context, c *coordinated, views []queueVie
 					if err := failed[pv.Owner]; err != nil {
 						pv.Unavailable = err.Error()
 					} else {
-						pv.Unavailable = "not loaded on its owner"
+						pv.Unavailable = unavailableNotLoaded
 					}
 				}
 				t.Unreported++
@@ -761,48 +775,5 @@ func (q queueAdmin) Purge(ctx context.Context, topic, group, user string) (any, 
 }
 
 func (q queueAdmin) Delete(ctx context.Context, kind, topic, group string, force bool, user string) (any, error) {
-	return q.b.deleteTopic(kind, topic, group, force, user)
-}
-
-// deleteTopic deletes a queue or a stream on a standalone broker
-// (docs/admin.md#delete): the engine drops it (refusing a queue with
-// messages in flight unless force), then every subscription to it ends
-// with SUBSCRIPTION_CLOSED(topic_deleted). In a cluster it answers 501:
-// there the catalog entry needs a tombstone every replica confirms,
-// which is not built yet.
-func (b *Broker) deleteTopic(kind, topic, group string, force bool, user string) (any, error) {
-	if b.adminCluster.Load() != nil {
-		return nil, fmt.Errorf("%w: deleting a %s is available on a standalone broker only so far; in a cluster, purge it (POST /admin/api/queues/purge) and stop using the name", admin.ErrNotImplemented, kind)
-	}
-	qm := b.readyQueues()
-	if qm == nil {
-		return nil, core.Errorf(core.ErrUnavailable, "the broker is still recovering")
-	}
-	if k, ok := qm.Kind(topic); ok && k.String() != kind {
-		return nil, core.Errorf(core.ErrBadRequest, "%s is a %s, not a %s", topic, k, kind)
-	}
-	var rep queue.DeleteReport
-	var err error
-	key := queueKey(topic, group)
-	if kind == "stream" {
-		rep, err = qm.DeleteStream(topic)
-	} else {
-		rep, err = qm.DeleteQueue(key, force)
-	}
-	if err != nil {
-		return nil, err
-	}
-	closed := 0
-	if s := b.adminSessions.Load(); s != nil {
-		closed = s.CloseSubscriptions(func(t, g string, _ uint32) bool {
-			return t == topic && (kind == "stream" || g == group)
-		}, wire.ReasonTopicDeleted, fmt.Sprintf("%s %s was deleted", kind, topic))
-	}
-	name := topic
-	if kind == "queue" {
-		name = key.String()
-	}
-	b.log.Warn(kind+" deleted", kind, name, "partitions", rep.Partitions, "messages", rep.Messages, "records", rep.Records,
-		"subscriptions_closed", closed, "force", force, "admin_user", user)
-	return map[string]any{"kind": kind, "topic": topic, "group": group, "deleted": rep, "subscriptions_closed": closed}, nil
+	return q.b.deleteTopic(ctx, kind, topic, group, force, user)
 }

@@ -474,7 +474,15 @@ func (ps *partSub) resubscribe(n detachNote) bool {
 			return false
 		}
 		if !resubscribeRetryable(err) {
-			ps.end(&SubscriptionClosedError{Topic: s.topic, Partition: ps.partition, Err: err})
+			sc := &SubscriptionClosedError{Topic: s.topic, Partition: ps.partition, Err: err}
+			var be *Error
+			if errors.As(err, &be) && be.Code == wire.CodeNotFound {
+				// The topic was deleted: its SUBSCRIPTION_CLOSED may not have
+				// reached this client before the topology dropped the owner's
+				// connection; the refusal tells the same.
+				sc.Reason = wire.ReasonTopicDeleted
+			}
+			ps.end(sc)
 			return false
 		}
 		cl.log.Debug("re-subscribe failed", "topic", s.topic, "partition", ps.partition, "err", err)

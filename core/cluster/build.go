@@ -263,7 +263,8 @@ func (b *builder) incremental(prev *Snapshot, kvs []core.KV, index uint64) *Snap
 		}
 	}
 	s := &Snapshot{Index: index, Members: prev.Members, MemberIDs: prev.MemberIDs, Gateways: prev.Gateways,
-		Queues: prev.Queues, Streams: prev.Streams, queues: prev.queues, streams: prev.streams, cohorts: prev.cohorts}
+		Queues: prev.Queues, Streams: prev.Streams, queues: prev.queues, streams: prev.streams, cohorts: prev.cohorts,
+		Tombstones: prev.Tombstones, deleted: prev.deleted}
 	if len(changed) == 0 {
 		return s
 	}
@@ -369,6 +370,16 @@ func full(kvs []core.KV, index uint64) *Snapshot {
 				s.cohorts = make(map[CohortRef]*CohortPlan)
 			}
 			s.cohorts[ref] = plan
+		case strings.HasPrefix(kv.Key, prefixDeleted):
+			t, ok := decodeTombstone(kv.Value, kv.Version)
+			if !ok {
+				continue
+			}
+			if s.deleted == nil {
+				s.deleted = make(map[string]*Tombstone)
+			}
+			s.deleted[kv.Key] = t
+			s.Tombstones = append(s.Tombstones, t)
 		case strings.HasPrefix(kv.Key, prefixStreams):
 			info, err := queue.DecodeStreamInfo(kv.Value)
 			if err != nil {
@@ -382,6 +393,7 @@ func full(kvs []core.KV, index uint64) *Snapshot {
 			s.Streams = append(s.Streams, st)
 		}
 	}
+	s.dropDeleted()
 	dec := newDecoder()
 	for _, kv := range kvs {
 		if !strings.HasPrefix(kv.Key, prefixAssign) {
@@ -418,6 +430,28 @@ func full(kvs []core.KV, index uint64) *Snapshot {
 		st.fp = st.fingerprint()
 	}
 	return s
+}
+
+// dropDeleted leaves the queues and streams being deleted out of the
+// view: for routing, placement and replication they are gone.
+func (s *Snapshot) dropDeleted() {
+	if len(s.deleted) == 0 {
+		return
+	}
+	s.Queues = slices.DeleteFunc(s.Queues, func(q *Queue) bool {
+		if t := s.Tombstone("queue", q.Info.Topic, q.Info.Group.Value); t == nil || t.Finished {
+			return false
+		}
+		delete(s.queues, queueID{q.Info.Topic, q.Info.Group.Value})
+		return true
+	})
+	s.Streams = slices.DeleteFunc(s.Streams, func(st *Stream) bool {
+		if t := s.Tombstone("stream", st.Info.Topic, ""); t == nil || t.Finished {
+			return false
+		}
+		delete(s.streams, st.Info.Topic)
+		return true
+	})
 }
 
 // fingerprints hash what a client's routing depends on: every partition's

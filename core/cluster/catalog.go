@@ -25,7 +25,7 @@ const maxDeclareRounds = 16
 // that concurrent declarations on different brokers agree. defaultCount
 // is partitioning.default_partition_count from the runtime settings.
 func (c *Cluster) DeclareQueue(ctx context.Context, spec queue.QueueSpec, defaultCount uint32) (queue.QueueInfo, error) {
-	return declareEntry(ctx, c, queueKey(spec.Topic, spec.Group.Value), spec.Topic, queue.KindQueue,
+	return declareEntry(ctx, c, queueKey(spec.Topic, spec.Group.Value), tombstoneKey("queue", spec.Topic, spec.Group.Value), spec.Topic, queue.KindQueue,
 		"queue "+spec.Key.String(), queue.DecodeQueueInfo, queue.EncodeQueueInfo,
 		func(cur *queue.QueueInfo, kinds func(string) (queue.Kind, bool)) (queue.QueueInfo, error) {
 			return queue.ResolveQueue(cur, spec, defaultCount, kinds)
@@ -35,7 +35,7 @@ func (c *Cluster) DeclareQueue(ctx context.Context, spec queue.QueueSpec, defaul
 // DeclareStream records a stream declaration (S-70), as DeclareQueue does
 // for queues.
 func (c *Cluster) DeclareStream(ctx context.Context, spec queue.StreamSpec, defaultCount uint32) (queue.StreamInfo, error) {
-	return declareEntry(ctx, c, streamKey(spec.Topic), spec.Topic, queue.KindStream,
+	return declareEntry(ctx, c, streamKey(spec.Topic), tombstoneKey("stream", spec.Topic, ""), spec.Topic, queue.KindStream,
 		fmt.Sprintf("stream %q", spec.Topic), queue.DecodeStreamInfo, queue.EncodeStreamInfo,
 		func(cur *queue.StreamInfo, kinds func(string) (queue.Kind, bool)) (queue.StreamInfo, error) {
 			return queue.ResolveStream(cur, spec, defaultCount, kinds)
@@ -45,12 +45,17 @@ func (c *Cluster) DeclareStream(ctx context.Context, spec queue.StreamSpec, defa
 // declareEntry is the compare-and-set loop behind both declarations: read the
 // catalog entry at key, let resolve decide against it, claim the topic's
 // kind for a new entry, and write the decision unless it changes nothing.
-// A conflicting concurrent write makes it read and decide again.
-func declareEntry[T any](ctx context.Context, c *Cluster, key, topic string, kind queue.Kind, what string,
+// A conflicting concurrent write makes it read and decide again. A name
+// whose deletion (the tombstone at tomb) is unfinished is refused; a
+// finished one's tombstone goes.
+func declareEntry[T any](ctx context.Context, c *Cluster, key, tomb, topic string, kind queue.Kind, what string,
 	decode func([]byte) (T, error), encode func(T) ([]byte, error),
 	resolve func(cur *T, kinds func(string) (queue.Kind, bool)) (T, error)) (T, error) {
 	var zero T
 	for range maxDeclareRounds {
+		if err := c.clearFinished(ctx, tomb); err != nil {
+			return zero, err
+		}
 		kv, err := c.coord.Get(ctx, key)
 		if err != nil {
 			return zero, unavailable(err)

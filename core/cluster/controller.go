@@ -56,6 +56,7 @@ func (c *Cluster) runController(lead core.Leadership) {
 		snap := c.Snapshot()
 		c.place(ctx, snap, deadSince)
 		c.planCohorts(ctx, snap)
+		c.finishDeletions(ctx, snap)
 		cancel()
 		select {
 		case <-lead.Lost():

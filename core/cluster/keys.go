@@ -13,6 +13,10 @@ import (
 //	queues/<topic>/<group|@default>        queue declaration (the queue catalog record, JSON)
 //	streams/<topic>                        stream declaration (JSON)
 //	assign/<topic>/<group|@default>/<n>    Assignment of one partition (JSON)
+//	deleted/queue/<topic>/<group|@default> tombstone of a deleted queue (tombstone.go)
+//	deleted/stream/<topic>                 tombstone of a deleted stream
+//	topics/<topic>                         the topic's kind, claimed once (catalog.go)
+//	cohorts/<topic>/<group|@default>/<id>  an exclusive consumer group's plan (cohorts.go)
 //	users                                  the user store document
 //	settings/runtime                       the runtime settings document (S-167, S-173)
 //

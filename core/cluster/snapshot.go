@@ -107,6 +107,10 @@ type Snapshot struct {
 	streams map[string]*Stream
 	// cohorts are the recorded exclusive consumer group plans (cohorts.go).
 	cohorts map[CohortRef]*CohortPlan
+	// Tombstones are the deletions in progress (tombstone.go), by key in
+	// deleted; their queues and streams are in neither Queues nor Streams.
+	Tombstones []*Tombstone
+	deleted    map[string]*Tombstone
 	// routing is the fingerprint of the routing content (Generation).
 	routing uint64
 }

@@ -303,8 +303,11 @@ function renderDetails(kind, q) {
     box.dataset.key = k;
     box.replaceChildren(
       h('div', {class: 'details-head'}, h('h2', {}, `${kind === 'queue' ? 'Queue' : 'Stream'} ${title}`),
-        kind === 'queue' ? h('button', {type: 'button', class: 'danger', id: 'purge-open', 'aria-label': `Purge queue ${title}`,
-          onclick: () => openPurge(q.topic, q.group || '')}, 'Purge…') : null),
+        h('div', {class: 'actions'},
+          kind === 'queue' ? h('button', {type: 'button', class: 'danger', id: 'purge-open', 'aria-label': `Purge queue ${title}`,
+            onclick: () => openConfirm({op: 'purge', kind, topic: q.topic, group: q.group || ''})}, 'Purge…') : null,
+          h('button', {type: 'button', class: 'danger', id: `${kind}-delete-open`, 'aria-label': `Delete ${kind} ${title}`,
+            onclick: () => openConfirm({op: 'delete', kind, topic: q.topic, group: q.group || ''})}, 'Delete…'))),
       h('p', {class: 'muted facts'}), h('figure', {class: 'chart'}, h('div', {class: 'chart-svg'}),
         h('figcaption', {class: 'muted'}, h('span', {class: 'key pub'}, 'publish'), ' ', h('span', {class: 'key del'}, 'deliver'), ' per second, last minutes', h('span', {class: 'peak'}))),
       h('div', {class: 'scroll'}, h('table', {class: 'parts'}, h('caption', {class: 'visually-hidden'}, `Partitions of ${title}`),
@@ -405,42 +408,67 @@ async function saveSettings(ev) {
   }
 }
 
-// ---- purge
+// ---- purge and delete, behind a confirmation
 
-let purgeTarget = null;
+let pending = null; // {op: 'purge' | 'delete', kind: 'queue' | 'stream', topic, group}
 
-function openPurge(topic, group) {
-  purgeTarget = {topic, group};
-  $('#purge-name').textContent = group ? `${topic} (group ${group})` : topic;
-  $('#purge-hint').textContent = topic;
-  $('#purge-confirm').value = '';
-  $('#purge-confirm').disabled = false;
-  $('#purge-result').textContent = '';
-  $('#purge-go').disabled = true;
-  $('#purge-cancel').textContent = 'Cancel';
-  $('#purge-dialog').showModal();
-  $('#purge-confirm').focus();
+const CONFIRM_TEXT = {
+  purge: (name) => `This drops every ready and delayed message of ${name} on every partition, as if each had been acknowledged. Messages in flight stay. It cannot be undone.`,
+  delete: (name, kind) => `This deletes the ${kind} ${name} on every broker: its partitions and everything in them${kind === 'stream' ? ', with its durable cursors,' : ''} go, and its subscribers are told topic_deleted. It cannot be undone.`,
+};
+
+function openConfirm(a) {
+  pending = a;
+  const name = a.group ? `${a.topic} (group ${a.group})` : a.topic;
+  $('#confirm-title').textContent = `${a.op === 'purge' ? 'Purge' : 'Delete'} ${a.kind}`;
+  $('#confirm-text').textContent = CONFIRM_TEXT[a.op](name, a.kind);
+  $('#confirm-force-box').hidden = !(a.op === 'delete' && a.kind === 'queue');
+  $('#confirm-force').checked = false;
+  $('#confirm-hint').textContent = a.topic;
+  $('#confirm-input').value = '';
+  $('#confirm-input').disabled = false;
+  $('#confirm-result').textContent = '';
+  $('#confirm-go').textContent = a.op === 'purge' ? 'Purge' : 'Delete';
+  $('#confirm-go').disabled = true;
+  $('#confirm-cancel').textContent = 'Cancel';
+  $('#confirm-dialog').showModal();
+  $('#confirm-input').focus();
 }
 
-async function doPurge(ev) {
+async function doConfirmed(ev) {
   ev.preventDefault();
-  const t = purgeTarget;
-  if (!t || $('#purge-confirm').value !== t.topic) return;
-  $('#purge-go').disabled = true;
-  $('#purge-confirm').disabled = true;
-  const out = $('#purge-result');
-  out.textContent = 'Purging…';
+  const a = pending;
+  if (!a || $('#confirm-input').value !== a.topic) return;
+  $('#confirm-go').disabled = true;
+  $('#confirm-input').disabled = true;
+  const out = $('#confirm-result');
+  out.textContent = a.op === 'purge' ? 'Purging…' : 'Deleting…';
   try {
-    const r = await api('/admin/api/queues/purge', {method: 'POST', json: t.group ? t : {topic: t.topic}});
-    const parts = r.partitions || [];
-    const failed = parts.filter((p) => p.error);
-    out.textContent = `Purged ${num(r.purged)} message${r.purged === 1 ? '' : 's'} from ${parts.length - failed.length} partition${parts.length - failed.length === 1 ? '' : 's'}.` +
-      (failed.length ? ` Not purged: ${failed.map((p) => `partition ${p.partition} (${p.error})`).join('; ')}.` : '');
+    out.textContent = a.op === 'purge' ? await purge(a) : await remove(a);
   } catch (e) {
-    out.textContent = `Purge failed (${e.status || 'error'}): ${e.message}`;
+    out.textContent = `${a.op === 'purge' ? 'Purge' : 'Delete'} failed (${e.status || 'error'}): ${e.message}`;
   }
-  $('#purge-cancel').textContent = 'Close';
+  $('#confirm-cancel').textContent = 'Close';
   refresh();
+}
+
+async function purge(a) {
+  const r = await api('/admin/api/queues/purge', {method: 'POST', json: a.group ? {topic: a.topic, group: a.group} : {topic: a.topic}});
+  const parts = r.partitions || [];
+  const failed = parts.filter((p) => p.error);
+  return `Purged ${num(r.purged)} message${r.purged === 1 ? '' : 's'} from ${parts.length - failed.length} partition${parts.length - failed.length === 1 ? '' : 's'}.` +
+    (failed.length ? ` Not purged: ${failed.map((p) => `partition ${p.partition} (${p.error})`).join('; ')}.` : '');
+}
+
+async function remove(a) {
+  const body = {topic: a.topic};
+  if (a.kind === 'queue') Object.assign(body, {group: a.group, force: $('#confirm-force').checked});
+  const r = await api(`/admin/api/${a.kind === 'queue' ? 'queues' : 'streams'}/delete`, {method: 'POST', json: body});
+  state.selected[a.kind] = null;
+  const d = r.deleted || {};
+  const what = a.kind === 'queue' ? `${num(d.messages || 0)} messages` : `${num(d.records || 0)} records`;
+  return `Deleted ${a.kind} ${a.topic}: ${num(d.partitions || 0)} partitions, ${what}, ${num(r.subscriptions_closed || 0)} subscriptions closed.` +
+    (r.complete === false ? ` Waiting for ${r.pending.join(', ')} to drop their copy; the name can be declared again once they have.` : '');
 }
 
 // ---- loop and routing
@@ -512,11 +540,11 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#settings-form').addEventListener('submit', saveSettings);
   $('#settings-form').addEventListener('input', () => { state.dirty = true; });
   $('#settings-reload').addEventListener('click', () => { delete $('#settings-message').dataset.conflict; loadSettings(); });
-  $('#purge-form').addEventListener('submit', doPurge);
-  $('#purge-confirm').addEventListener('input', (e) => {
-    $('#purge-go').disabled = !purgeTarget || e.target.value !== purgeTarget.topic;
+  $('#confirm-form').addEventListener('submit', doConfirmed);
+  $('#confirm-input').addEventListener('input', (e) => {
+    $('#confirm-go').disabled = !pending || e.target.value !== pending.topic;
   });
-  $('#purge-cancel').addEventListener('click', () => $('#purge-dialog').close());
+  $('#confirm-cancel').addEventListener('click', () => $('#confirm-dialog').close());
   document.addEventListener('visibilitychange', () => { if (!document.hidden) refresh(); });
   route(false);
 });
