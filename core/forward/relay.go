@@ -158,20 +158,32 @@ func (r rawBody) AppendTo(b []byte) []byte { return append(b, r...) }
 // ClientConn.Answer or ClientConn.Confirm (the caller has deferred its reply).
 func (r *Relay) withUpstream(owner core.NodeID, body []byte, run func(u *upstream, body []byte, err error)) {
 	r.mu.Lock()
-	for {
-		o := r.opening[owner]
-		if o == nil {
-			break
-		}
-		if o.bytes < maxOpeningQueue {
-			o.ops = append(o.ops, queuedOp{body: bytes.Clone(body), run: run})
-			o.bytes += len(body)
+	for waited := time.Duration(0); ; {
+		if o := r.opening[owner]; o != nil {
+			if o.bytes < maxOpeningQueue {
+				o.ops = append(o.ops, queuedOp{body: bytes.Clone(body), run: run})
+				o.bytes += len(body)
+				r.mu.Unlock()
+				return
+			}
 			r.mu.Unlock()
-			return
+			<-o.done
+			r.mu.Lock()
+			continue
 		}
-		r.mu.Unlock()
-		<-o.done
-		r.mu.Lock()
+		if u := r.ups[owner]; u != nil && u.linkLost() && waited < lostLinkWait {
+			// The session's connection has just ended and its watchdog has
+			// not yet decided whether it resumes (this operation then waits
+			// for it in the queue above) or ends (then it goes to a new
+			// session): wait for that, rather than send on a dead
+			// connection and answer 503 for a request a new session serves.
+			r.mu.Unlock()
+			time.Sleep(lostLinkPoll)
+			waited += lostLinkPoll
+			r.mu.Lock()
+			continue
+		}
+		break
 	}
 	if r.closed {
 		r.mu.Unlock()
@@ -225,6 +237,15 @@ func (r *Relay) withUpstream(owner core.NodeID, body []byte, run func(u *upstrea
 func (r *Relay) answerError(reqID uint64, code uint16, msg string) {
 	r.c.Answer(wire.OpError, reqID, &wire.ErrorBody{Code: code, Message: msg})
 }
+
+// An operation that finds its upstream's connection ended looks again
+// every lostLinkPoll, for at most lostLinkWait, until the watchdog has
+// taken the session into resume or ended it (it reacts at once; the bound
+// only guards against a watchdog that never does).
+const (
+	lostLinkPoll = time.Millisecond
+	lostLinkWait = time.Second
+)
 
 // errConnClosing answers an operation that needs an upstream session
 // while the client connection is ending.

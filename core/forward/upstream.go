@@ -53,6 +53,17 @@ type upstream struct {
 // link is the session's current connection (a resume replaces it).
 func (u *upstream) link() *Upstream { return u.up.Load() }
 
+// linkLost reports whether the session's connection has ended and no
+// resume of it has started yet.
+func (u *upstream) linkLost() bool {
+	select {
+	case <-u.link().Conn.Done():
+		return !u.resuming.Load()
+	default:
+		return false
+	}
+}
+
 // relay is the relay that holds u now.
 func (u *upstream) relay() *Relay { return u.rel.Load() }
 
