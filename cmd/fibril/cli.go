@@ -7,10 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"strings"
 
 	"github.com/fibrilgo/fibril/core/broker"
+	"github.com/fibrilgo/fibril/core/buildinfo"
 	"github.com/fibrilgo/fibril/core/config"
 )
 
@@ -20,9 +20,6 @@ const (
 	exitError = 1 // an I/O failure, such as an unwritable -o file
 	exitUsage = 2 // bad configuration or command line
 )
-
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
 
 // run is main without the process: arguments, environment and streams are
 // passed in so tests can drive every subcommand.
@@ -39,6 +36,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 			return runConfig(args[1:], environ, stdout, stderr)
 		case "dev":
 			return runDev(ctx, args[1:], environ, stdout, stderr)
+		case "health":
+			return runHealth(ctx, args[1:], environ, stdout, stderr)
 		}
 	}
 	return serve(ctx, args, environ, stdout, stderr)
@@ -47,6 +46,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 // serve loads the configuration and runs the broker until ctx ends (main
 // ends it on SIGINT or SIGTERM), then shuts it down gracefully
 // (GOING_AWAY, in-flight confirms answered, logs flushed) and exits 0.
+// SIGHUP meanwhile reloads the TLS material.
 func serve(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
 	cfg, logger, code := load(args, environ, stdout, stderr)
 	if cfg == nil {
@@ -57,6 +57,12 @@ func serve(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 		logger.Error("cannot start", "err", err)
 		return exitError
 	}
+	// Under systemd (Type=notify): ready once Start returned, with the
+	// client listener open; stopping as soon as the shutdown begins.
+	notify := systemdNotifier(environ, logger)
+	notify("READY=1\nSTATUS=serving clients on " + b.BrokerAddr().String())
+	defer context.AfterFunc(ctx, func() { notify("STOPPING=1\nSTATUS=shutting down") })()
+	reloadOnHangup(ctx, b.ReloadTLS, logger)
 	if err := b.Run(ctx); err != nil {
 		logger.Error("shutdown", "err", err)
 		return exitError
@@ -176,16 +182,9 @@ func newLogger(w io.Writer, l config.Log) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-func versionString() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-		return fmt.Sprintf("fibril %s (%s)", v, bi.GoVersion)
-	}
-	return "fibril " + v
-}
+// versionString is `fibril version`'s line: version, commit, date and Go
+// version (core/buildinfo).
+func versionString() string { return "fibril " + buildinfo.Get().String() }
 
 func plural(n int) string {
 	if n == 1 {
@@ -211,7 +210,9 @@ func usage(w io.Writer) {
                                                 --coordination consul (--backend is the same flag) the brokers
                                                 coordinate through the Consul agent at --consul-addr
   fibril dev restart --dir DIR NODE...          start a broker of that running fibril dev again (its data kept)
-  fibril version
+  fibril health [--ready] [config flags]        ask this broker's admin listener for /healthz (liveness; with
+                                                --ready, /readyz: readiness); exit 0 when it answers 200
+  fibril version                                version, commit, build date and Go version
 
 Precedence: defaults < TOML file < FIBRIL_* environment < flags.
 Reference: docs/configuration.md. Flags:

@@ -200,6 +200,8 @@ func init() {
 		{"drain", "[--node N] [--grace D] [--message M]", "drain a broker: GOING_AWAY to its clients, hand its partitions over (admin API)", runDrain},
 		{"undrain", "[--node N]", "end a drain: the broker takes partitions and reports ready again (admin API)", runUndrain},
 		{"completion", "bash | zsh | fish", "print a shell completion script", runCompletion},
+		{"tls", "reload [--node N] [--json]", "reload the broker's TLS certificate from its files, as SIGHUP does (admin API)", runTLS},
+		{"version", "[--json] [--client]", "print this CLI's build and the build of the broker at --admin", runVersion},
 	}
 }
 

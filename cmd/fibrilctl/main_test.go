@@ -23,6 +23,11 @@ var (
 	brokerPID  int
 )
 
+// testBrokerStamp is the test broker's build stamp.
+const testBrokerStamp = "-X github.com/fibrilgo/fibril/core/buildinfo.version=v9.8.7-test" +
+	" -X github.com/fibrilgo/fibril/core/buildinfo.revision=0123456789abcdef0123" +
+	" -X github.com/fibrilgo/fibril/core/buildinfo.date=2026-12-04T00:00:00Z"
+
 func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
 }
@@ -35,7 +40,9 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "fibril")
-	build := exec.Command("go", "build", "-o", bin, "github.com/fibrilgo/fibril/cmd/fibril")
+	// Stamped as a release build is (scripts/release.sh), so that
+	// TestVersion sees the linker's stamps come through.
+	build := exec.Command("go", "build", "-ldflags", testBrokerStamp, "-o", bin, "github.com/fibrilgo/fibril/cmd/fibril")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build broker:", err)

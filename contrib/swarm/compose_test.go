@@ -77,7 +77,17 @@ func TestComposeExample(t *testing.T) {
 	}
 	ids, peerAddrs, raftPeers := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	public := 0
+	secrets := t.TempDir() // stands in for /run/secrets, where Docker mounts them
 	for _, s := range services {
+		for i, kv := range s.env {
+			if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(v, "/run/secrets/") {
+				path := filepath.Join(secrets, strings.TrimPrefix(v, "/run/secrets/"))
+				if err := os.WriteFile(path, []byte("from-a-secret\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				s.env[i] = k + "=" + path
+			}
+		}
 		cfg, ld, err := config.Load(nil, s.env)
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
@@ -120,8 +130,10 @@ func TestComposeConfigWithDocker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cluster.secret"), []byte("test-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"cluster.secret", "app.password"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("test-secret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cmd := exec.Command("docker", "compose", "-f", filepath.Join(dir, "compose.yaml"), "config", "-q")
 	if out, err := cmd.CombinedOutput(); err != nil {

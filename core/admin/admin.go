@@ -67,6 +67,9 @@ type Options struct {
 	// Overview describes this broker for GET /admin/api/overview and the
 	// dashboard's first page: node, mode, version, uptime (nil: 404).
 	Overview func() any
+	// ReloadTLS re-reads the TLS material (POST /admin/api/tls/reload);
+	// an error leaves the previous material serving (nil: 404).
+	ReloadTLS func() (any, error)
 	// Auth, when Username is set, protects everything but the probes with
 	// HTTP Basic (S-159); empty = open.
 	Username, Password string
@@ -109,6 +112,7 @@ func New(opts Options) *Server {
 	s.mux.Handle("GET /admin/api/connections", s.auth(http.HandlerFunc(s.connections)))
 	s.registerQueues()
 	s.mux.Handle("GET /admin/api/overview", s.auth(http.HandlerFunc(s.overview)))
+	s.mux.Handle("POST /admin/api/tls/reload", s.auth(http.HandlerFunc(s.reloadTLS)))
 	s.registerDashboard()
 	// Profiling, for measuring before optimising (same auth as /metrics).
 	s.mux.Handle("GET /debug/pprof/", s.auth(http.HandlerFunc(pprof.Index)))

@@ -134,6 +134,25 @@ func (s *Server) undrain(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// reloadTLS re-reads the serving certificate (S-153) without a restart:
+// new connections get the new one, open ones keep theirs; material that
+// does not load is refused (400) and the previous keeps serving.
+func (s *Server) reloadTLS(w http.ResponseWriter, r *http.Request) {
+	if s.opts.ReloadTLS == nil {
+		writeError(w, http.StatusNotFound, "not_found", "TLS reload is not available")
+		return
+	}
+	answer(w, r, 30*time.Second, func(context.Context) (any, error) {
+		out, err := s.opts.ReloadTLS()
+		if err != nil {
+			s.opts.Logger.Warn("TLS reload refused", "admin_user", s.user(r), "err", err)
+			return nil, err
+		}
+		s.opts.Logger.Info("TLS reloaded", "admin_user", s.user(r))
+		return out, nil
+	})
+}
+
 // peers reports, for every live peer, whether this broker reaches it over
 // the inter-broker transport as a peer (stream, @node handshake, one round
 // trip) and how long that took: the check an operator runs after changing

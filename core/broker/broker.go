@@ -20,6 +20,7 @@ import (
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/admin"
 	"github.com/fibrilgo/fibril/core/auth"
+	"github.com/fibrilgo/fibril/core/buildinfo"
 	"github.com/fibrilgo/fibril/core/config"
 	"github.com/fibrilgo/fibril/core/forward"
 	"github.com/fibrilgo/fibril/core/peer"
@@ -145,8 +146,10 @@ func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		return nil, err
 	}
 	ok = true
+	bi := buildinfo.Get()
 	b.log.Info("broker ready", "broker", b.brokerLn.Addr().String(), "admin", b.adminLn.Addr().String(),
-		"data_dir", dataDir, "fsync", cfg.Storage.Fsync, "tls", b.tls != nil)
+		"data_dir", dataDir, "fsync", cfg.Storage.Fsync, "tls", b.tls != nil,
+		"version", bi.Version, "revision", bi.ShortRevision(), "go_version", bi.GoVersion)
 	return b, nil
 }
 
@@ -363,7 +366,7 @@ func (b *Broker) sessionSettings() session.Settings {
 
 func (b *Broker) startAdmin() error {
 	cfg := b.cfg
-	b.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	b.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
 	pw, err := adminPassword(cfg.Admin.Auth)
 	if err != nil {
 		return err
@@ -371,7 +374,7 @@ func (b *Broker) startAdmin() error {
 	b.adminUsers.Store(b.users)
 	b.adminSettings.Store(b.settings)
 	opts := admin.Options{Gatherer: b.registry, Users: userAdmin{&b.adminUsers}, Logger: b.log,
-		Settings: b.adminSettings.Load, Topology: b.topologyView, Drain: b.drain, Undrain: b.undrain, Peers: b.probePeers, Queues: queueAdmin{b},
+		Settings: b.adminSettings.Load, Topology: b.topologyView, Drain: b.drain, Undrain: b.undrain, Peers: b.probePeers, Queues: queueAdmin{b}, ReloadTLS: b.ReloadTLS,
 		Overview: b.overview,
 		Connections: func() any {
 			if s := b.adminSessions.Load(); s != nil {

@@ -5,11 +5,12 @@ package broker
 
 import (
 	"runtime"
-	"runtime/debug"
-	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fibrilgo/fibril/core"
+	"github.com/fibrilgo/fibril/core/buildinfo"
 )
 
 // processStart is when this process started (close enough: package
@@ -25,14 +26,16 @@ type overviewView struct {
 	Mode    string      `json:"mode"` // standalone | cluster
 	// Version is the main module's version with its VCS revision when
 	// the build recorded them, else "dev".
-	Version       string    `json:"version"`
-	GoVersion     string    `json:"go_version"`
-	StartedAt     time.Time `json:"started_at"`
-	UptimeSeconds int64     `json:"uptime_seconds"`
+	Version   string `json:"version"`
+	GoVersion string `json:"go_version"`
+	// Build is the whole build information (core/buildinfo).
+	Build         buildinfo.Info `json:"build"`
+	StartedAt     time.Time      `json:"started_at"`
+	UptimeSeconds int64          `json:"uptime_seconds"`
 }
 
 func (b *Broker) overview() any {
-	v := overviewView{OwnerID: b.ownerID.String(), Mode: "standalone", Version: buildVersion(),
+	v := overviewView{OwnerID: b.ownerID.String(), Mode: "standalone", Version: buildinfo.Get().Short(), Build: buildinfo.Get(),
 		GoVersion: runtime.Version(), StartedAt: processStart.UTC().Truncate(time.Second),
 		UptimeSeconds: int64(time.Since(processStart).Seconds())}
 	if !b.cfg.Coordination.Standalone() {
@@ -44,39 +47,13 @@ func (b *Broker) overview() any {
 	return v
 }
 
-// buildVersion is the main module's version from the build information,
-// with the VCS revision (and "+dirty" for a modified tree) when the build
-// recorded one and the version does not name it already; "dev" when
-// there is no version.
-func buildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "dev"
-	}
-	return versionOf(bi)
-}
-
-func versionOf(bi *debug.BuildInfo) string {
-	v := bi.Main.Version
-	if v == "" || v == "(devel)" {
-		v = "dev"
-	}
-	var rev, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "+dirty"
-			}
-		}
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if rev == "" || strings.Contains(v, rev) { // a pseudo-version names its revision already
-		return v
-	}
-	return v + " (" + rev + dirty + ")"
+// buildInfoGauge is fibril_build_info{version,revision,go_version}, always
+// 1: which build runs, for dashboards and alerts on mixed versions.
+func buildInfoGauge() prometheus.Collector {
+	bi := buildinfo.Get()
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fibril_build_info",
+		Help: "Always 1; the labels name the running build: version, VCS revision and Go version."},
+		[]string{"version", "revision", "go_version"})
+	g.WithLabelValues(bi.Version, bi.ShortRevision(), bi.GoVersion).Set(1)
+	return g
 }

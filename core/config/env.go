@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 )
@@ -54,6 +55,23 @@ func parseEnv(environ []string) envLayer {
 			l.configPath = val
 			continue
 		}
+		if ref, ok := secretFileVar(name); ok && !isEnvName(name) {
+			if val == "" {
+				continue
+			}
+			o := Origin{Layer: LayerEnv, Name: name}
+			if base := strings.TrimSuffix(name, fileSuffix); values[base] != "" {
+				l.errs = append(l.errs, keyError(ref.key.Name, o, "set %s or %s, not both", base, name))
+				continue
+			}
+			secret, err := readSecretFile(val)
+			if err != nil {
+				l.errs = append(l.errs, keyError(ref.key.Name, o, "%v", err))
+				continue
+			}
+			hits[ref.key] = append(hits[ref.key], envHit{name: name, value: secret, rank: ref.rank})
+			continue
+		}
 		ref, known := envIndex[name]
 		if !known {
 			l.warnings = append(l.warnings, unknownEnvWarning(name))
@@ -96,6 +114,40 @@ func parseEnv(environ []string) envLayer {
 		l.settings = append(l.settings, setting{key: k, value: v, origin: o})
 	}
 	return l
+}
+
+// fileSuffix turns a secret's variable into the variable naming a file
+// that holds it (FIBRIL_AUTH_PASSWORD_FILE=/run/secrets/app): the way
+// Docker and Kubernetes hand secrets to a process, without putting them
+// in the environment every child process and `docker inspect` sees.
+const fileSuffix = "_FILE"
+
+// secretFileVar reports whether name is the _FILE form of a secret key's
+// variable. A variable of its own by that name (FIBRIL_ADMIN_AUTH_PASSWORD_FILE
+// is admin.auth.password_file's, which does the same) is not one.
+func secretFileVar(name string) (envRef, bool) {
+	base, ok := strings.CutSuffix(name, fileSuffix)
+	if !ok {
+		return envRef{}, false
+	}
+	ref, known := envIndex[base]
+	return ref, known && ref.key.Secret
+}
+
+func isEnvName(name string) bool { _, ok := envIndex[name]; return ok }
+
+// readSecretFile reads a secret from a file: one value, without the line
+// break an editor or `echo` leaves at its end.
+func readSecretFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("cannot read the secret file: %v", err)
+	}
+	v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if v == "" {
+		return "", fmt.Errorf("the secret file %s is empty", path)
+	}
+	return v, nil
 }
 
 // unknownEnvWarning words the warning for an unknown FIBRIL_* variable.

@@ -174,8 +174,10 @@ func WriteExample(w io.Writer) error {
 # Precedence, lowest first: built-in defaults < this file (--config PATH or
 # FIBRIL_CONFIG) < FIBRIL_* environment variables < command-line flags.
 # Secrets (the cluster secret, the admin password, plain user passwords) are
-# never read from a config file: set them in the environment or point a
-# *_path / *_file key at a file holding them.
+# never read from a config file: set them in the environment (each secret
+# variable also has a _FILE form naming a file that holds it, e.g.
+# FIBRIL_AUTH_PASSWORD_FILE=/run/secrets/app) or point a *_path / *_file
+# key at a file holding them.
 `)
 	for _, s := range sections(func(k *Key) bool { return k.Class == Bootstrap }) {
 		writeExampleSection(&b, s, false)
@@ -370,8 +372,11 @@ edits of a known one is called out as a likely typo.
 **Secrets** (the cluster secret, the admin password, plain user passwords)
 are never read from the file, nor from flags (command lines are visible to
 other local users): they come from the environment, or from a file named by
-` + "`coordination.secret_path`" + ` / ` + "`admin.auth.password_file`" + `. A secret key in the file is an
-error that says so.
+` + "`coordination.secret_path`" + ` / ` + "`admin.auth.password_file`" + `. Every secret variable also has a
+` + "`_FILE`" + ` form that names a file holding the secret, the way Docker and Kubernetes hand secrets
+to a process (` + "`FIBRIL_AUTH_PASSWORD_FILE=/run/secrets/app`" + `, ` + "`FIBRIL_CLUSTER_SECRET_FILE`" + `,
+` + "`FIBRIL_CONSUL_TOKEN_FILE`" + `); the file's final line break is not part of it, and setting both forms
+is an error. A secret key in the file is an error that says so.
 
 ## Classes
 

@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -202,6 +204,40 @@ func TestEnvUserPair(t *testing.T) {
 	for _, args := range [][]string{{"--auth.env_user.username=x"}, {"--auth.env_user.password=x"}} {
 		ps = mustFail(t, args)
 		wantOnly(t, ps, "cannot be set by a flag", "FIBRIL_AUTH_")
+	}
+}
+
+// Every secret variable has a _FILE form naming a file that holds the
+// secret (Docker and Kubernetes secrets): read without its final line
+// break; both forms at once, an unreadable or empty file, and _FILE on a
+// variable that is not a secret are refused or ignored with a clear word.
+func TestSecretFileVariables(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pw, []byte("s3cret\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, ld := mustLoad(t, nil, "FIBRIL_AUTH_USERNAME=app", "FIBRIL_AUTH_PASSWORD_FILE="+pw, "FIBRIL_CONSUL_TOKEN_FILE="+pw,
+		"FIBRIL_ADMIN_AUTH_PASSWORD_FILE="+pw) // the last is admin.auth.password_file's own variable
+	if cfg.Auth.EnvUser.Password.Reveal() != "s3cret" || cfg.Coordination.Consul.Token.Reveal() != "s3cret" || cfg.Admin.Auth.PasswordFile != pw {
+		t.Fatalf("secrets from files: %q %q %q", cfg.Auth.EnvUser.Password.Reveal(), cfg.Coordination.Consul.Token.Reveal(), cfg.Admin.Auth.PasswordFile)
+	}
+	if o := ld.Source("auth.env_user.password"); o.Name != "FIBRIL_AUTH_PASSWORD_FILE" {
+		t.Errorf("origin %v", o)
+	}
+	ps := mustFail(t, nil, "FIBRIL_AUTH_USERNAME=app", "FIBRIL_AUTH_PASSWORD=pw", "FIBRIL_AUTH_PASSWORD_FILE="+pw)
+	wantOnly(t, ps, "not both", "FIBRIL_AUTH_PASSWORD_FILE")
+	ps = mustFail(t, nil, "FIBRIL_AUTH_USERNAME=app", "FIBRIL_AUTH_PASSWORD_FILE="+filepath.Join(dir, "missing"))
+	findProblem(t, ps, "env FIBRIL_AUTH_PASSWORD_FILE", "cannot read the secret file")
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ps = mustFail(t, nil, "FIBRIL_AUTH_USERNAME=app", "FIBRIL_AUTH_PASSWORD_FILE="+empty)
+	findProblem(t, ps, "env FIBRIL_AUTH_PASSWORD_FILE", "is empty")
+	_, ld = mustLoad(t, nil, "FIBRIL_BROKER_BIND_FILE="+pw)
+	if len(ld.Warnings) != 1 || !strings.Contains(ld.Warnings[0].Subject, "FIBRIL_BROKER_BIND_FILE") {
+		t.Errorf("a _FILE form of a setting that is not secret: warnings %v", ld.Warnings)
 	}
 }
 
