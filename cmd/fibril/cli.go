@@ -48,7 +48,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 // (GOING_AWAY, in-flight confirms answered, logs flushed) and exits 0.
 // SIGHUP meanwhile reloads the TLS material.
 func serve(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	cfg, logger, code := load(args, environ, stdout, stderr)
+	cfg, logger, level, code := load(args, environ, stdout, stderr)
 	if cfg == nil {
 		return code
 	}
@@ -57,6 +57,7 @@ func serve(ctx context.Context, args, environ []string, stdout, stderr io.Writer
 		logger.Error("cannot start", "err", err)
 		return exitError
 	}
+	b.SetLogLevelVar(level)
 	// Under systemd (Type=notify): ready once Start returned, with the
 	// client listener open; stopping as soon as the shutdown begins.
 	notify := systemdNotifier(environ, logger)
@@ -107,16 +108,17 @@ func loadAndPrint(args, environ []string, stdout, stderr io.Writer, print bool) 
 
 // load loads the configuration for serving; on failure cfg is nil and
 // code says how to exit.
-func load(args, environ []string, stdout, stderr io.Writer) (*config.Config, *slog.Logger, int) {
+func load(args, environ []string, stdout, stderr io.Writer) (*config.Config, *slog.Logger, *slog.LevelVar, int) {
 	cfg, ld, err := config.Load(args, environ)
 	if errors.Is(err, config.ErrHelp) {
 		usage(stdout)
-		return nil, nil, exitOK
+		return nil, nil, nil, exitOK
 	}
 	if code := report(cfg, ld, err, stdout, stderr, false); code != exitOK {
-		return nil, nil, code
+		return nil, nil, nil, code
 	}
-	return cfg, newLogger(stderr, cfg.Log), exitOK
+	logger, lv := newLogger(stderr, cfg.Log)
+	return cfg, logger, lv, exitOK
 }
 
 // report logs the configuration's warnings and either prints it or lists
@@ -124,7 +126,7 @@ func load(args, environ []string, stdout, stderr io.Writer) (*config.Config, *sl
 func report(cfg *config.Config, ld *config.Loaded, err error, stdout, stderr io.Writer, print bool) int {
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	if err == nil {
-		logger = newLogger(stderr, cfg.Log)
+		logger, _ = newLogger(stderr, cfg.Log)
 	}
 	for _, w := range ld.Warnings {
 		logger.Warn(w.Msg, "subject", w.Subject)
@@ -171,15 +173,19 @@ func generate(args []string, stdout, stderr io.Writer, write func(io.Writer) err
 	return exitOK
 }
 
-// newLogger builds the process logger from log.level and log.format.
-func newLogger(w io.Writer, l config.Log) *slog.Logger {
+// newLogger builds the process logger from log.level and log.format. Its
+// level is a variable the admin API may change while the broker runs
+// (Broker.SetLogLevelVar).
+func newLogger(w io.Writer, l config.Log) (*slog.Logger, *slog.LevelVar) {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(l.Level)) // validated by Load
-	opts := &slog.HandlerOptions{Level: level}
+	lv := new(slog.LevelVar)
+	lv.Set(level)
+	opts := &slog.HandlerOptions{Level: lv}
 	if l.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(slog.NewJSONHandler(w, opts)), lv
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(slog.NewTextHandler(w, opts)), lv
 }
 
 // versionString is `fibril version`'s line: version, commit, date and Go

@@ -70,6 +70,9 @@ type Options struct {
 	// ReloadTLS re-reads the TLS material (POST /admin/api/tls/reload);
 	// an error leaves the previous material serving (nil: 404).
 	ReloadTLS func() (any, error)
+	// LogLevel reads (set "") or changes the broker's log level for
+	// GET/PUT /admin/api/log-level; user is the admin user (nil: 404).
+	LogLevel func(set, user string) (any, error)
 	// Auth, when Username is set, protects everything but the probes with
 	// HTTP Basic (S-159); empty = open.
 	Username, Password string
@@ -113,6 +116,8 @@ func New(opts Options) *Server {
 	s.registerQueues()
 	s.mux.Handle("GET /admin/api/overview", s.auth(http.HandlerFunc(s.overview)))
 	s.mux.Handle("POST /admin/api/tls/reload", s.auth(http.HandlerFunc(s.reloadTLS)))
+	s.mux.Handle("GET /admin/api/log-level", s.auth(http.HandlerFunc(s.logLevel)))
+	s.mux.Handle("PUT /admin/api/log-level", s.auth(http.HandlerFunc(s.logLevel)))
 	s.registerDashboard()
 	// Profiling, for measuring before optimising (same auth as /metrics).
 	s.mux.Handle("GET /debug/pprof/", s.auth(http.HandlerFunc(pprof.Index)))

@@ -153,6 +153,27 @@ func (s *Server) reloadTLS(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// logLevel is GET /admin/api/log-level and PUT {level}: this broker's log
+// level, changed at once and until the process ends.
+func (s *Server) logLevel(w http.ResponseWriter, r *http.Request) {
+	if s.opts.LogLevel == nil {
+		writeError(w, http.StatusNotFound, "not_found", "the log level cannot be changed here")
+		return
+	}
+	var req struct {
+		Level string `json:"level"`
+	}
+	if r.Method == http.MethodPut {
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil || req.Level == "" {
+			writeError(w, http.StatusBadRequest, "bad_request", "body must be JSON {level}: debug, info, warn or error")
+			return
+		}
+	}
+	answer(w, r, 5*time.Second, func(context.Context) (any, error) { return s.opts.LogLevel(req.Level, s.user(r)) })
+}
+
 // peers reports, for every live peer, whether this broker reaches it over
 // the inter-broker transport as a peer (stream, @node handshake, one round
 // trip) and how long that took: the check an operator runs after changing

@@ -69,12 +69,15 @@ type Broker struct {
 	adminSettings atomic.Pointer[settings.Store]
 	adminCluster  atomic.Pointer[coordinated]
 	adminSessions atomic.Pointer[session.Server]
-	draining      atomic.Bool
-	adminQueues   atomic.Pointer[queue.Manager] // set once sessions serve; cleared at shutdown
-	rates         rateBook                      // the admin API's publish and deliver rates
-	disk          *diskGuard                    // storage.min_free_bytes
-	nodeConns     nodeConnPool                  // NODE_ADMIN sessions to peers
-	remoteDLQ     chan struct{}                 // bounds the dead-letter copies sent to other brokers at once
+	// levelVar is the process logger's level when it may change
+	// (SetLogLevelVar).
+	levelVar    atomic.Pointer[slog.LevelVar]
+	draining    atomic.Bool
+	adminQueues atomic.Pointer[queue.Manager] // set once sessions serve; cleared at shutdown
+	rates       rateBook                      // the admin API's publish and deliver rates
+	disk        *diskGuard                    // storage.min_free_bytes
+	nodeConns   nodeConnPool                  // NODE_ADMIN sessions to peers
+	remoteDLQ   chan struct{}                 // bounds the dead-letter copies sent to other brokers at once
 
 	service *consul.Registration // consul.register: this broker's catalog entry
 
@@ -375,6 +378,7 @@ func (b *Broker) startAdmin() error {
 	b.adminSettings.Store(b.settings)
 	opts := admin.Options{Gatherer: b.registry, Users: userAdmin{&b.adminUsers}, Logger: b.log,
 		Settings: b.adminSettings.Load, Topology: b.topologyView, Drain: b.drain, Undrain: b.undrain, Peers: b.probePeers, Queues: queueAdmin{b}, ReloadTLS: b.ReloadTLS,
+		LogLevel: b.logLevel,
 		Overview: b.overview,
 		Connections: func() any {
 			if s := b.adminSessions.Load(); s != nil {

@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -198,5 +199,27 @@ func TestTLSReloadWithoutTLS(t *testing.T) {
 	b := startBroker(t)
 	if code, body := adminDo(t, b, "POST", "/admin/api/tls/reload", ""); code != 400 || !strings.Contains(body, "TLS is off") {
 		t.Fatalf("reload without TLS: %d %s", code, body)
+	}
+}
+
+// A broker whose starter gave it no level variable has a fixed level: 404
+// that says so; with one, PUT changes it and GET reads it back.
+func TestLogLevelAPI(t *testing.T) {
+	b := startBroker(t)
+	if code, body := adminDo(t, b, "GET", "/admin/api/log-level", ""); code != 404 || !strings.Contains(body, "fixed") {
+		t.Fatalf("without a level variable: %d %s", code, body)
+	}
+	lv := new(slog.LevelVar)
+	b.SetLogLevelVar(lv)
+	if code, body := adminDo(t, b, "PUT", "/admin/api/log-level", `{"level":"debug"}`); code != 200 || !strings.Contains(body, `"previous":"info"`) || lv.Level() != slog.LevelDebug {
+		t.Fatalf("PUT debug: %d %s (level %v)", code, body, lv.Level())
+	}
+	if code, body := adminDo(t, b, "GET", "/admin/api/log-level", ""); code != 200 || !strings.Contains(body, `"level":"debug"`) {
+		t.Fatalf("GET: %d %s", code, body)
+	}
+	for _, bad := range []string{`{"level":"loud"}`, `{}`, `{"level":"info","x":1}`} {
+		if code, _ := adminDo(t, b, "PUT", "/admin/api/log-level", bad); code != 400 {
+			t.Errorf("PUT %s: %d, want 400", bad, code)
+		}
 	}
 }
