@@ -21,6 +21,10 @@ const (
 	exitUsage = 2 // bad configuration or command line
 )
 
+// stdin is where `fibril auth hash-password` reads a piped password (a
+// variable so tests can feed it).
+var stdin io.Reader = os.Stdin
+
 // run is main without the process: arguments, environment and streams are
 // passed in so tests can drive every subcommand.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
@@ -38,6 +42,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 			return runDev(ctx, args[1:], environ, stdout, stderr)
 		case "health":
 			return runHealth(ctx, args[1:], environ, stdout, stderr)
+		case "auth":
+			return runAuth(ctx, args[1:], stdin, stdout, stderr)
 		}
 	}
 	return serve(ctx, args, environ, stdout, stderr)
@@ -218,6 +224,8 @@ func usage(w io.Writer) {
   fibril dev restart --dir DIR NODE...          start a broker of that running fibril dev again (its data kept)
   fibril health [--ready] [config flags]        ask this broker's admin listener for /healthz (liveness; with
                                                 --ready, /readyz: readiness); exit 0 when it answers 200
+  fibril auth hash-password                     print the argon2id hash of a password (prompted, or the first
+                                                line of stdin) for auth.seed_users' password_hash
   fibril version                                version, commit, build date and Go version
 
 Precedence: defaults < TOML file < FIBRIL_* environment < flags.

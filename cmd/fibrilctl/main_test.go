@@ -292,6 +292,18 @@ func TestUsers(t *testing.T) {
 	if r := ctl(t, "", "topology", "--user", "bob", "--password", "nope"); r.code != exitFail {
 		t.Fatalf("wrong password accepted: %+v", r)
 	}
+	// passwd: the new password works, the old one no longer does.
+	r = ctl(t, "bob-new-secret\n", "users", "passwd", "bob")
+	if r.code != 0 || !strings.Contains(r.stdout, "password of user bob changed") {
+		t.Fatalf("users passwd: %+v", r)
+	}
+	mustOK(t, ctl(t, "", "topology", "--user", "bob", "--password", "bob-new-secret"), "login with the new password")
+	if r := ctl(t, "", "topology", "--user", "bob", "--password", "bob-secret"); r.code != exitFail {
+		t.Fatalf("the old password still works: %+v", r)
+	}
+	if r := ctl(t, "", "users", "passwd", "nobody", "--password", "x"); r.code != exitFail || !strings.Contains(r.stderr, "HTTP 404") {
+		t.Fatalf("passwd of an unknown user: %+v", r)
+	}
 	if r := ctl(t, "", "users", "add", "alice", "--password", "x"); r.code != exitFail || !strings.Contains(r.stderr, "HTTP 409") {
 		t.Fatalf("duplicate add: %+v", r)
 	}

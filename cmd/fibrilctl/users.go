@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,12 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"golang.org/x/term"
+	"github.com/fibrilgo/fibril/cmd/internal/prompt"
 )
 
 // adminError is an error answered by the admin API.
@@ -119,15 +117,15 @@ type userEntry struct {
 func runUsers(ctx context.Context, g *globals, e *env, args []string) error {
 	// Users go through the admin API, which has its own credentials
 	// (--admin-user/--admin-password): here --password is the new user's.
-	fs := newFlagSet("users", "add NAME [--password P] | list [--json] | remove NAME", g, e, "password")
-	password := fs.String("password", "", "users add: the new user's password (default: prompt on a terminal, else the first line of stdin)")
+	fs := newFlagSet("users", "add NAME [--password P] | passwd NAME [--password P] | list [--json] | remove NAME", g, e, "password")
+	password := fs.String("password", "", "users add, passwd: the new password (default: prompt on a terminal, else the first line of stdin)")
 	asJSON := fs.Bool("json", false, "users list: print JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) == 0 {
-		return usagef("users needs a subcommand: add NAME, list or remove NAME")
+		return usagef("users needs a subcommand: add NAME, passwd NAME, list or remove NAME")
 	}
 	a, err := g.adminClient(e)
 	if err != nil {
@@ -159,18 +157,26 @@ func runUsers(ctx context.Context, g *globals, e *env, args []string) error {
 			fmt.Fprintf(tw, "%s\t%s\n", u.Username, u.Created.UTC().Format(time.RFC3339))
 		}
 		return tw.Flush()
-	case "add":
+	case "add", "passwd":
 		if len(pos) != 1 {
-			return usagef("users add takes exactly one NAME")
+			return usagef("users %s takes exactly one NAME", sub)
 		}
 		pw := *password
 		if pw == "" {
-			if pw, err = readNewPassword(ctx, e); err != nil {
+			if pw, err = prompt.NewPassword(ctx, e.stdin, e.stderr); err != nil {
 				return err
 			}
 		}
 		if pw == "" {
 			return usagef("empty password")
+		}
+		if sub == "passwd" {
+			body := map[string]string{"password": pw}
+			if err := a.do(ctx, http.MethodPut, "/admin/api/users/"+url.PathEscape(pos[0])+"/password", body, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "password of user %s changed\n", pos[0])
+			return nil
 		}
 		body := map[string]string{"username": pos[0], "password": pw}
 		if err := a.do(ctx, http.MethodPost, "/admin/api/users", body, nil); err != nil {
@@ -188,53 +194,5 @@ func runUsers(ctx context.Context, g *globals, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "user %s removed\n", pos[0])
 		return nil
 	}
-	return usagef("unknown users subcommand %q (add, list, remove)", sub)
-}
-
-// readNewPassword prompts twice, with echo off, when stdin is a terminal,
-// and otherwise reads the first line of stdin (a pipe or a file), so
-// scripts can feed it. When ctx ends at the prompt (the first Ctrl-C; a
-// second one kills the process), the terminal gets its echo back at once,
-// so the kill does not leave it without, and the context's error is
-// returned once the pending line is read.
-func readNewPassword(ctx context.Context, e *env) (string, error) {
-	if f, ok := e.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		fd := int(f.Fd())
-		if st, err := term.GetState(fd); err == nil {
-			stop := context.AfterFunc(ctx, func() { _ = term.Restore(fd, st) })
-			defer stop()
-		}
-		read := func(prompt string) ([]byte, error) {
-			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("password prompt interrupted: %w", err)
-			}
-			fmt.Fprint(e.stderr, prompt)
-			p, err := term.ReadPassword(fd)
-			fmt.Fprintln(e.stderr)
-			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("password prompt interrupted: %w", err)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("read password: %w", err)
-			}
-			return p, nil
-		}
-		p1, err := read("New password: ")
-		if err != nil {
-			return "", err
-		}
-		p2, err := read("Repeat password: ")
-		if err != nil {
-			return "", err
-		}
-		if !bytes.Equal(p1, p2) {
-			return "", fmt.Errorf("the passwords do not match")
-		}
-		return string(p1), nil
-	}
-	line, err := bufio.NewReader(e.stdin).ReadString('\n')
-	if err != nil && err != io.EOF {
-		return "", fmt.Errorf("read password from stdin: %w", err)
-	}
-	return strings.TrimRight(line, "\r\n"), nil
+	return usagef("unknown users subcommand %q (add, passwd, list, remove)", sub)
 }

@@ -32,6 +32,8 @@ import (
 // Users is the user store as the admin API manages it.
 type Users interface {
 	Add(name, password string) error
+	// SetPassword replaces a user's password (ErrNotFound: no such user).
+	SetPassword(name, password string) error
 	Remove(name string) error
 	List() []UserInfo
 }
@@ -106,6 +108,7 @@ func New(opts Options) *Server {
 	s.mux.Handle("GET /admin/api/users", s.auth(http.HandlerFunc(s.listUsers)))
 	s.mux.Handle("POST /admin/api/users", s.auth(http.HandlerFunc(s.addUser)))
 	s.mux.Handle("DELETE /admin/api/users/{username}", s.auth(http.HandlerFunc(s.removeUser)))
+	s.mux.Handle("PUT /admin/api/users/{username}/password", s.auth(http.HandlerFunc(s.setPassword)))
 	s.mux.Handle("GET /admin/api/runtime-settings", s.auth(http.HandlerFunc(s.getSettings)))
 	s.mux.Handle("PUT /admin/api/runtime-settings", s.auth(http.HandlerFunc(s.putSettings)))
 	s.mux.Handle("GET /admin/api/topology", s.auth(http.HandlerFunc(s.topology)))
@@ -236,6 +239,31 @@ func (s *Server) addUser(w http.ResponseWriter, r *http.Request) {
 	}
 	s.opts.Logger.Info("user added", "user", req.Username)
 	writeJSON(w, http.StatusCreated, map[string]any{"username": req.Username})
+}
+
+// setPassword is PUT /admin/api/users/{username}/password {password}: the
+// user's sessions stay open; its next login needs the new password.
+func (s *Server) setPassword(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Users == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no user store")
+		return
+	}
+	var req struct {
+		Password string `json:"password"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "body must be JSON {password}: "+err.Error())
+		return
+	}
+	name := r.PathValue("username")
+	if err := s.opts.Users.SetPassword(name, req.Password); err != nil {
+		writeCoreError(w, err)
+		return
+	}
+	s.opts.Logger.Info("user password changed", "user", name, "admin_user", s.user(r))
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) removeUser(w http.ResponseWriter, r *http.Request) {

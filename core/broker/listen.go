@@ -119,6 +119,9 @@ type userAdmin struct{ s *atomic.Pointer[auth.Store] }
 
 func (u userAdmin) Add(name, pw string) error { return u.s.Load().Add(name, pw) }
 func (u userAdmin) Remove(name string) error  { return u.s.Load().Remove(name) }
+func (u userAdmin) SetPassword(name, pw string) error {
+	return u.s.Load().SetPassword(name, pw)
+}
 func (u userAdmin) List() []admin.UserInfo {
 	var out []admin.UserInfo
 	for _, x := range u.s.Load().List() {

@@ -156,7 +156,7 @@ var keys = []Key{
 		DefaultNote: "none",
 		From:        FromFile,
 		Refusal:     "users are listed only in the config file as [[auth.seed_users]] tables; the environment pair FIBRIL_AUTH_USERNAME + FIBRIL_AUTH_PASSWORD adds one more",
-		Doc:         "Users created while the user store is empty: [[auth.seed_users]] tables of username and password_hash (an argon2id PHC string; plain passwords never come from the file). Usernames starting with @ are reserved.",
+		Doc:         "Users created while the user store is empty: [[auth.seed_users]] tables of username and password_hash (an argon2id PHC string, which `fibril auth hash-password` prints; plain passwords never come from the file). Usernames starting with @ are reserved.",
 	},
 	{
 		Name: "auth.env_user.username", Kind: KindString, Default: "",

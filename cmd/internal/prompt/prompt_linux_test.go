@@ -1,4 +1,4 @@
-package main
+package prompt
 
 import (
 	"context"
@@ -39,7 +39,7 @@ func TestReadNewPasswordOnATerminalDoesNotEcho(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		pw, err := readNewPassword(context.Background(), &env{stdin: slave, stdout: &lockedBuffer{}, stderr: prompts})
+		pw, err := NewPassword(context.Background(), slave, prompts)
 		done <- result{pw, err}
 	}()
 	const secret = "hunter2-secret"
@@ -55,7 +55,7 @@ func TestReadNewPasswordOnATerminalDoesNotEcho(t *testing.T) {
 	select {
 	case res = <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatal("readNewPassword did not return")
+		t.Fatal("NewPassword did not return")
 	}
 	if res.err != nil || res.pw != secret {
 		t.Fatalf("got %q, %v", res.pw, res.err)
@@ -106,7 +106,7 @@ func TestReadNewPasswordInterruptedRestoresEcho(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := readNewPassword(ctx, &env{stdin: slave, stdout: &lockedBuffer{}, stderr: prompts})
+		_, err := NewPassword(ctx, slave, prompts)
 		done <- err
 	}()
 	testkit.Eventually(t, 10*time.Second, "the prompt", func() bool { return strings.Contains(prompts.String(), "New password: ") })
@@ -122,7 +122,7 @@ func TestReadNewPasswordInterruptedRestoresEcho(t *testing.T) {
 			t.Fatalf("got %v, want the context's error", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("readNewPassword did not return")
+		t.Fatal("NewPassword did not return")
 	}
 	if strings.Contains(prompts.String(), "Repeat password") {
 		t.Errorf("prompted again after the interrupt: %q", prompts.String())

@@ -1,4 +1,4 @@
-package main
+package prompt
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ func TestReadNewPasswordFromAPipe(t *testing.T) {
 	}
 	w.Close()
 	var errOut bytes.Buffer
-	pw, err := readNewPassword(context.Background(), &env{stdin: r, stdout: &bytes.Buffer{}, stderr: &errOut})
+	pw, err := NewPassword(context.Background(), r, &errOut)
 	if err != nil || pw != "pipe-secret" {
 		t.Fatalf("from a pipe: %q, %v", pw, err)
 	}
@@ -31,7 +31,7 @@ func TestReadNewPasswordFromAPipe(t *testing.T) {
 	}
 
 	// The last line may lack its newline.
-	pw, err = readNewPassword(context.Background(), &env{stdin: strings.NewReader("no-newline"), stdout: &bytes.Buffer{}, stderr: &errOut})
+	pw, err = NewPassword(context.Background(), strings.NewReader("no-newline"), &errOut)
 	if err != nil || pw != "no-newline" {
 		t.Fatalf("from a reader: %q, %v", pw, err)
 	}
