@@ -173,3 +173,36 @@ type Leadership interface {
 type Reachability interface {
 	Unreachable() error
 }
+
+// ConsensusMembers is implemented by a coordination backend whose members
+// form a consensus group the operator manages (the built-in raft): list
+// them, and change one for good — remove a member that will not come
+// back, promote one to voter, demote one. A change that would leave the
+// group without a quorum is refused with ErrConflict; so is removing or
+// demoting the last voter.
+type ConsensusMembers interface {
+	ConsensusMembers(ctx context.Context) ([]ConsensusMember, error)
+	ChangeConsensusMember(ctx context.Context, change ConsensusChange, id, addr string) error
+}
+
+// ConsensusMember is one member of a consensus group.
+type ConsensusMember struct {
+	ID     string `json:"id"`
+	Addr   string `json:"addr"`
+	Voter  bool   `json:"voter"`
+	Leader bool   `json:"leader"`
+	// Reachable is the leader's view: false once heartbeats to the
+	// member fail, until one succeeds again.
+	Reachable bool       `json:"reachable"`
+	DownSince *time.Time `json:"down_since,omitempty"`
+}
+
+// ConsensusChange is one change of ConsensusMembers.
+type ConsensusChange string
+
+// The changes.
+const (
+	ConsensusRemove   ConsensusChange = "remove"    // out of the group for good
+	ConsensusAddVoter ConsensusChange = "add_voter" // a voter (a non-voter promoted, or a new member at addr)
+	ConsensusDemote   ConsensusChange = "demote"    // a voter becomes a non-voter
+)

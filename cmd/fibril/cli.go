@@ -44,6 +44,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 			return runHealth(ctx, args[1:], environ, stdout, stderr)
 		case "auth":
 			return runAuth(ctx, args[1:], stdin, stdout, stderr)
+		case "raft":
+			return runRaft(args[1:], environ, stdout, stderr)
 		}
 	}
 	return serve(ctx, args, environ, stdout, stderr)
@@ -226,6 +228,8 @@ func usage(w io.Writer) {
                                                 --ready, /readyz: readiness); exit 0 when it answers 200
   fibril auth hash-password                     print the argon2id hash of a password (prompted, or the first
                                                 line of stdin) for auth.seed_users' password_hash
+  fibril raft recover --members ID=HOST:PORT,... with the broker stopped, make the listed members the raft group's
+                                                only voters (a quorum lost for good; coordination/raft/README.md)
   fibril version                                version, commit, build date and Go version
 
 Precedence: defaults < TOML file < FIBRIL_* environment < flags.

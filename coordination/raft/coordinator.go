@@ -26,6 +26,9 @@ type Coordinator struct {
 	opts      Options
 	log       *slog.Logger
 	advertise string
+	// unreachable are the peers this member's heartbeats (as leader) fail
+	// to reach, and since when (members.go).
+	unreachable atomic.Pointer[map[hraft.ServerID]time.Time]
 
 	fsm     *fsm
 	store   *boltStore

@@ -32,6 +32,10 @@ func (c *Coordinator) handle(ctx context.Context, req *rpcRequest) *rpcResponse 
 		return c.leaderRead(ctx, req)
 	case rpcJoin:
 		return c.leaderJoin(ctx, req)
+	case rpcMembers:
+		return c.leaderMembers()
+	case rpcChange:
+		return c.leaderChange(ctx, req)
 	}
 	return &rpcResponse{Code: codeBadRequest, Msg: fmt.Sprintf("unknown rpc %q", req.Op)}
 }

@@ -120,6 +120,7 @@ func (c *Coordinator) watchPeers(ch <-chan hraft.Observation) {
 		select {
 		case ob := <-ch:
 			w.handle(ob.Data, time.Now())
+			c.setUnreachable(w.down)
 		case <-c.ctx.Done():
 			return
 		}

@@ -25,6 +25,9 @@ const (
 	rpcRenew = "renew" // extend a lease (not a log write)
 	rpcRead  = "read"  // linearizable Get or List
 	rpcJoin  = "join"  // add (or fix) a member in the configuration
+	// The operator's membership calls (members.go).
+	rpcMembers = "members" // the configuration with the leader's view of each member
+	rpcChange  = "change"  // remove, promote or demote a member
 )
 
 type rpcRequest struct {
@@ -40,6 +43,8 @@ type rpcRequest struct {
 	ID    string `json:"id,omitempty"`
 	Addr  string `json:"addr,omitempty"`
 	Voter bool   `json:"voter,omitempty"`
+	// change: a core.ConsensusChange with ID (and Addr to add a member)
+	Change string `json:"change,omitempty"`
 }
 
 type rpcResponse struct {
@@ -53,6 +58,8 @@ type rpcResponse struct {
 	HasState   bool      `json:"has_state,omitempty"`
 	// TTL is a renewed lease's TTL (so AttachLease learns it).
 	TTL time.Duration `json:"ttl,omitempty"`
+	// Members answers rpcMembers.
+	Members []core.ConsensusMember `json:"members,omitempty"`
 }
 
 // idempotent requests may be resent after a connection broke mid-call;

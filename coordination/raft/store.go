@@ -34,11 +34,14 @@ const logFormat = 1
 
 // openBoltStore opens (creating) the store at path, waiting up to lockWait
 // for another process's lock on the file to go.
+// errStoreLocked: another process has the log store open.
+var errStoreLocked = errors.New("another process holds it (is a second broker using this data directory?)")
+
 func openBoltStore(path string, lockWait time.Duration) (*boltStore, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait, NoSync: false})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
-			return nil, fmt.Errorf("open %s: another process holds it (is a second broker using this data directory?)", path)
+			return nil, fmt.Errorf("open %s: %w", path, errStoreLocked)
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}

@@ -72,6 +72,12 @@ type Options struct {
 	// ReloadTLS re-reads the TLS material (POST /admin/api/tls/reload);
 	// an error leaves the previous material serving (nil: 404).
 	ReloadTLS func() (any, error)
+	// RaftMembers lists the coordination group's members (GET
+	// /admin/api/raft/members); RaftChange changes one (POST
+	// /admin/api/raft/{remove,add-voter,demote}; change is a
+	// core.ConsensusChange). nil: 404.
+	RaftMembers func(ctx context.Context) (any, error)
+	RaftChange  func(ctx context.Context, change core.ConsensusChange, node, addr, user string) (any, error)
 	// LogLevel reads (set "") or changes the broker's log level for
 	// GET/PUT /admin/api/log-level; user is the admin user (nil: 404).
 	LogLevel func(set, user string) (any, error)
@@ -120,6 +126,10 @@ func New(opts Options) *Server {
 	s.mux.Handle("GET /admin/api/overview", s.auth(http.HandlerFunc(s.overview)))
 	s.mux.Handle("POST /admin/api/tls/reload", s.auth(http.HandlerFunc(s.reloadTLS)))
 	s.mux.Handle("GET /admin/api/log-level", s.auth(http.HandlerFunc(s.logLevel)))
+	s.mux.Handle("GET /admin/api/raft/members", s.auth(http.HandlerFunc(s.raftMembers)))
+	s.mux.Handle("POST /admin/api/raft/remove", s.auth(s.raftChange(core.ConsensusRemove)))
+	s.mux.Handle("POST /admin/api/raft/add-voter", s.auth(s.raftChange(core.ConsensusAddVoter)))
+	s.mux.Handle("POST /admin/api/raft/demote", s.auth(s.raftChange(core.ConsensusDemote)))
 	s.mux.Handle("PUT /admin/api/log-level", s.auth(http.HandlerFunc(s.logLevel)))
 	s.registerDashboard()
 	// Profiling, for measuring before optimising (same auth as /metrics).

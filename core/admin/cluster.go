@@ -174,6 +174,45 @@ func (s *Server) logLevel(w http.ResponseWriter, r *http.Request) {
 	answer(w, r, 5*time.Second, func(context.Context) (any, error) { return s.opts.LogLevel(req.Level, s.user(r)) })
 }
 
+// raftMembers is GET /admin/api/raft/members: the coordination group's
+// members as its leader sees them.
+func (s *Server) raftMembers(w http.ResponseWriter, r *http.Request) {
+	if s.opts.RaftMembers == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no raft group here")
+		return
+	}
+	answer(w, r, 30*time.Second, s.opts.RaftMembers)
+}
+
+// raftChange is POST /admin/api/raft/{remove,add-voter,demote} {node,
+// addr?}: a change of the coordination group, refused (409) when it would
+// leave the voters without a quorum they reach.
+func (s *Server) raftChange(change core.ConsensusChange) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.RaftChange == nil {
+			writeError(w, http.StatusNotFound, "not_found", "no raft group here")
+			return
+		}
+		var req struct {
+			Node string `json:"node"`
+			Addr string `json:"addr"`
+		}
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<12))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil || req.Node == "" || (req.Addr != "" && change != core.ConsensusAddVoter) {
+			msg := "body must be JSON {node}"
+			if change == core.ConsensusAddVoter {
+				msg = "body must be JSON {node, addr?} (addr: the raft address of a node not yet a member)"
+			}
+			writeError(w, http.StatusBadRequest, "bad_request", msg)
+			return
+		}
+		answer(w, r, 60*time.Second, func(ctx context.Context) (any, error) {
+			return s.opts.RaftChange(ctx, change, req.Node, req.Addr, s.user(r))
+		})
+	}
+}
+
 // peers reports, for every live peer, whether this broker reaches it over
 // the inter-broker transport as a peer (stream, @node handshake, one round
 // trip) and how long that took: the check an operator runs after changing
