@@ -193,7 +193,7 @@ func init() {
 		{"cluster", "[--json]", "list the cluster's nodes (admin API)", runCluster},
 		{"peers", "[--json]", "probe every live peer over the inter-broker transport (admin API)", runPeers},
 		{"settings", "get | set GROUP.KEY=VALUE ...", "show or change the runtime settings (admin API)", runSettings},
-		{"users", "add NAME | passwd NAME | list | remove NAME", "manage users and their passwords through the admin API", runUsers},
+		{"users", "add NAME | passwd NAME | list | remove NAME | allow NAME | permissions NAME", "manage users, their passwords and permissions through the admin API", runUsers},
 		{"bench", "[--topic T] [...]", "measure throughput and latency", runBench},
 		{"plugins", "list | describe PATH", "list built-in and catalog plugins; describe a plugin binary", runPlugins},
 		{"connections", "[--json]", "list the broker's client connections (admin API)", runConnections},

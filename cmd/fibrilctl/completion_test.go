@@ -55,7 +55,7 @@ func TestCompletionSpecs(t *testing.T) {
 	if c := byName["drain"]; !has(c, "node") || !has(c, "grace") || has(c, "addr") {
 		t.Errorf("drain flags: %+v", c.flags)
 	}
-	if got := strings.Join(byName["users"].subs, " "); got != "add passwd list remove" {
+	if got := strings.Join(byName["users"].subs, " "); got != "add passwd list remove allow permissions" {
 		t.Errorf("users subcommands: %q", got)
 	}
 	if got := strings.Join(byName["completion"].subs, " "); got != "bash zsh fish" {
@@ -126,7 +126,7 @@ func TestBashCompletionBehaves(t *testing.T) {
 	}{
 		{[]string{"dr"}, "drain"},
 		{[]string{"--addr", "h:1", "un"}, "undrain"},
-		{[]string{"users", ""}, "add passwd list remove"},
+		{[]string{"users", ""}, "add passwd list remove allow permissions"},
 		{[]string{"users", "add", ""}, ""},
 		{[]string{"drain", "--n"}, "--node"},
 		{[]string{"drain", "--node", ""}, ""},

@@ -307,6 +307,28 @@ func TestUsers(t *testing.T) {
 	if r := ctl(t, "", "users", "add", "alice", "--password", "x"); r.code != exitFail || !strings.Contains(r.stderr, "HTTP 409") {
 		t.Fatalf("duplicate add: %+v", r)
 	}
+	// Permissions: none to start with; allow adds entries; --none, --clear.
+	if r := ctl(t, "", "users", "permissions", "alice"); r.code != 0 || !strings.Contains(r.stdout, "unrestricted") {
+		t.Fatalf("users permissions: %+v", r)
+	}
+	r = ctl(t, "", "users", "allow", "alice", "--topic", "orders.*", "--topic", "audit", "--actions", "publish,consume")
+	if r.code != 0 || !strings.Contains(r.stdout, "publish,consume  orders.* audit") {
+		t.Fatalf("users allow: %+v", r)
+	}
+	if r := ctl(t, "", "users", "allow", "alice", "--topic", "x", "--actions", "delete"); r.code != exitFail || !strings.Contains(r.stderr, "unknown action") {
+		t.Fatalf("an unknown action: %+v", r)
+	}
+	mustOK(t, ctl(t, "", "users", "permissions", "alice", "--none"), "users permissions --none")
+	if r := ctl(t, "", "topology", "--user", "alice", "--password", "alice-secret"); r.code != 0 {
+		t.Fatalf("TOPOLOGY needs no permission: %+v", r)
+	}
+	if r := ctl(t, "", "publish", "--topic", "orders.eu", "--user", "alice", "--password", "alice-secret", "x"); r.code != exitFail || !strings.Contains(r.stderr, "403") {
+		t.Fatalf("publish with an empty list: %+v", r)
+	}
+	r = ctl(t, "", "users", "permissions", "alice", "--clear", "--json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"permissions": null`) {
+		t.Fatalf("users permissions --clear: %+v", r)
+	}
 	mustOK(t, ctl(t, "", "users", "remove", "alice"), "users remove")
 	mustOK(t, ctl(t, "", "users", "remove", "bob"), "users remove")
 	r = ctl(t, "", "users", "remove", "alice")

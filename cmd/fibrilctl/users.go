@@ -110,22 +110,34 @@ func (a *adminClient) do(ctx context.Context, method, path string, body, out any
 }
 
 type userEntry struct {
-	Username string    `json:"username"`
-	Created  time.Time `json:"created"`
+	Username    string           `json:"username"`
+	Created     time.Time        `json:"created"`
+	Permissions []userPermission `json:"permissions"`
+}
+
+// userPermission is one entry of a user's permission list.
+type userPermission struct {
+	Topics  []string `json:"topics"`
+	Actions []string `json:"actions"`
 }
 
 func runUsers(ctx context.Context, g *globals, e *env, args []string) error {
 	// Users go through the admin API, which has its own credentials
 	// (--admin-user/--admin-password): here --password is the new user's.
-	fs := newFlagSet("users", "add NAME [--password P] | passwd NAME [--password P] | list [--json] | remove NAME", g, e, "password")
+	fs := newFlagSet("users", "add NAME [--password P] | passwd NAME [--password P] | list [--json] | remove NAME | allow NAME --topic PATTERN --actions A,B | permissions NAME [--clear | --none]", g, e, "password")
 	password := fs.String("password", "", "users add, passwd: the new password (default: prompt on a terminal, else the first line of stdin)")
-	asJSON := fs.Bool("json", false, "users list: print JSON")
+	asJSON := fs.Bool("json", false, "users list, permissions: print JSON")
+	var topics stringList
+	fs.Var(&topics, "topic", "users allow: a topic pattern ('*' for any run of characters; repeatable)")
+	actions := fs.String("actions", "", "users allow: comma-separated actions: declare, publish, consume")
+	clearList := fs.Bool("clear", false, "users permissions: remove the list; the user may do everything again")
+	none := fs.Bool("none", false, "users permissions: an empty list; the user may do nothing until allowed")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) == 0 {
-		return usagef("users needs a subcommand: add NAME, passwd NAME, list or remove NAME")
+		return usagef("users needs a subcommand: add NAME, passwd NAME, list, remove NAME, allow NAME or permissions NAME")
 	}
 	a, err := g.adminClient(e)
 	if err != nil {
@@ -193,6 +205,81 @@ func runUsers(ctx context.Context, g *globals, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "user %s removed\n", pos[0])
 		return nil
+	case "allow", "permissions":
+		if len(pos) != 1 {
+			return usagef("users %s takes exactly one NAME", sub)
+		}
+		return userPermissions(ctx, a, e, sub, pos[0], topics, *actions, *clearList, *none, *asJSON)
 	}
-	return usagef("unknown users subcommand %q (add, passwd, list, remove)", sub)
+	return usagef("unknown users subcommand %q (add, passwd, list, remove, allow, permissions)", sub)
+}
+
+// userPermissions is `users allow` (add an entry to the user's list) and
+// `users permissions` (show it, or --clear / --none it), through GET
+// /admin/api/users and PUT /admin/api/users/NAME/permissions.
+func userPermissions(ctx context.Context, a *adminClient, e *env, sub, name string, topics []string, actions string, clearList, none, asJSON bool) error {
+	var list struct {
+		Users []userEntry `json:"users"`
+	}
+	if err := a.do(ctx, http.MethodGet, "/admin/api/users", nil, &list); err != nil {
+		return err
+	}
+	var cur *userEntry
+	for i := range list.Users {
+		if list.Users[i].Username == name {
+			cur = &list.Users[i]
+		}
+	}
+	if cur == nil {
+		return fmt.Errorf("user %s does not exist", name)
+	}
+	var next []userPermission
+	switch {
+	case sub == "allow":
+		if len(topics) == 0 || actions == "" || clearList || none {
+			return usagef("users allow NAME needs --topic PATTERN (repeatable) and --actions A,B")
+		}
+		next = append(append([]userPermission{}, cur.Permissions...), userPermission{Topics: topics, Actions: strings.Split(actions, ",")})
+	case clearList && none:
+		return usagef("--clear and --none exclude each other")
+	case clearList:
+		next = nil
+	case none:
+		next = []userPermission{}
+	default:
+		if len(topics) > 0 || actions != "" {
+			return usagef("users permissions shows or resets a list; add to it with users allow")
+		}
+		return printPermissions(e, cur, asJSON)
+	}
+	var out userEntry
+	body := map[string]any{"permissions": next}
+	if err := a.do(ctx, http.MethodPut, "/admin/api/users/"+url.PathEscape(name)+"/permissions", body, &out); err != nil {
+		return err
+	}
+	out.Username = name
+	return printPermissions(e, &out, asJSON)
+}
+
+func printPermissions(e *env, u *userEntry, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"username": u.Username, "permissions": u.Permissions})
+	}
+	switch {
+	case u.Permissions == nil:
+		fmt.Fprintf(e.stdout, "user %s: unrestricted (no permission list)\n", u.Username)
+		return nil
+	case len(u.Permissions) == 0:
+		fmt.Fprintf(e.stdout, "user %s: an empty list: nothing is allowed\n", u.Username)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "user %s may:\n", u.Username)
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ACTIONS\tTOPICS")
+	for _, p := range u.Permissions {
+		fmt.Fprintf(tw, "  %s\t%s\n", strings.Join(p.Actions, ","), strings.Join(p.Topics, " "))
+	}
+	return tw.Flush()
 }

@@ -34,6 +34,9 @@ type Users interface {
 	Add(name, password string) error
 	// SetPassword replaces a user's password (ErrNotFound: no such user).
 	SetPassword(name, password string) error
+	// SetPermissions replaces a user's permission list; nil makes the
+	// user unrestricted, an empty list allows nothing.
+	SetPermissions(name string, ps []Permission) error
 	Remove(name string) error
 	List() []UserInfo
 }
@@ -42,6 +45,15 @@ type Users interface {
 type UserInfo struct {
 	Name    string    `json:"username"`
 	Created time.Time `json:"created"`
+	// Permissions is null for an unrestricted user.
+	Permissions []Permission `json:"permissions"`
+}
+
+// Permission allows its actions (declare, publish, consume) on the topics
+// its patterns match ('*': any run of characters).
+type Permission struct {
+	Topics  []string `json:"topics"`
+	Actions []string `json:"actions"`
 }
 
 // Options configure the admin handler.
@@ -115,6 +127,7 @@ func New(opts Options) *Server {
 	s.mux.Handle("POST /admin/api/users", s.auth(http.HandlerFunc(s.addUser)))
 	s.mux.Handle("DELETE /admin/api/users/{username}", s.auth(http.HandlerFunc(s.removeUser)))
 	s.mux.Handle("PUT /admin/api/users/{username}/password", s.auth(http.HandlerFunc(s.setPassword)))
+	s.mux.Handle("PUT /admin/api/users/{username}/permissions", s.auth(http.HandlerFunc(s.setPermissions)))
 	s.mux.Handle("GET /admin/api/runtime-settings", s.auth(http.HandlerFunc(s.getSettings)))
 	s.mux.Handle("PUT /admin/api/runtime-settings", s.auth(http.HandlerFunc(s.putSettings)))
 	s.mux.Handle("GET /admin/api/topology", s.auth(http.HandlerFunc(s.topology)))
@@ -274,6 +287,34 @@ func (s *Server) setPassword(w http.ResponseWriter, r *http.Request) {
 	}
 	s.opts.Logger.Info("user password changed", "user", name, "admin_user", s.user(r))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// setPermissions is PUT /admin/api/users/{username}/permissions
+// {permissions: [{topics, actions}] | null}: the user's next operations
+// are checked against the new list, on every broker (the user store is
+// shared in a cluster).
+func (s *Server) setPermissions(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Users == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no user store")
+		return
+	}
+	var req struct {
+		Permissions []Permission `json:"permissions"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "body must be JSON {permissions: [{topics, actions}] or null}: "+err.Error())
+		return
+	}
+	name := r.PathValue("username")
+	if err := s.opts.Users.SetPermissions(name, req.Permissions); err != nil {
+		writeCoreError(w, err)
+		return
+	}
+	s.opts.Logger.Info("user permissions changed", "user", name, "unrestricted", req.Permissions == nil,
+		"entries", len(req.Permissions), "admin_user", s.user(r))
+	writeJSON(w, http.StatusOK, map[string]any{"username": name, "permissions": req.Permissions})
 }
 
 func (s *Server) removeUser(w http.ResponseWriter, r *http.Request) {

@@ -44,6 +44,9 @@ type UserInfo struct {
 	Name            string    `json:"name"`
 	Created         time.Time `json:"created"`
 	PasswordChanged time.Time `json:"password_changed"`
+	// Permissions limits what the user may do with topics; nil: nothing
+	// is limited (permissions.go).
+	Permissions Permissions `json:"permissions"`
 }
 
 // Seed is one user to create while the store is empty: a config file entry
@@ -71,9 +74,20 @@ type fileRecord struct {
 	PasswordHash    string    `json:"password_hash"`
 	Created         time.Time `json:"created"`
 	PasswordChanged time.Time `json:"password_changed"`
+	// Permissions is absent for an unrestricted user (an empty list
+	// allows nothing); only format 2 has it.
+	Permissions *Permissions `json:"permissions,omitempty"`
 }
 
-const currentFormat = 1
+// The store's formats: 2 adds per-user permissions. A store is written
+// in format 1 while no user has a permission list, so brokers that read
+// only format 1 keep working until permissions are used — and then refuse
+// the store rather than ignore the lists (which would lift every limit).
+const (
+	formatBase        = 1
+	formatPermissions = 2
+	currentFormat     = formatPermissions
+)
 
 // OpenStore loads the store at path (conventionally
 // <data_dir>/users.json). A missing file is an empty store; the file is
@@ -113,8 +127,8 @@ func parseStore(data []byte) (userSet, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("not a user store file: %w", err)
 	}
-	if f.Format != currentFormat {
-		return nil, fmt.Errorf("format %d is not supported (this broker reads format %d)", f.Format, currentFormat)
+	if f.Format != formatBase && f.Format != formatPermissions {
+		return nil, fmt.Errorf("format %d is not supported (this broker reads formats %d and %d)", f.Format, formatBase, formatPermissions)
 	}
 	set := make(userSet, len(f.Users))
 	for i, r := range f.Users {
@@ -128,7 +142,17 @@ func parseStore(data []byte) (userSet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("user %q: %w", r.Name, err)
 		}
-		set[r.Name] = user{UserInfo: UserInfo{Name: r.Name, Created: r.Created, PasswordChanged: r.PasswordChanged}, hash: h}
+		var ps Permissions
+		if r.Permissions != nil {
+			if f.Format < formatPermissions {
+				return nil, fmt.Errorf("user %q: permissions in a format %d store", r.Name, f.Format)
+			}
+			if err := r.Permissions.Validate(); err != nil {
+				return nil, fmt.Errorf("user %q: %w", r.Name, err)
+			}
+			ps = append(Permissions{}, *r.Permissions...)
+		}
+		set[r.Name] = user{UserInfo: UserInfo{Name: r.Name, Created: r.Created, PasswordChanged: r.PasswordChanged, Permissions: ps}, hash: h}
 	}
 	return set, nil
 }
@@ -325,12 +349,18 @@ func (s *Store) persist(set userSet) error {
 
 // encodeStore is the inverse of parseStore.
 func encodeStore(set userSet) []byte {
-	f := fileFormat{Format: currentFormat, Users: make([]fileRecord, 0, len(set))}
+	f := fileFormat{Format: formatBase, Users: make([]fileRecord, 0, len(set))}
 	for _, u := range set {
-		f.Users = append(f.Users, fileRecord{
+		r := fileRecord{
 			Name: u.Name, PasswordHash: u.hash.String(),
 			Created: u.Created, PasswordChanged: u.PasswordChanged,
-		})
+		}
+		if u.Permissions != nil {
+			ps := u.Permissions
+			r.Permissions = &ps
+			f.Format = formatPermissions
+		}
+		f.Users = append(f.Users, r)
 	}
 	slices.SortFunc(f.Users, func(a, b fileRecord) int { return strings.Compare(a.Name, b.Name) })
 	data, _ := json.MarshalIndent(f, "", "  ") // plain strings and times: cannot fail

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/fibrilgo/fibril/coordination/consul"
@@ -69,6 +70,8 @@ type Broker struct {
 	adminSettings atomic.Pointer[settings.Store]
 	adminCluster  atomic.Pointer[coordinated]
 	adminSessions atomic.Pointer[session.Server]
+	// aclDenied counts operations the permissions refused (authorize).
+	aclDenied *prometheus.CounterVec
 	// levelVar is the process logger's level when it may change
 	// (SetLogLevelVar).
 	levelVar    atomic.Pointer[slog.LevelVar]
@@ -94,6 +97,9 @@ type Broker struct {
 func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	b := &Broker{cfg: cfg, log: log, registry: newMetricsRegistry(), served: make(chan struct{}),
 		remoteDLQ: make(chan struct{}, remoteDeadLetterConcurrency)}
+	b.aclDenied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fibril_permission_denied_total",
+		Help: "Operations refused because the user's permissions do not allow them, by action (declare, publish, consume)."}, []string{"action"})
+	b.registry.MustRegister(b.aclDenied)
 	ok := false
 	defer func() {
 		if !ok {
@@ -432,6 +438,7 @@ func (b *Broker) startSessions() error {
 		Router:          router,
 		Auth:            authAdapter{authn},
 		CertAuth:        certAdapter(authn),
+		Authorize:       b.authorize,
 		NodeIdentity:    nodeIdentity,
 		NodeID:          string(b.nodeID),
 		Upstreams:       upstreams,

@@ -125,7 +125,18 @@ func (u userAdmin) SetPassword(name, pw string) error {
 func (u userAdmin) List() []admin.UserInfo {
 	var out []admin.UserInfo
 	for _, x := range u.s.Load().List() {
-		out = append(out, admin.UserInfo{Name: x.Name, Created: x.Created})
+		ui := admin.UserInfo{Name: x.Name, Created: x.Created}
+		if x.Permissions != nil {
+			ui.Permissions = []admin.Permission{}
+			for _, p := range x.Permissions {
+				ap := admin.Permission{Topics: p.Topics}
+				for _, a := range p.Actions {
+					ap.Actions = append(ap.Actions, string(a))
+				}
+				ui.Permissions = append(ui.Permissions, ap)
+			}
+		}
+		out = append(out, ui)
 	}
 	return out
 }
@@ -256,4 +267,38 @@ func (r *metricsRegistry) Register(c prometheus.Collector) error {
 func (r *metricsRegistry) MustRegister(cs ...prometheus.Collector) {
 	r.Registry.MustRegister(cs...)
 	r.collectors = append(r.collectors, cs...)
+}
+
+// authorize is session.Options.Authorize: the user store's permission
+// list of user (docs/admin.md#permissions). A user the store does not
+// know (the built-in loopback login, a certificate's user not stored) has
+// no list, so nothing is limited for it.
+func (b *Broker) authorize(user, action, topic string) error {
+	s := b.adminUsers.Load()
+	if s == nil {
+		return nil
+	}
+	ps, _ := s.Permissions(user)
+	if ps.Allows(auth.Action(action), topic) {
+		return nil
+	}
+	b.aclDenied.WithLabelValues(action).Inc()
+	return auth.Denied(user, auth.Action(action), topic)
+}
+
+// SetPermissions is the permissions API (PUT
+// /admin/api/users/{name}/permissions); nil clears the list.
+func (u userAdmin) SetPermissions(name string, ps []admin.Permission) error {
+	var list auth.Permissions
+	if ps != nil {
+		list = make(auth.Permissions, 0, len(ps))
+		for _, p := range ps {
+			ap := auth.Permission{Topics: p.Topics}
+			for _, a := range p.Actions {
+				ap.Actions = append(ap.Actions, auth.Action(a))
+			}
+			list = append(list, ap)
+		}
+	}
+	return u.s.Load().SetPermissions(name, list)
 }

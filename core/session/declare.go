@@ -17,6 +17,10 @@ func (c *Conn) handleDeclareQueue(id uint64, body []byte) {
 		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
 		return
 	}
+	if err := c.authorize(ActionDeclare, d.Topic); err != nil {
+		c.replyError(id, wire.CodeForbidden, err.Error())
+		return
+	}
 	spec := queue.QueueSpec{
 		Key:              queue.Key{Topic: d.Topic, Group: d.Group},
 		PartitionCount:   d.PartitionCount,
@@ -47,6 +51,10 @@ func (c *Conn) handleDeclarePlexus(id uint64, body []byte) {
 	var d wire.DeclarePlexus
 	if err := d.Decode(body); err != nil {
 		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
+		return
+	}
+	if err := c.authorize(ActionDeclare, d.Topic); err != nil {
+		c.replyError(id, wire.CodeForbidden, err.Error())
 		return
 	}
 	spec := queue.StreamSpec{

@@ -41,6 +41,12 @@ func (c *Conn) handleForwardedSession(reqID uint64, body []byte) {
 		c.replyError(reqID, wire.CodeBadRequest, err.Error())
 		return
 	}
+	if f.ActingUsername == "" {
+		// Permissions are checked for the acting user (docs/admin.md#permissions):
+		// a session for nobody would be checked for nobody.
+		c.replyError(reqID, wire.CodeForbidden, "forwarded session names no acting user")
+		return
+	}
 	if c.forwarded != nil && !c.forwardedResumed {
 		c.replyError(reqID, wire.CodeBadRequest, "session already forwarded")
 		return

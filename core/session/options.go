@@ -46,12 +46,25 @@ type Settings struct {
 	Forwarding forward.Limits
 }
 
+// The actions Options.Authorize is asked about (docs/admin.md#permissions).
+const (
+	ActionDeclare = "declare"
+	ActionPublish = "publish"
+	ActionConsume = "consume"
+)
+
 // Options configure a Server.
 type Options struct {
 	Queues   *queue.Manager
 	Router   Router // nil = standalone mode
 	Auth     Authenticator
 	CertAuth CertAuthenticator // nil = no certificate logins
+	// Authorize says whether user may do action (ActionDeclare,
+	// ActionPublish, ActionConsume) with topic: nil, or an error the
+	// client reads (ERROR 403). It is asked for the connection's user, or
+	// on a forwarded session for the acting user; a peer broker's own
+	// operations are not asked. nil: everything is allowed.
+	Authorize func(user, action, topic string) error
 	// NodeIdentity, when set (inter-broker TLS is on), is asked at every
 	// successful @node AUTH for the node the connection's verified peer
 	// certificate names; an error refuses the login, so the cluster secret

@@ -47,6 +47,10 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 			c.drop(h.Op, reason)
 		}
 	}
+	if err := c.authorize(ActionPublish, req.topic); err != nil {
+		fail(wire.CodeForbidden, "forbidden", err.Error())
+		return
+	}
 	qs := c.srv.opts.Queues
 	kind, known := qs.Kind(req.topic)
 	if known && kind == queue.KindStream {

@@ -353,6 +353,10 @@ func (c *Conn) handleSubscribe(id uint64, body []byte) {
 		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
 		return
 	}
+	if err := c.authorize(ActionConsume, req.Topic); err != nil {
+		c.replyError(id, wire.CodeForbidden, err.Error())
+		return
+	}
 	if rt := c.route(req.Topic, req.Group, req.Partition, false, 0); !rt.Serve {
 		if rt.Forward != "" && c.srv.opts.Upstreams != nil {
 			c.relay.Subscribe(id, body, req, rt.Forward)
@@ -390,6 +394,10 @@ func (c *Conn) handleSubscribeStream(id uint64, body []byte) {
 	var req wire.SubscribeStream
 	if err := req.Decode(body); err != nil {
 		c.replyError(id, wire.CodeBadRequest, "malformed frame: "+err.Error())
+		return
+	}
+	if err := c.authorize(ActionConsume, req.Topic); err != nil {
+		c.replyError(id, wire.CodeForbidden, err.Error())
 		return
 	}
 	qs := c.srv.opts.Queues
