@@ -46,6 +46,12 @@ const (
 	// controller plans followers only while every live node carries it:
 	// a rolling upgrade gets followers once its last old node is gone.
 	LabelFollowers = "fibril/followers"
+	// LabelFeatures lists, comma-separated, the features of shared state
+	// a node's build supports ("permissions": user store format 2). A
+	// feature that changes what every broker must read is switched on
+	// only while every member announces it (a rolling upgrade finishes
+	// first).
+	LabelFeatures = "fibril/features"
 	// LabelTails carries a follower's durable tails of the partitions
 	// it follows whose owner is not live: what the placement controller
 	// reads to promote one (core/cluster, failover.go).

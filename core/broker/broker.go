@@ -110,6 +110,9 @@ func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("server.data_dir %s: %w", dataDir, err)
 	}
+	if err := checkDataFormat(dataDir, log); err != nil {
+		return nil, err
+	}
 	var err error
 	if b.ownerID, err = loadOwnerID(filepath.Join(dataDir, "owner_id")); err != nil {
 		return nil, err
@@ -382,7 +385,7 @@ func (b *Broker) startAdmin() error {
 	}
 	b.adminUsers.Store(b.users)
 	b.adminSettings.Store(b.settings)
-	opts := admin.Options{Gatherer: b.registry, Users: userAdmin{&b.adminUsers}, Logger: b.log,
+	opts := admin.Options{Gatherer: b.registry, Users: userAdmin{&b.adminUsers, b.requireFeature}, Logger: b.log,
 		Settings: b.adminSettings.Load, Topology: b.topologyView, Drain: b.drain, Undrain: b.undrain, Peers: b.probePeers, Queues: queueAdmin{b}, ReloadTLS: b.ReloadTLS,
 		LogLevel: b.logLevel, RaftMembers: b.raftMembers, RaftChange: b.raftChange,
 		Overview: b.overview,

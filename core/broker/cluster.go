@@ -135,6 +135,7 @@ func (b *Broker) startCluster() error {
 		return err
 	}
 	self := core.NodeInfo{ID: id, PeerAddr: b.peerAdvertise(), AdminAddr: b.adminLn.Addr().String(), Labels: core.Labels{}}
+	self.Labels[core.LabelFeatures] = strings.Join(sharedFeatures, ",")
 	if cfg.Broker.Visibility == string(core.Private) {
 		self.Labels[core.LabelVisibility] = string(core.Private)
 	} else {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/admin"
 	"github.com/fibrilgo/fibril/core/auth"
 	"github.com/fibrilgo/fibril/core/queue"
@@ -115,7 +117,12 @@ func certAdapter(a *auth.Authenticator) session.CertAuthenticator {
 // userAdmin presents the user store to the admin API.
 // It reads the store through a pointer because coordinated mode swaps the
 // local store for the cluster's shared one during Start.
-type userAdmin struct{ s *atomic.Pointer[auth.Store] }
+type userAdmin struct {
+	s *atomic.Pointer[auth.Store]
+	// gate refuses a feature not every member of the cluster supports
+	// (Broker.requireFeature).
+	gate func(feature string) error
+}
 
 func (u userAdmin) Add(name, pw string) error { return u.s.Load().Add(name, pw) }
 func (u userAdmin) Remove(name string) error  { return u.s.Load().Remove(name) }
@@ -300,5 +307,39 @@ func (u userAdmin) SetPermissions(name string, ps []admin.Permission) error {
 			list = append(list, ap)
 		}
 	}
+	if list != nil {
+		if err := u.gate(featurePermissions); err != nil {
+			return err
+		}
+	}
 	return u.s.Load().SetPermissions(name, list)
+}
+
+// The features of shared state this build supports, announced in
+// core.LabelFeatures.
+const featurePermissions = "permissions"
+
+var sharedFeatures = []string{featurePermissions}
+
+// requireFeature refuses (409) a feature that a member of the cluster
+// does not announce: a broker of an older build is still running, or was
+// last seen running, and could not read the shared state the feature
+// writes. Standalone there is nothing to wait for.
+func (b *Broker) requireFeature(feature string) error {
+	c := b.adminCluster.Load()
+	if c == nil {
+		return nil
+	}
+	snap := c.cl.Snapshot()
+	var missing []string
+	for _, id := range snap.MemberIDs {
+		if !slices.Contains(strings.Split(snap.Members[id].Info.Labels[core.LabelFeatures], ","), feature) {
+			missing = append(missing, string(id))
+		}
+	}
+	if len(missing) > 0 {
+		return core.Errorf(core.ErrConflict, "%s cannot be used yet: broker(s) %s run a build without it (upgrade them first, or remove those that are gone for good)",
+			feature, strings.Join(missing, ", "))
+	}
+	return nil
 }

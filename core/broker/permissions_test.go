@@ -166,3 +166,36 @@ func TestPermissionsStandalone(t *testing.T) {
 		t.Fatalf("subscribe by a consume-only user: %v", err)
 	}
 }
+
+// A cluster switches permissions on only once every member announces
+// them: a member whose build does not (here: its label taken away, as an
+// older broker's would lack it) makes a new list 409, naming it; clearing
+// stays possible.
+func TestPermissionsWaitForEveryBroker(t *testing.T) {
+	bs := startMemCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if code, body := adminDo(t, bs[0], "POST", "/admin/api/users", `{"username":"app","password":"app-secret"}`); code != 201 {
+		t.Fatalf("add user: %d %s", code, body)
+	}
+	if err := bs[2].cluster.cl.SetLabel(ctx, core.LabelFeatures, ""); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "n2's label gone in n0's view", func() bool {
+		return bs[0].cluster.cl.Snapshot().Members["n2"].Info.Labels[core.LabelFeatures] == ""
+	})
+	perms := `{"permissions":[{"topics":["*"],"actions":["consume"]}]}`
+	if code, body := adminDo(t, bs[0], "PUT", "/admin/api/users/app/permissions", perms); code != 409 || !strings.Contains(body, "n2") {
+		t.Fatalf("permissions with an old broker in the cluster: %d %s", code, body)
+	}
+	if code, body := adminDo(t, bs[0], "PUT", "/admin/api/users/app/permissions", `{"permissions":null}`); code != 200 {
+		t.Fatalf("clearing: %d %s", code, body)
+	}
+	if err := bs[2].cluster.cl.SetLabel(ctx, core.LabelFeatures, featurePermissions); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "permissions accepted once every broker has them", func() bool {
+		code, _ := adminDo(t, bs[0], "PUT", "/admin/api/users/app/permissions", perms)
+		return code == 200
+	})
+}
