@@ -46,6 +46,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 			return runAuth(ctx, args[1:], stdin, stdout, stderr)
 		case "raft":
 			return runRaft(args[1:], environ, stdout, stderr)
+		case "restore":
+			return runRestore(args[1:], environ, stdout, stderr)
 		}
 	}
 	return serve(ctx, args, environ, stdout, stderr)
@@ -230,6 +232,7 @@ func usage(w io.Writer) {
                                                 line of stdin) for auth.seed_users' password_hash
   fibril raft recover --members ID=HOST:PORT,... with the broker stopped, make the listed members the raft group's
                                                 only voters (a quorum lost for good; coordination/raft/README.md)
+  fibril restore --from BACKUP.tar [flags]      unpack a backup (fibrilctl backup) into a new server.data_dir
   fibril version                                version, commit, build date and Go version
 
 Precedence: defaults < TOML file < FIBRIL_* environment < flags.

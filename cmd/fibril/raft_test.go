@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -25,5 +27,24 @@ func TestRaftRecoverCommand(t *testing.T) {
 		if code != c.code || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: exit %d, %q; want %d and %q", c.args, code, stderr, c.code, c.want)
 		}
+	}
+}
+
+// fibril restore needs --from and an archive; it never writes into a
+// directory that holds something.
+func TestRestoreCommand(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, stderr := runCLI(t, []string{"restore", "--server.data_dir=" + dir}); code != exitUsage || !strings.Contains(stderr, "--from is required") {
+		t.Fatalf("restore without --from: %d %q", code, stderr)
+	}
+	bogus := filepath.Join(dir, "bogus.tar")
+	if err := os.WriteFile(bogus, []byte("not a tar"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI(t, []string{"restore", "--from", bogus, "--server.data_dir=" + dir}); code != exitError || !strings.Contains(stderr, "not empty") {
+		t.Fatalf("restore into a directory that is not empty: %d %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, []string{"restore", "--from", bogus, "--server.data_dir=" + filepath.Join(dir, "new")}); code != exitError || !strings.Contains(stderr, "not a backup archive") {
+		t.Fatalf("restore of something else: %d %q", code, stderr)
 	}
 }

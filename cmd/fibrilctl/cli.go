@@ -200,6 +200,7 @@ func init() {
 		{"drain", "[--node N] [--grace D] [--message M]", "drain a broker: GOING_AWAY to its clients, hand its partitions over (admin API)", runDrain},
 		{"undrain", "[--node N]", "end a drain: the broker takes partitions and reports ready again (admin API)", runUndrain},
 		{"completion", "bash | zsh | fish", "print a shell completion script", runCompletion},
+		{"backup", "--out FILE [--node N]", "save a backup of the broker, taken while it serves (restore: fibril restore --from FILE)", runBackup},
 		{"raft", "peers | remove-peer NODE | add-voter NODE [--raft-addr A] | demote NODE", "list or change the built-in raft group's members (admin API)", runRaft},
 		{"log-level", "[LEVEL] [--node N] [--json]", "show or change the broker's log level while it runs (admin API)", runLogLevel},
 		{"tls", "reload [--node N] [--json]", "reload the broker's TLS certificate from its files, as SIGHUP does (admin API)", runTLS},

@@ -89,17 +89,7 @@ func (a *adminClient) do(ctx context.Context, method, path string, body, out any
 		return fmt.Errorf("admin API: read answer: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
-		ae := &adminError{status: resp.StatusCode}
-		var eb struct{ Code, Message string }
-		if json.Unmarshal(data, &eb) == nil && (eb.Code != "" || eb.Message != "") {
-			ae.code, ae.message = eb.Code, eb.Message
-		} else {
-			ae.message = strings.TrimSpace(string(data))
-			if ae.message == "" {
-				ae.message = http.StatusText(resp.StatusCode)
-			}
-		}
-		return ae
+		return decodeAdminError(resp.StatusCode, data)
 	}
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -107,6 +97,22 @@ func (a *adminClient) do(ctx context.Context, method, path string, body, out any
 		}
 	}
 	return nil
+}
+
+// decodeAdminError turns a non-2xx answer into an *adminError: the API's
+// {code, message}, else the body's text.
+func decodeAdminError(status int, data []byte) *adminError {
+	ae := &adminError{status: status}
+	var eb struct{ Code, Message string }
+	if json.Unmarshal(data, &eb) == nil && (eb.Code != "" || eb.Message != "") {
+		ae.code, ae.message = eb.Code, eb.Message
+	} else {
+		ae.message = strings.TrimSpace(string(data))
+		if ae.message == "" {
+			ae.message = http.StatusText(status)
+		}
+	}
+	return ae
 }
 
 type userEntry struct {

@@ -13,6 +13,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
@@ -90,6 +91,10 @@ type Options struct {
 	// core.ConsensusChange). nil: 404.
 	RaftMembers func(ctx context.Context) (any, error)
 	RaftChange  func(ctx context.Context, change core.ConsensusChange, node, addr, user string) (any, error)
+	// Backup writes a backup of the broker to w as a tar archive (POST
+	// /admin/api/backup); an error before anything was written is
+	// answered as usual (nil: 404).
+	Backup func(ctx context.Context, w io.Writer) error
 	// LogLevel reads (set "") or changes the broker's log level for
 	// GET/PUT /admin/api/log-level; user is the admin user (nil: 404).
 	LogLevel func(set, user string) (any, error)
@@ -139,6 +144,7 @@ func New(opts Options) *Server {
 	s.mux.Handle("GET /admin/api/overview", s.auth(http.HandlerFunc(s.overview)))
 	s.mux.Handle("POST /admin/api/tls/reload", s.auth(http.HandlerFunc(s.reloadTLS)))
 	s.mux.Handle("GET /admin/api/log-level", s.auth(http.HandlerFunc(s.logLevel)))
+	s.mux.Handle("POST /admin/api/backup", s.auth(http.HandlerFunc(s.backup)))
 	s.mux.Handle("GET /admin/api/raft/members", s.auth(http.HandlerFunc(s.raftMembers)))
 	s.mux.Handle("POST /admin/api/raft/remove", s.auth(s.raftChange(core.ConsensusRemove)))
 	s.mux.Handle("POST /admin/api/raft/add-voter", s.auth(s.raftChange(core.ConsensusAddVoter)))

@@ -174,6 +174,49 @@ func (s *Server) logLevel(w http.ResponseWriter, r *http.Request) {
 	answer(w, r, 5*time.Second, func(context.Context) (any, error) { return s.opts.LogLevel(req.Level, s.user(r)) })
 }
 
+// backup is POST /admin/api/backup: the broker's backup as a tar archive
+// (docs/deploy.md#backup-and-restore). The answer starts once the backup
+// is made, so a failure before that is an ordinary error answer.
+func (s *Server) backup(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Backup == nil {
+		writeError(w, http.StatusNotFound, "not_found", "backups are not available")
+		return
+	}
+	lw := &lazyWriter{w: w}
+	err := s.opts.Backup(r.Context(), lw)
+	switch {
+	case err != nil && !lw.started:
+		s.opts.Logger.Warn("backup failed", "admin_user", s.user(r), "err", err)
+		writeCoreError(w, err)
+	case err != nil:
+		// Part of the archive is out: end the connection so the client
+		// sees a broken transfer, not a short archive.
+		s.opts.Logger.Warn("backup cut short", "admin_user", s.user(r), "err", err)
+		panic(http.ErrAbortHandler)
+	default:
+		s.opts.Logger.Info("backup taken", "admin_user", s.user(r), "bytes", lw.n)
+	}
+}
+
+// lazyWriter sends the 200 header of a tar answer at the first write.
+type lazyWriter struct {
+	w       http.ResponseWriter
+	started bool
+	n       int64
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", "application/x-tar")
+		l.w.Header().Set("Content-Disposition", `attachment; filename="fibril-backup.tar"`)
+		l.w.WriteHeader(http.StatusOK)
+	}
+	n, err := l.w.Write(p)
+	l.n += int64(n)
+	return n, err
+}
+
 // raftMembers is GET /admin/api/raft/members: the coordination group's
 // members as its leader sees them.
 func (s *Server) raftMembers(w http.ResponseWriter, r *http.Request) {

@@ -374,3 +374,9 @@ func conflict(name string) error {
 func notFound(name string) error {
 	return core.Errorf(core.ErrNotFound, "user %q does not exist", name)
 }
+
+// WriteCopy writes the store as it stands to path, in the store's own
+// format (a backup: OpenStore reads it back).
+func (s *Store) WriteCopy(path string) error {
+	return writeFileAtomic(path, encodeStore(*s.cur.Load()))
+}

@@ -387,7 +387,7 @@ func (b *Broker) startAdmin() error {
 	b.adminSettings.Store(b.settings)
 	opts := admin.Options{Gatherer: b.registry, Users: userAdmin{&b.adminUsers, b.requireFeature}, Logger: b.log,
 		Settings: b.adminSettings.Load, Topology: b.topologyView, Drain: b.drain, Undrain: b.undrain, Peers: b.probePeers, Queues: queueAdmin{b}, ReloadTLS: b.ReloadTLS,
-		LogLevel: b.logLevel, RaftMembers: b.raftMembers, RaftChange: b.raftChange,
+		LogLevel: b.logLevel, RaftMembers: b.raftMembers, RaftChange: b.raftChange, Backup: b.Backup,
 		Overview: b.overview,
 		Connections: func() any {
 			if s := b.adminSessions.Load(); s != nil {

@@ -443,6 +443,15 @@ func (m *Manager) createQueueLocked(info QueueInfo) (*queue, error) {
 // saveCatalogLocked writes the catalog: every known queue (plus extra,
 // one being created) and stream.
 func (m *Manager) saveCatalogLocked(extra *queue) error {
+	if err := writeCatalog(m.fs, m.opts.Dir, m.catalogLocked(extra)); err != nil {
+		return core.Errorf(core.ErrInternal, "save queue catalog in %s: %v", m.opts.Dir, err)
+	}
+	return nil
+}
+
+// catalogLocked is the catalog as the engine holds it, with extra (a
+// queue being created) when not nil.
+func (m *Manager) catalogLocked(extra *queue) catalogFile {
 	var c catalogFile
 	hasQueue := map[string]bool{}
 	m.queues.Range(func(_, v any) bool {
@@ -473,10 +482,7 @@ func (m *Manager) saveCatalogLocked(extra *queue) error {
 		return true
 	})
 	slices.SortFunc(c.Deleted, func(a, b catalogDeleted) int { return cmp.Compare(a.Topic, b.Topic) })
-	if err := writeCatalog(m.fs, m.opts.Dir, c); err != nil {
-		return core.Errorf(core.ErrInternal, "save queue catalog in %s: %v", m.opts.Dir, err)
-	}
-	return nil
+	return c
 }
 
 func keyString(topic string, group *string) string {
