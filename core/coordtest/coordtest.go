@@ -160,6 +160,13 @@ func find(kvs []core.KV, key string) (core.KV, bool) {
 func watchUntil(ctx context.Context, c core.Coordinator, prefix string, after uint64, cond func([]core.KV) bool) ([]core.KV, uint64, error) {
 	for {
 		kvs, idx, err := c.Watch(ctx, prefix, after)
+		if errors.Is(err, core.ErrCoordinationUnavailable) && ctx.Err() == nil {
+			// The contract lets a watch give up while the backend cannot
+			// reach its store (a remote agent's hiccup under load); the
+			// caller watches again, as the cluster view does.
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			return nil, 0, fmt.Errorf("Watch(%q, %d): %w", prefix, after, err)
 		}
