@@ -21,17 +21,20 @@ func (m *Material) Collector() prometheus.Collector {
 }
 
 // Collector exports CertExpiryMetric{cert="peer"} for the peer
-// certificate (loaded once; a re-mint happens at the next start).
+// certificate (the one serving: it follows its files).
 func (p *Peer) Collector() prometheus.Collector {
 	return expiryGauge("peer", p.NotAfter)
 }
 
 // NotAfter returns the peer certificate's expiry; zero for a nil Peer.
 func (p *Peer) NotAfter() time.Time {
-	if p == nil || p.pair == nil || p.pair.Leaf == nil {
+	if p == nil {
 		return time.Time{}
 	}
-	return p.pair.Leaf.NotAfter
+	if c := p.reload.cur.Load(); c != nil && c.Leaf != nil {
+		return c.Leaf.NotAfter
+	}
+	return time.Time{}
 }
 
 func expiryGauge(cert string, notAfter func() time.Time) prometheus.Collector {

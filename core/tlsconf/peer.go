@@ -82,12 +82,17 @@ type PeerFiles struct {
 	CAFile, CertFile, KeyFile string
 }
 
-// Peer is loaded peer TLS material for one node.
+// Peer is loaded peer TLS material for one node. Its certificate follows
+// its files (peer_reload.go): replaced on disk, it serves the next
+// handshakes, so every holder — the transports, raft, the broker — picks
+// a rotated certificate up without a restart. The CA pool is fixed.
 type Peer struct {
 	nodeID string
 	files  PeerFiles
-	pair   *tls.Certificate
 	pool   *x509.CertPool
+	log    *slog.Logger
+	now    func() time.Time
+	reload peerReload
 }
 
 // LoadPeer loads or mints the peer material described by opts and checks
@@ -142,12 +147,7 @@ func loadExplicitPeer(opts PeerOptions) (*Peer, error) {
 	if _, err := pair.Leaf.Verify(peerVerifyOptions(pool, pair, x509.ExtKeyUsageAny, opts.clock())); err != nil {
 		return nil, fmt.Errorf("%s does not verify against tls.peer_ca_path %s: %w", what, opts.CAFile, err)
 	}
-	return &Peer{
-		nodeID: opts.NodeID,
-		files:  PeerFiles{CAFile: opts.CAFile, CertFile: opts.CertFile, KeyFile: opts.KeyFile},
-		pair:   pair,
-		pool:   pool,
-	}, nil
+	return newPeer(opts, PeerFiles{CAFile: opts.CAFile, CertFile: opts.CertFile, KeyFile: opts.KeyFile}, pair, pool), nil
 }
 
 func loadAutoPeer(opts PeerOptions, log *slog.Logger) (*Peer, error) {
@@ -185,7 +185,7 @@ func loadAutoPeer(opts PeerOptions, log *slog.Logger) (*Peer, error) {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.cert)
-	return &Peer{nodeID: opts.NodeID, files: files, pair: pair, pool: pool}, nil
+	return newPeer(opts, files, pair, pool), nil
 }
 
 // reusablePeerPair returns the existing pair when it still fits (signed by
@@ -288,11 +288,11 @@ func (p *Peer) CAPool() *x509.CertPool { return p.pool.Clone() }
 // the application layer knows whom the peer claims to be.
 func (p *Peer) ServerConfig() *tls.Config {
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		NextProtos:   []string{PeerALPN},
-		Certificates: []tls.Certificate{*p.pair},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    p.pool,
+		MinVersion:     tls.VersionTLS13,
+		NextProtos:     []string{PeerALPN},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.current(), nil },
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      p.pool,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if PeerNodeID(cs) == "" {
 				return errors.New("peer TLS: the client certificate names no node (" + NodeURIPrefix + "<id> URI SAN)")
@@ -308,11 +308,13 @@ func (p *Peer) ServerConfig() *tls.Config {
 // CertNodeID and checks it itself). Host-name verification is replaced by
 // this node-id check, because peers are identified by id, not address.
 func (p *Peer) ClientConfig(expectNode string) *tls.Config {
-	pool, pair := p.pool, p.pair
+	pool := p.pool
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		NextProtos:   []string{PeerALPN},
-		Certificates: []tls.Certificate{*pair},
+		MinVersion: tls.VersionTLS13,
+		NextProtos: []string{PeerALPN},
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return p.current(), nil
+		},
 		// Verification happens in VerifyConnection below, by node id.
 		InsecureSkipVerify: true, //nolint:gosec // replaced by the chain + node id check
 		VerifyConnection: func(cs tls.ConnectionState) error {

@@ -166,7 +166,7 @@ func TestPeerCertWithoutNodeRefused(t *testing.T) {
 	tc := testCA{cert: ca.cert, key: mustECDSAKey(t, ca)}
 	plain := tc.clientCert(t, "alice", "alice")
 	cfg := n1.ClientConfig("n1")
-	cfg.Certificates = []tls.Certificate{plain}
+	cfg.Certificates, cfg.GetClientCertificate = []tls.Certificate{plain}, nil
 	if _, sErr, _ := peerHandshake(n1.ServerConfig(), cfg); sErr == nil || !strings.Contains(sErr.Error(), "names no node") {
 		t.Fatalf("server accepted a certificate naming no node: %v", sErr)
 	}

@@ -107,10 +107,10 @@ func TestPeerListenerChainSatisfiesAPinnedCA(t *testing.T) {
 	caPath := filepath.Join(root, "cluster-ca.pem")
 	n1, n2 := autoPeer(t, caPath, root, "n1"), autoPeer(t, caPath, root, "n2")
 	ca := readCert(t, n1.Files().CAFile)
-	if err := pinHandshake(t, n1.ServerConfig(), Fingerprint(ca.Raw), *n2.pair); err != nil {
+	if err := pinHandshake(t, n1.ServerConfig(), Fingerprint(ca.Raw), *n2.current()); err != nil {
 		t.Fatalf("pinning the cluster CA: %v", err)
 	}
-	if err := pinHandshake(t, n1.ServerConfig(), Fingerprint(n1.pair.Certificate[0]), *n2.pair); err != nil {
+	if err := pinHandshake(t, n1.ServerConfig(), Fingerprint(n1.current().Certificate[0]), *n2.current()); err != nil {
 		t.Fatalf("pinning the peer leaf: %v", err)
 	}
 	f := n1.Files()
@@ -118,7 +118,7 @@ func TestPeerListenerChainSatisfiesAPinnedCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pinHandshake(t, fromFiles.ServerConfig(), Fingerprint(ca.Raw), *n2.pair); err != nil {
+	if err := pinHandshake(t, fromFiles.ServerConfig(), Fingerprint(ca.Raw), *n2.current()); err != nil {
 		t.Fatalf("pinning the cluster CA of material loaded from %s: %v", f.CertFile, err)
 	}
 }
