@@ -22,11 +22,7 @@ func runBackup(ctx context.Context, g *globals, e *env, args []string) error {
 	if *out == "" {
 		return usagef("backup needs --out FILE")
 	}
-	h, target, err := nodeAdmin(ctx, g, e, *node)
-	if err != nil {
-		return err
-	}
-	a, err := h.adminClient(e)
+	a, target, err := nodeAdminClient(ctx, g, e, *node)
 	if err != nil {
 		return err
 	}

@@ -57,6 +57,17 @@ func printJSON(e *env, v any) error {
 	return enc.Encode(v)
 }
 
+// nodeAdminClient is nodeAdmin's admin client for node ("": --admin's
+// broker) and the words that name it.
+func nodeAdminClient(ctx context.Context, g *globals, e *env, node string) (*adminClient, string, error) {
+	h, target, err := nodeAdmin(ctx, g, e, node)
+	if err != nil {
+		return nil, "", err
+	}
+	a, err := h.adminClient(e)
+	return a, target, err
+}
+
 // runDrain is `fibrilctl drain`: POST /admin/api/drain (S-127, S-128) on
 // the broker at --admin, or on node N of its cluster.
 func runDrain(ctx context.Context, g *globals, e *env, args []string) error {
@@ -71,11 +82,7 @@ func runDrain(ctx context.Context, g *globals, e *env, args []string) error {
 	if *grace < 0 {
 		return usagef("--grace must not be negative")
 	}
-	h, target, err := nodeAdmin(ctx, g, e, *node)
-	if err != nil {
-		return err
-	}
-	a, err := h.adminClient(e)
+	a, target, err := nodeAdminClient(ctx, g, e, *node)
 	if err != nil {
 		return err
 	}
@@ -115,11 +122,7 @@ func runUndrain(ctx context.Context, g *globals, e *env, args []string) error {
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	h, target, err := nodeAdmin(ctx, g, e, *node)
-	if err != nil {
-		return err
-	}
-	a, err := h.adminClient(e)
+	a, target, err := nodeAdminClient(ctx, g, e, *node)
 	if err != nil {
 		return err
 	}

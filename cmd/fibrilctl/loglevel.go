@@ -21,11 +21,7 @@ func runLogLevel(ctx context.Context, g *globals, e *env, args []string) error {
 	if len(pos) > 1 {
 		return usagef("log-level takes at most one level: debug, info, warn or error")
 	}
-	h, target, err := nodeAdmin(ctx, g, e, *node)
-	if err != nil {
-		return err
-	}
-	a, err := h.adminClient(e)
+	a, target, err := nodeAdminClient(ctx, g, e, *node)
 	if err != nil {
 		return err
 	}

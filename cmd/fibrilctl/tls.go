@@ -21,11 +21,7 @@ func runTLS(ctx context.Context, g *globals, e *env, args []string) error {
 	if len(pos) != 1 || pos[0] != "reload" {
 		return usagef("tls needs a subcommand: reload [--node N] [--json]")
 	}
-	h, target, err := nodeAdmin(ctx, g, e, *node)
-	if err != nil {
-		return err
-	}
-	a, err := h.adminClient(e)
+	a, target, err := nodeAdminClient(ctx, g, e, *node)
 	if err != nil {
 		return err
 	}
