@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -176,5 +177,93 @@ func TestBackupClusterNode(t *testing.T) {
 	}
 	if m.Node != bs[1].nodeID || len(m.Partitions) != want || !names["cluster.json"] || !names["queues/catalog.json"] {
 		t.Fatalf("manifest %+v (want %d partitions), files %v", m, want, names)
+	}
+}
+
+// How fast a backup copies, beside the baseline of copying the data
+// directory's files (what a stopped-broker copy costs) in the same run. A
+// measurement, not a pass/fail test: it runs only with FIBRIL_MEASURE=1.
+//
+//	FIBRIL_MEASURE=1 go test -run TestMeasureBackup -v ./core/broker
+func TestMeasureBackup(t *testing.T) {
+	if os.Getenv("FIBRIL_MEASURE") != "1" {
+		t.Skip("a measurement: set FIBRIL_MEASURE=1 to run it")
+	}
+	const parts, perPart, size = 4, 25_000, 1024
+	b := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c := dialClient(ctx, t, b)
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "bulk", Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	payload := bytes.Repeat([]byte("x"), size)
+	pub := c.Publisher("bulk", client.PublisherOptions{})
+	for p := range uint32(parts) {
+		for range perPart {
+			if err := pub.Publish(ctx, client.Message{Partition: &p, Payload: payload}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publishTo(ctx, t, c, "bulk", 0, 1) // a confirmed one last: everything before it is stored
+	var data int64
+	_ = filepath.Walk(filepath.Join(b.cfg.Server.DataDir, "queues"), func(_ string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			data += info.Size()
+		}
+		return nil
+	})
+	began := time.Now()
+	var archive countingWriter
+	if err := b.Backup(ctx, &archive); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	began = time.Now()
+	copyTree(t, filepath.Join(b.cfg.Server.DataDir, "queues"), filepath.Join(t.TempDir(), "copy"))
+	baseline := time.Since(began)
+	t.Logf("%d messages of %d B on %d partitions, %.1f MiB in queues/: backup %v (%.0f MiB/s, archive %.1f MiB); plain file copy %v (%.0f MiB/s); backup/copy time ratio %.2f",
+		parts*perPart, size, parts, float64(data)/(1<<20), took.Round(time.Millisecond), float64(archive.n)/(1<<20)/took.Seconds(),
+		float64(archive.n)/(1<<20), baseline.Round(time.Millisecond), float64(data)/(1<<20)/baseline.Seconds(), took.Seconds()/baseline.Seconds())
+}
+
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+
+// copyTree copies the files under src to dst, each synced.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		to := filepath.Join(dst, rel)
+		if info.IsDir() {
+			return os.MkdirAll(to, 0o700)
+		}
+		in, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.Create(to)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		if err := out.Sync(); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
