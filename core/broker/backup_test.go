@@ -267,3 +267,69 @@ func copyTree(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+// A whole cluster put back from its brokers' backups: every broker is
+// backed up while it serves, the cluster is lost, a new one (a new
+// coordination store) starts on the restored directories with the same
+// node ids, the first broker to join writes the saved catalog and
+// assignments, and every message is there to consume.
+func TestBackupRestoreWholeCluster(t *testing.T) {
+	bs := startMemCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, bs[0])
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "jobs", Partitions: 6}); err != nil {
+		t.Fatal(err)
+	}
+	awaitPlaced(t, bs[0], 10*time.Second, "jobs")
+	for p := range uint32(6) {
+		publishTo(ctx, t, c, "jobs", p, 2)
+	}
+	c.Close()
+	var dirs []string
+	for i, b := range bs {
+		var archive bytes.Buffer
+		if err := b.Backup(ctx, &archive); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(t.TempDir(), "restored")
+		if _, err := Restore(dir, &archive); err != nil {
+			t.Fatalf("restore n%d: %v", i, err)
+		}
+		dirs = append(dirs, dir)
+	}
+	for _, b := range bs {
+		if err := b.Shutdown(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	nbs := startMemClusterWith(t, 3, func(i int) []string { return []string{"--server.data_dir=" + dirs[i]} })
+	nc := dialClient(ctx, t, nbs[0])
+	sub, err := nc.Subscribe(ctx, "jobs", client.SubscribeOptions{Partitions: []uint32{0, 1, 2, 3, 4, 5}, AutoAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for len(got) < 12 {
+		d, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		got[fmt.Sprintf("%d:%s", d.Partition, d.Payload)] = true
+	}
+	for p := range 6 {
+		for m := range 2 {
+			if !got[fmt.Sprintf("%d:m%d", p, m)] {
+				t.Errorf("partition %d message m%d is missing after the restore (got %v)", p, m, got)
+			}
+		}
+	}
+	for i, dir := range dirs {
+		_, applied := os.Stat(filepath.Join(dir, restoredClusterFile+".applied"))
+		_, skipped := os.Stat(filepath.Join(dir, restoredClusterFile+".skipped"))
+		if applied != nil && skipped != nil {
+			t.Errorf("n%d: the restored cluster metadata was neither applied nor skipped", i)
+		}
+	}
+}

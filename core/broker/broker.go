@@ -137,6 +137,12 @@ func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		if err := b.startCluster(); err != nil {
 			return nil, err
 		}
+		rctx, cancel := context.WithTimeout(context.Background(), clusterJoinTimeout)
+		err := b.restoreClusterMetadata(rctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
 		if err := b.shareStores(); err != nil {
 			return nil, err
 		}

@@ -77,6 +77,9 @@ func unpackBackup(dir string, r io.Reader) (*BackupManifest, error) {
 				return nil, fmt.Errorf("the backup has data format %d (written by fibril %s); this build reads formats up to %d", m.Format, m.WrittenBy, dataFormat)
 			}
 		}
+		if name == "cluster.json" {
+			name = restoredClusterFile // applied when a broker joins a cluster (restoreClusterMetadata)
+		}
 		target := filepath.Join(dir, filepath.FromSlash(name))
 		switch h.Typeflag {
 		case tar.TypeDir:

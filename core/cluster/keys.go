@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"context"
 	"strconv"
+	"strings"
 
 	"github.com/fibrilgo/fibril/core"
 )
@@ -52,4 +54,46 @@ func streamKey(topic string) string       { return prefixStreams + topic }
 
 func assignKey(r core.PartitionRef) string {
 	return prefixAssign + r.Topic + "/" + groupSeg(r.Group) + "/" + strconv.FormatUint(uint64(r.Partition), 10)
+}
+
+// Restorable returns what a backup puts back into a new cluster under
+// key (docs/deploy.md#backup-and-restore), and false for a key it leaves
+// out. Restored are the catalog, the kind claims, assignments, cohort
+// plans, tombstones, the users and the runtime settings — not membership,
+// liveness or a backend's own keys, which the new cluster makes itself.
+// An assignment comes back with its owner, epoch and written mark but
+// without followers: a restored follower holds no copy (a backup holds
+// what its broker owned), so none may take a partition over; the
+// controller gives each partition followers again, which copy from the
+// owner.
+func Restorable(key string, value []byte) ([]byte, bool) {
+	if strings.HasPrefix(key, prefixAssign) {
+		a, ok := decodeAssignment(value)
+		if !ok {
+			return nil, false
+		}
+		a.Followers, a.InSync, a.Acks = nil, nil, 0
+		return encodeAssignment(a), true
+	}
+	for _, p := range []string{prefixQueues, prefixStreams, prefixTopics, prefixCohorts, prefixDeleted} {
+		if strings.HasPrefix(key, p) {
+			return value, true
+		}
+	}
+	return value, key == KeyUsers || key == KeySettings
+}
+
+// HasCatalog reports whether the cluster's catalog holds a queue or a
+// stream (read linearizably).
+func (c *Cluster) HasCatalog(ctx context.Context) (bool, error) {
+	for _, p := range []string{prefixQueues, prefixStreams} {
+		kvs, _, err := c.coord.List(ctx, p)
+		if err != nil {
+			return false, unavailable(err)
+		}
+		if len(kvs) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }

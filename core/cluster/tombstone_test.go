@@ -81,3 +81,23 @@ func TestTombstoneLifecycle(t *testing.T) {
 		return allPlaced(s, "jobs") && s.Tombstone("queue", "jobs", "") == nil
 	})
 }
+
+// What a backup restores: the catalog and assignments (the latter without
+// followers: a restored follower holds no copy), users and settings; not
+// membership or liveness.
+func TestRestorable(t *testing.T) {
+	a := Assignment{Node: "n1", Epoch: 4, Written: true, Followers: []core.NodeID{"n2", "n3"}, InSync: []core.NodeID{"n2"}, Acks: 1}
+	v, ok := Restorable(assignKey(core.PartitionRef{Topic: "jobs", Partition: 2}), encodeAssignment(a))
+	got, ok2 := decodeAssignment(v)
+	if !ok || !ok2 || got.Node != "n1" || got.Epoch != 4 || !got.Written || got.Followers != nil || got.InSync != nil || got.Acks != 0 {
+		t.Fatalf("restored assignment %+v (%v %v)", got, ok, ok2)
+	}
+	for key, want := range map[string]bool{
+		queueKey("jobs", ""): true, streamKey("events"): true, prefixTopics + "jobs": true, KeyUsers: true, KeySettings: true,
+		tombstoneKey("queue", "old", ""): true, memberKey("n1"): false, nodeKey("n1"): false, "_election/placement": false,
+	} {
+		if _, ok := Restorable(key, []byte("{}")); ok != want {
+			t.Errorf("Restorable(%q) = %v, want %v", key, ok, want)
+		}
+	}
+}
