@@ -42,6 +42,13 @@ func Dial(tb testing.TB, addr string) *Client {
 	return &Client{tb: tb, nc: nc, nextID: 1}
 }
 
+// New is a client on an open connection (a net.Pipe to a server's
+// ServeConn, say); it closes when the test ends.
+func New(tb testing.TB, nc net.Conn) *Client {
+	tb.Cleanup(func() { nc.Close() })
+	return &Client{tb: tb, nc: nc, nextID: 1}
+}
+
 // Conn is the connection, for tests that write raw bytes or end it.
 func (c *Client) Conn() net.Conn { return c.nc }
 
