@@ -198,6 +198,25 @@ func newLogger(w io.Writer, l config.Log) (*slog.Logger, *slog.LevelVar) {
 	return slog.New(slog.NewTextHandler(w, opts)), lv
 }
 
+// cutFlag takes the string flag --name (as "--name V" or "--name=V") out
+// of args, for a subcommand that passes the rest to config.Load; the last
+// one given wins.
+func cutFlag(args []string, name string) (value string, rest []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--"+name && i+1 < len(args):
+			value = args[i+1]
+			i++
+		case strings.HasPrefix(a, "--"+name+"="):
+			value = strings.TrimPrefix(a, "--"+name+"=")
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return value, rest
+}
+
 // versionString is `fibril version`'s line: version, commit, date and Go
 // version (core/buildinfo).
 func versionString() string { return "fibril " + buildinfo.Get().String() }

@@ -26,20 +26,7 @@ func runRaft(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "fibril raft:", usageText)
 		return exitUsage
 	}
-	var list string
-	var rest []string
-	for i := 1; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--members" && i+1 < len(args):
-			list = args[i+1]
-			i++
-		case strings.HasPrefix(a, "--members="):
-			list = strings.TrimPrefix(a, "--members=")
-		default:
-			rest = append(rest, a)
-		}
-	}
+	list, rest := cutFlag(args[1:], "members")
 	if list == "" {
 		fmt.Fprintln(stderr, "fibril raft recover: --members is required:", usageText)
 		return exitUsage

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
+	"slices"
 
 	"github.com/fibrilgo/fibril/core/broker"
 	"github.com/fibrilgo/fibril/core/config"
@@ -15,23 +15,11 @@ import (
 // `fibrilctl backup`; start the broker on it afterwards.
 func runRestore(args, environ []string, stdout, stderr io.Writer) int {
 	const usageText = "usage: fibril restore --from BACKUP.tar [config flags]"
-	var from string
-	var rest []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "-h" || a == "--help":
-			fmt.Fprintln(stdout, usageText+"\n\nUnpacks a backup taken with `fibrilctl backup` into server.data_dir, which must be new or empty;\nthe broker started on it afterwards recovers the backup's queues, streams, users and settings.")
-			return exitOK
-		case a == "--from" && i+1 < len(args):
-			from = args[i+1]
-			i++
-		case strings.HasPrefix(a, "--from="):
-			from = strings.TrimPrefix(a, "--from=")
-		default:
-			rest = append(rest, a)
-		}
+	if slices.Contains(args, "-h") || slices.Contains(args, "--help") {
+		fmt.Fprintln(stdout, usageText+"\n\nUnpacks a backup taken with `fibrilctl backup` into server.data_dir, which must be new or empty;\nthe broker started on it afterwards recovers the backup's queues, streams, users and settings.")
+		return exitOK
 	}
+	from, rest := cutFlag(args, "from")
 	if from == "" {
 		fmt.Fprintln(stderr, "fibril restore: --from is required:", usageText)
 		return exitUsage

@@ -145,7 +145,7 @@ func (c *Coordinator) leaderChange(ctx context.Context, req *rpcRequest) *rpcRes
 			return &rpcResponse{Code: codeNotFound, Msg: fmt.Sprintf("%s is not a member of the raft group", req.ID)}
 		}
 		delete(voters, id)
-		if resp := c.quorumAfter(voters, "removing "+req.ID); resp != nil {
+		if resp := c.quorumAfter(voters, servers, "removing "+req.ID); resp != nil {
 			return resp
 		}
 		return c.membershipResult(ctx, "remove", req, c.raft.RemoveServer(id, 0, timeout))
@@ -157,7 +157,7 @@ func (c *Coordinator) leaderChange(ctx context.Context, req *rpcRequest) *rpcRes
 			return &rpcResponse{} // a non-voter already
 		}
 		delete(voters, id)
-		if resp := c.quorumAfter(voters, "demoting "+req.ID); resp != nil {
+		if resp := c.quorumAfter(voters, servers, "demoting "+req.ID); resp != nil {
 			return resp
 		}
 		return c.membershipResult(ctx, "demote", req, c.raft.DemoteVoter(id, 0, timeout))
@@ -175,7 +175,7 @@ func (c *Coordinator) leaderChange(ctx context.Context, req *rpcRequest) *rpcRes
 			return &rpcResponse{Code: codeBadRequest, Msg: fmt.Sprintf("%s is not a member yet: give its raft address", req.ID)}
 		}
 		voters[id] = true
-		if resp := c.quorumAfter(voters, "adding "+req.ID+" as a voter"); resp != nil {
+		if resp := c.quorumAfter(voters, servers, "adding "+req.ID+" as a voter"); resp != nil {
 			return resp
 		}
 		return c.membershipResult(ctx, "add voter", req, c.raft.AddVoter(id, addr, 0, timeout))
@@ -186,23 +186,20 @@ func (c *Coordinator) leaderChange(ctx context.Context, req *rpcRequest) *rpcRes
 // quorumAfter refuses (conflict) a change after which the voters would be
 // none, or more than the leader reaches could outvote: a quorum of the
 // new voter set must be reachable now (the leader counts itself; a member
-// not yet heard from counts as unreachable).
-func (c *Coordinator) quorumAfter(voters map[hraft.ServerID]bool, what string) *rpcResponse {
+// not in servers, the configuration the change starts from, counts as
+// unreachable).
+func (c *Coordinator) quorumAfter(voters map[hraft.ServerID]bool, servers []hraft.Server, what string) *rpcResponse {
 	if len(voters) == 0 {
 		return &rpcResponse{Code: codeConflict, Msg: what + " would leave the raft group without a voter"}
 	}
-	f := c.raft.GetConfiguration()
-	known := map[hraft.ServerID]bool{}
-	if f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			known[s.ID] = true
-		}
+	known := func(id hraft.ServerID) bool {
+		return slices.ContainsFunc(servers, func(s hraft.Server) bool { return s.ID == id })
 	}
 	reachable := 0
 	var down []string
 	for _, v := range slices.Sorted(maps.Keys(voters)) {
 		_, isDown := c.downSince(v)
-		if string(v) == c.opts.NodeID || (known[v] && !isDown) {
+		if string(v) == c.opts.NodeID || (known(v) && !isDown) {
 			reachable++
 		} else {
 			down = append(down, string(v))

@@ -90,7 +90,7 @@ func (b *Broker) backupTo(ctx context.Context, dir string) (*BackupManifest, err
 			if !ok {
 				continue
 			}
-			p, err := qm.Partition(q.Key, n)
+			p, err := replicatedOf(qm, ref)
 			if err != nil {
 				return nil, fmt.Errorf("backup: partition %d of queue %s: %w", n, q.Key, err)
 			}
@@ -107,11 +107,12 @@ func (b *Broker) backupTo(ctx context.Context, dir string) (*BackupManifest, err
 			continue
 		}
 		for n := range s.PartitionCount {
-			epoch, ok := owned(core.PartitionRef{Topic: s.Topic, Partition: n})
+			ref := core.PartitionRef{Topic: s.Topic, Partition: n}
+			epoch, ok := owned(ref)
 			if !ok {
 				continue
 			}
-			p, err := qm.StreamPartition(s.Topic, n)
+			p, err := replicatedOf(qm, ref)
 			if err != nil {
 				return nil, fmt.Errorf("backup: partition %d of stream %s: %w", n, s.Topic, err)
 			}

@@ -125,7 +125,7 @@ func (c *coordinated) lag(ref core.PartitionRef, node core.NodeID) (fp followerP
 	if !ok {
 		return fp, lag, false
 	}
-	rp, err := c.replicated(ref)
+	rp, err := replicatedOf(c.b.queues, ref)
 	if err != nil {
 		return fp, lag, false
 	}
@@ -173,7 +173,7 @@ func (c *coordinated) ownedForReplication(k wire.QueueKey, follower string) (rep
 	case follower != "" && !p.HasFollower(core.NodeID(follower)):
 		return replica.Owned{}, fmt.Errorf("node %s does not follow partition %s (epoch %d)", follower, ref, p.Epoch)
 	}
-	rp, err := c.replicated(ref)
+	rp, err := replicatedOf(c.b.queues, ref)
 	if err != nil {
 		return replica.Owned{}, err
 	}
@@ -192,12 +192,13 @@ type replicatedPartition interface {
 	ReplicationCheckpoint() (eventNext uint64, settled, engine []byte)
 }
 
-// replicated returns the engine's partition ref, opening it when it is
-// not open yet.
-func (c *coordinated) replicated(ref core.PartitionRef) (replicatedPartition, error) {
+// replicatedOf returns qm's partition ref (a queue's, or a stream's when
+// the topic is one), opening it when it is not open yet: what replication
+// and backups read.
+func replicatedOf(qm *queue.Manager, ref core.PartitionRef) (replicatedPartition, error) {
 	if ref.Group == "" {
-		if k, ok := c.b.queues.Kind(ref.Topic); ok && k == queue.KindStream {
-			sp, err := c.b.queues.StreamPartition(ref.Topic, ref.Partition)
+		if k, ok := qm.Kind(ref.Topic); ok && k == queue.KindStream {
+			sp, err := qm.StreamPartition(ref.Topic, ref.Partition)
 			if err != nil {
 				return nil, err
 			}
@@ -205,7 +206,7 @@ func (c *coordinated) replicated(ref core.PartitionRef) (replicatedPartition, er
 		}
 	}
 	key, _ := keysOf(ref)
-	qp, err := c.b.queues.Partition(key, ref.Partition)
+	qp, err := qm.Partition(key, ref.Partition)
 	if err != nil {
 		return nil, err
 	}
