@@ -1,14 +1,16 @@
 package integration
 
 // Network namespaces, for the tests that cut the network between brokers
-// (isolation_test.go). A lab is a bridge in the root namespace, where the
-// test process is (198.18.n.1/24), and one namespace per host (198.18.n.2,
-// .3, …) joined to the bridge by a veth pair, so hosts reach each other at
-// layer 2 and no host sysctl changes. Brokers run inside with `ip netns
-// exec` (which execs the broker: the PID is the broker's). A cut is a pair
-// of blackhole routes, one in each host's namespace; the test process
-// still reaches every host. Addresses come from 198.18.0.0/15 only, and
-// the test's dialer admits exactly the listeners the lab assigned.
+// (isolation_test.go, faults_test.go). A lab is one namespace per host
+// (198.18.n.2, .3, …) and the root namespace, where the test process is
+// (198.18.n.1/24), joined by a bridge with a veth pair per host, so hosts
+// reach each other at layer 2 and no host sysctl changes — or, for delay
+// and loss, by a packet wire through the test process
+// (harness_wire_test.go). Brokers run inside with `ip netns exec` (which
+// execs the broker: the PID is the broker's). A cut is a pair of blackhole
+// routes, one in each host's namespace; the test process still reaches
+// every host. Addresses come from 198.18.0.0/15 only, and the test's
+// dialer admits exactly the listeners the lab assigned.
 //
 // Everything a lab creates carries its random id in its name and is removed
 // at cleanup; a namespace or link left by a test process that died without
@@ -90,13 +92,15 @@ func netnsUnavailable(t *testing.T, format string, args ...any) {
 	t.Skipf("skipped: %s; this test needs Linux, root and ip(8) to build network namespaces (set FIBRIL_REQUIRE_NETNS=1 to fail instead)", msg)
 }
 
-// netLab is a bridge and one namespace per host.
+// netLab is one namespace per host, joined by a bridge (newNetLab) or a
+// packet wire (newWireLab, harness_wire_test.go).
 type netLab struct {
 	t      *testing.T
 	ipPath string
-	id     string // random, in every name
-	tag    string // labNS<pid>: the bridge's alias and the namespaces' prefix
-	bridge string
+	id     string      // random, in every name
+	tag    string      // labNS<pid>: the bridge's alias and the namespaces' prefix
+	bridge string      // newNetLab's
+	wire   *packetWire // newWireLab's
 	subnet netip.Prefix
 	gw     netip.Addr // the root namespace's address on the bridge
 	hosts  []*labHost
@@ -108,8 +112,8 @@ type netLab struct {
 type labHost struct {
 	i    int
 	ns   string
-	veth string // the root namespace's end, on the bridge
-	peer string // the namespace's end
+	veth string // on a bridge: the root namespace's end
+	peer string // on a bridge: the namespace's end
 	addr netip.Addr
 }
 
@@ -142,8 +146,37 @@ func (l *netLab) must(first bool, args ...string) {
 	}
 }
 
-// newNetLab builds a lab of n hosts; t's cleanup removes it.
+// newNetLab builds a lab of n hosts on a bridge; t's cleanup removes it.
 func newNetLab(t *testing.T, n int) *netLab {
+	t.Helper()
+	l := newLab(t, n)
+	l.bridge = "fbr" + l.id // ≤ 15 characters, like every link name here
+	l.must(false, "link", "add", "name", l.bridge, "type", "bridge")
+	t.Cleanup(func() { l.remove("link", "del", l.bridge) })
+	l.must(false, "link", "set", "dev", l.bridge, "alias", l.tag)
+	l.must(false, "addr", "add", netip.PrefixFrom(l.gw, 24).String(), "dev", l.bridge)
+	l.must(false, "link", "set", "dev", l.bridge, "up")
+	for _, h := range l.hosts {
+		h.veth = fmt.Sprintf("fv%s%d", l.id, h.i)
+		h.peer = fmt.Sprintf("fp%s%d", l.id, h.i)
+		l.must(false, "link", "add", "name", h.veth, "type", "veth", "peer", "name", h.peer)
+		// Deleting the root end deletes both ends (it runs before the
+		// namespace goes, and after the brokers are killed).
+		t.Cleanup(func() { l.remove("link", "del", h.veth) })
+		l.must(false, "link", "set", "dev", h.veth, "alias", l.tag)
+		l.must(false, "link", "set", "dev", h.peer, "netns", h.ns)
+		l.must(false, "link", "set", "dev", h.veth, "master", l.bridge)
+		l.must(false, "link", "set", "dev", h.veth, "up")
+		l.must(false, "-n", h.ns, "addr", "add", netip.PrefixFrom(h.addr, 24).String(), "dev", h.peer)
+		l.must(false, "-n", h.ns, "link", "set", "dev", h.peer, "up")
+	}
+	t.Logf("lab %s: bridge %s %v, hosts %v", l.id, l.bridge, l.subnet, l.addrs())
+	return l
+}
+
+// newLab makes the namespaces of n hosts (loopback up, nothing joining
+// them yet) and picks their addresses; newNetLab and newWireLab join them.
+func newLab(t *testing.T, n int) *netLab {
 	t.Helper()
 	ipPath := requireNetns(t)
 	sweepStaleLabs(t, ipPath)
@@ -154,43 +187,20 @@ func newNetLab(t *testing.T, n int) *netLab {
 		tag:    labNS + strconv.Itoa(os.Getpid()),
 		cuts:   map[[2]int]bool{},
 	}
-	l.bridge = "fbr" + l.id // ≤ 15 characters, like every link name here
 	l.subnet = freeLabSubnet(t, ipPath)
 	l.gw = l.subnet.Addr().Next()
 
 	// Runs last: nothing of this lab may be left.
 	t.Cleanup(l.checkGone)
-	l.must(true, "link", "add", "name", l.bridge, "type", "bridge")
-	t.Cleanup(func() { l.remove("link", "del", l.bridge) })
-	l.must(false, "link", "set", "dev", l.bridge, "alias", l.tag)
-	l.must(false, "addr", "add", netip.PrefixFrom(l.gw, 24).String(), "dev", l.bridge)
-	l.must(false, "link", "set", "dev", l.bridge, "up")
 	addr := l.gw
 	for i := range n {
 		addr = addr.Next()
-		h := &labHost{
-			i:    i,
-			ns:   fmt.Sprintf("%s-%s-%d", l.tag, l.id, i),
-			veth: fmt.Sprintf("fv%s%d", l.id, i),
-			peer: fmt.Sprintf("fp%s%d", l.id, i),
-			addr: addr,
-		}
+		h := &labHost{i: i, ns: fmt.Sprintf("%s-%s-%d", l.tag, l.id, i), addr: addr}
 		l.hosts = append(l.hosts, h)
-		l.must(false, "netns", "add", h.ns)
+		l.must(i == 0, "netns", "add", h.ns)
 		t.Cleanup(func() { l.remove("netns", "del", h.ns) })
-		l.must(false, "link", "add", "name", h.veth, "type", "veth", "peer", "name", h.peer)
-		// Deleting the root end deletes both ends (it runs before the
-		// namespace goes, and after the brokers are killed).
-		t.Cleanup(func() { l.remove("link", "del", h.veth) })
-		l.must(false, "link", "set", "dev", h.veth, "alias", l.tag)
-		l.must(false, "link", "set", "dev", h.peer, "netns", h.ns)
-		l.must(false, "link", "set", "dev", h.veth, "master", l.bridge)
-		l.must(false, "link", "set", "dev", h.veth, "up")
 		l.must(false, "-n", h.ns, "link", "set", "dev", "lo", "up")
-		l.must(false, "-n", h.ns, "addr", "add", netip.PrefixFrom(h.addr, 24).String(), "dev", h.peer)
-		l.must(false, "-n", h.ns, "link", "set", "dev", h.peer, "up")
 	}
-	t.Logf("lab %s: bridge %s %v, hosts %v", l.id, l.bridge, l.subnet, l.addrs())
 	return l
 }
 
@@ -474,6 +484,13 @@ type labCluster struct {
 // clients only) and waits until every node is ready.
 func startLabCluster(t *testing.T, lab *netLab, tr string) *labCluster {
 	t.Helper()
+	return startLabClusterWith(t, lab, tr, nil)
+}
+
+// startLabClusterWith is startLabCluster with flags of node i's own
+// (perNode may be nil).
+func startLabClusterWith(t *testing.T, lab *netLab, tr string, perNode func(i int) []string) *labCluster {
+	t.Helper()
 	dir := t.TempDir()
 	secret := filepath.Join(dir, "cluster.secret")
 	if err := os.WriteFile(secret, []byte("integration-secret\n"), 0o600); err != nil {
@@ -501,7 +518,7 @@ func startLabCluster(t *testing.T, lab *netLab, tr string) *labCluster {
 		g.allowed[netip.AddrPortFrom(h.addr, labBrokerPort).String()] = true
 		g.allowed[netip.AddrPortFrom(h.addr, labAdminPort).String()] = true
 	}
-	for _, nd := range lc.nodes {
+	for i, nd := range lc.nodes {
 		args := append([]string{
 			"--coordination.backend=raft",
 			"--coordination.node_id=" + nd.id,
@@ -512,6 +529,9 @@ func startLabCluster(t *testing.T, lab *netLab, tr string) *labCluster {
 			"--coordination.heartbeat_interval_ms=" + strconv.Itoa(testHeartbeatMS),
 			"--coordination.liveness_ttl_ms=" + strconv.Itoa(testTTLMS),
 		}, extra...)
+		if perNode != nil {
+			args = append(args, perNode(i)...)
+		}
 		nd.broker = lab.launchLabBroker(t, nd.host, args...)
 	}
 	for _, nd := range lc.nodes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -52,19 +53,30 @@ import (
 // owner in the old epoch: it then takes publishes into its log as owner,
 // which end in ERROR 500 (nothing can confirm them) and are cut when it
 // follows.
+//
+// The private-owner case runs the same scenario with node-2 and node-3
+// private and X one of them: the others' client knows only the public
+// node-1 (the gateway), which forwards to whichever private broker owns
+// the partition, and its dialer fails the test on any other address; X's
+// own publisher is an internal client (the test process reaches X).
 func TestIsolatedOwnerFencedThenRejoins(t *testing.T) {
 	requireNetns(t)
 	// Both roles over tcp; over quic the one that also takes the raft
-	// leader away (about 10 s each: the three stay within the CI budget).
+	// leader away; a private owner over tcp (about 10 s each: the four stay
+	// within the CI budget).
 	for _, c := range []struct {
-		tr     string
-		leader bool
-	}{{"tcp", false}, {"tcp", true}, {"quic", true}} {
+		tr      string
+		leader  bool
+		private bool
+	}{{"tcp", false, false}, {"tcp", true, false}, {"quic", true, false}, {"tcp", false, true}} {
 		name := c.tr + "/owner"
+		if c.private {
+			name = c.tr + "/private-owner"
+		}
 		if c.leader {
 			name += "-and-raft-leader"
 		}
-		t.Run(name, func(t *testing.T) { isolatedOwner(t, c.tr, c.leader) })
+		t.Run(name, func(t *testing.T) { isolatedOwner(t, c.tr, c.leader, c.private) })
 	}
 }
 
@@ -406,6 +418,16 @@ func runOthers(c *client.Client, part uint32, op *othersPublisher, led *isoLedge
 	}()
 }
 
+// othersClient is a client on the others' side of the cut: it knows the
+// others and fails to reach X; with private brokers it knows only the
+// public node-1, and may dial nothing else.
+func (lc *labCluster) othersClient(t *testing.T, x *labNode, others []*labNode, private bool, refusedX *atomic.Int64) *client.Client {
+	if private {
+		return lc.newLabClient(t, lc.gatewayDial(t, lc.nodes[0]), lc.nodes[0])
+	}
+	return lc.newLabClient(t, lc.guard.across(x.listeners(), refusedX), others...)
+}
+
 // isoWait polls cond every isoPoll until it holds (true) or within passes
 // (false).
 func isoWait(within time.Duration, cond func() bool) bool {
@@ -429,10 +451,21 @@ func isoSince(from, to time.Time) string {
 	return to.Sub(from).Round(time.Millisecond).String()
 }
 
-func isolatedOwner(t *testing.T, tr string, leader bool) {
+func isolatedOwner(t *testing.T, tr string, leader, private bool) {
 	started := time.Now()
 	lab := newNetLab(t, 3)
-	lc := startLabCluster(t, lab, tr)
+	var lc *labCluster
+	if private {
+		lc = startLabClusterWith(t, lab, tr, func(i int) []string {
+			if i == 0 {
+				return nil
+			}
+			nowhere := netip.AddrPortFrom(lab.hosts[i].addr, labBrokerPort+1).String()
+			return []string{"--broker.visibility=private", "--broker.listener.advertise=" + nowhere}
+		})
+	} else {
+		lc = startLabCluster(t, lab, tr)
+	}
 	lc.setRuntime(lc.nodes[0], "replication", "confirm_timeout_ms", isoConfirmTimeoutMS)
 	setup := lc.newLabClient(t, lc.guard.dial, lc.nodes...)
 	if _, err := setup.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: "orders", Partitions: 3}); err != nil {
@@ -459,7 +492,7 @@ func isolatedOwner(t *testing.T, tr string, leader bool) {
 	}
 	part := uint32(3)
 	for p := range uint32(3) {
-		if (owners[p] == ctrl.id) == leader && part == 3 {
+		if (owners[p] == ctrl.id) == leader && (!private || owners[p] != lc.nodes[0].id) && part == 3 {
 			part = p
 		}
 	}
@@ -509,7 +542,7 @@ func isolatedOwner(t *testing.T, tr string, leader bool) {
 	stopAll := func() { stopOnce.Do(func() { close(stop) }) }
 	xp := lc.runX(t, x, part, led, clk, stop)
 	op := &othersPublisher{failed: map[string]int{}, done: make(chan struct{})}
-	oc := lc.newLabClient(t, lc.guard.across(x.listeners(), &op.refusedX), others...)
+	oc := lc.othersClient(t, x, others, private, &op.refusedX)
 	runOthers(oc, part, op, led, start, stop)
 	// Whatever happens, the publishers end before the clients close.
 	t.Cleanup(func() {
@@ -689,7 +722,7 @@ func isolatedOwner(t *testing.T, tr string, leader bool) {
 
 	// Consume everything through the others.
 	var refusedC atomic.Int64
-	cc := lc.newLabClient(t, lc.guard.across(x.listeners(), &refusedC), others...)
+	cc := lc.othersClient(t, x, others, private, &refusedC)
 	sub := subscribe(t, cc, "orders", client.SubscribeOptions{Prefetch: 64})
 	missing := func() int {
 		led.mu.Lock()
