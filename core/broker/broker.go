@@ -88,6 +88,16 @@ type Broker struct {
 	adminLn  net.Listener
 	adminSrv *http.Server
 	served   chan struct{}
+	env      Env
+}
+
+// Env is what a broker takes from the machine it runs on, for a caller
+// that runs brokers somewhere else: core/sim runs a whole cluster in one
+// process on a simulated network. The zero value is the real machine.
+type Env struct {
+	// Listen opens the client and admin listeners (default net.Listen).
+	// The inter-broker transport is chosen by transport.backend.
+	Listen func(network, addr string) (net.Listener, error)
 }
 
 // Start opens everything and starts serving: the admin listener first
@@ -95,8 +105,16 @@ type Broker struct {
 // then recovery, then the broker listener. It returns once clients can
 // connect.
 func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
+	return StartIn(Env{}, cfg, log)
+}
+
+// StartIn is Start in env.
+func StartIn(env Env, cfg *config.Config, log *slog.Logger) (*Broker, error) {
+	if env.Listen == nil {
+		env.Listen = net.Listen
+	}
 	b := &Broker{cfg: cfg, log: log, registry: newMetricsRegistry(), served: make(chan struct{}),
-		remoteDLQ: make(chan struct{}, remoteDeadLetterConcurrency)}
+		remoteDLQ: make(chan struct{}, remoteDeadLetterConcurrency), env: env}
 	b.aclDenied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fibril_permission_denied_total",
 		Help: "Operations refused because the user's permissions do not allow them, by action (declare, publish, consume)."}, []string{"action"})
 	b.registry.MustRegister(b.aclDenied)
@@ -130,7 +148,7 @@ func Start(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	}
 	// The client listener is bound before joining the cluster, so that
 	// the advertised address carries the real port (bind port 0 in tests).
-	if b.brokerLn, err = net.Listen("tcp", cfg.Broker.Listener.Bind); err != nil {
+	if b.brokerLn, err = b.env.Listen("tcp", cfg.Broker.Listener.Bind); err != nil {
 		return nil, fmt.Errorf("broker.listener.bind %s: %w", cfg.Broker.Listener.Bind, err)
 	}
 	if !cfg.Coordination.Standalone() {
@@ -405,7 +423,7 @@ func (b *Broker) startAdmin() error {
 		opts.Username, opts.Password = cfg.Admin.Auth.Username, pw
 	}
 	b.admin = admin.New(opts)
-	if b.adminLn, err = net.Listen("tcp", cfg.Admin.Listener.Bind); err != nil {
+	if b.adminLn, err = b.env.Listen("tcp", cfg.Admin.Listener.Bind); err != nil {
 		return fmt.Errorf("admin.listener.bind %s: %w", cfg.Admin.Listener.Bind, err)
 	}
 	b.adminSrv = &http.Server{Handler: b.admin, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(b.log.Handler(), slog.LevelDebug)}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -25,8 +26,9 @@ import (
 // layer has fuzz targets of its own in core/wire) — and the broker must
 // not panic, must not hang
 // (a PING sent afterwards is answered, unless the broker closed the
-// connection, which it may for some inputs), and must keep serving other
-// connections. FuzzOwnerSession does the same on the owner side of a
+// connection, which it may for some inputs), must keep serving other
+// connections, and must not allocate beyond a bound per input byte
+// (checkAllocBound). FuzzOwnerSession does the same on the owner side of a
 // forwarded session (@node, FORWARDED_SESSION first). Seeds: the wire
 // vectors' client frames, when ../shared/protocol/wire_vectors.json is
 // there, and a few frames built here.
@@ -80,6 +82,9 @@ func hello(t *testing.T, c *wiretest.Client) {
 func driveFrames(t *testing.T, c *wiretest.Client, data []byte) {
 	nc := c.Conn()
 	defer nc.Close()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	defer checkAllocBound(t, before.TotalAlloc, len(data))
 	const pingID = 1<<63 - 7
 	// Written while the answers are read: the pipe holds nothing, and a
 	// broker whose answers are not read stops reading (backpressure).
@@ -107,6 +112,25 @@ func driveFrames(t *testing.T, c *wiretest.Client, data []byte) {
 		case h.Op == wire.OpPing:
 			go func() { _, _ = nc.Write(wire.AppendFrame(nil, wire.OpPong, h.RequestID, nil)) }()
 		}
+	}
+}
+
+// fuzzAllocBase and fuzzAllocPerByte bound what one input may make the
+// process allocate: a frame can claim a large body, but the broker must
+// not allocate more than its limits before it has the bytes.
+const (
+	fuzzAllocBase    = 64 << 20
+	fuzzAllocPerByte = 256
+)
+
+// checkAllocBound fails t when the process allocated more than the bound
+// while it served an input of n bytes (TotalAlloc counts the fuzz engine
+// too, which the base covers).
+func checkAllocBound(t *testing.T, before uint64, n int) {
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if got, limit := after.TotalAlloc-before, uint64(fuzzAllocBase+fuzzAllocPerByte*n); got > limit {
+		t.Fatalf("%d fuzz bytes made the process allocate %d MiB (bound %d MiB)", n, got>>20, limit>>20)
 	}
 }
 
