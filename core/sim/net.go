@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"sync"
@@ -33,7 +34,9 @@ type Net struct {
 	cut       map[[2]string]bool   // host → host: nothing passes
 	down      map[string]bool      // crashed hosts: no connection from or to them
 	delay     map[[2]string]time.Duration
-	changed   chan struct{} // closed and replaced when a cut heals
+	jitter    map[[2]string]time.Duration // the most a new connection adds to delay
+	rng       *rand.Rand                  // jitter draws (in dial order, which the scheduler decides)
+	changed   chan struct{}               // closed and replaced when a cut heals
 	guard     func(from, addr string) error
 }
 
@@ -50,6 +53,8 @@ func newNet(domain string) *Net {
 		cut:       map[[2]string]bool{},
 		down:      map[string]bool{},
 		delay:     map[[2]string]time.Duration{},
+		jitter:    map[[2]string]time.Duration{},
+		rng:       rand.New(rand.NewPCG(1, 2)),
 		changed:   make(chan struct{}),
 	}
 }
@@ -103,6 +108,20 @@ func (n *Net) SetDelay(a, b string, d time.Duration) {
 }
 
 // wakeAllLocked wakes every waiter: each waits on n.changed as well.
+// SetJitter makes each new connection from a to b slower by a random
+// amount up to max, on top of SetDelay's: bytes of one connection stay in
+// order, those of different connections may overtake each other, as
+// separate TCP connections and separate QUIC streams allow.
+func (n *Net) SetJitter(a, b string, max time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if max <= 0 {
+		delete(n.jitter, [2]string{a, b})
+		return
+	}
+	n.jitter[[2]string{a, b}] = max
+}
+
 func (n *Net) wakeAllLocked() {
 	close(n.changed)
 	n.changed = make(chan struct{})
@@ -250,6 +269,9 @@ func (n *Net) ephemeral() int {
 func (n *Net) newPipe(from, to string) *pipe {
 	p := &pipe{n: n, from: from, to: to, changed: make(chan struct{})}
 	n.mu.Lock()
+	if j := n.jitter[[2]string{from, to}]; j > 0 {
+		p.extra = time.Duration(n.rng.Int64N(int64(j)))
+	}
 	n.conns[p] = struct{}{}
 	n.mu.Unlock()
 	return p
@@ -325,6 +347,7 @@ type pipe struct {
 	err      error // an abort: seen by the reader once it can pass
 	rclosed  bool  // the reader closed its side
 	rdl, wdl time.Time
+	extra    time.Duration // this connection's jitter (SetJitter)
 	changed  chan struct{} // closed and replaced on every change
 }
 
@@ -445,7 +468,7 @@ func (p *pipe) write(b []byte) (int, error) {
 	p.n.mu.Lock()
 	d := p.n.delay[[2]string{p.from, p.to}]
 	p.n.mu.Unlock()
-	due := time.Now().Add(d)
+	due := time.Now().Add(d + p.extra)
 	if n := len(p.q); n > 0 && p.q[n-1].due.After(due) {
 		due = p.q[n-1].due // never overtake what was written before
 	}

@@ -203,9 +203,47 @@ var Scenarios = []Scenario{
 	},
 }
 
+// Extra are scenarios run by name (-sim.scenario) and by their own
+// tests, outside the seed-to-scenario rotation of Scenarios (so that a
+// campaign's seeds keep naming the same runs).
+var Extra = []Scenario{
+	{
+		// Slow, uneven links between the brokers: every direction between
+		// two brokers 20–250 ms one way, each connection up to 50 ms more
+		// (connections overtake each other, bytes of one never do), and a
+		// short cut between the gateway and a private owner on top.
+		Name: "slow-links", Spec: Spec{Public: 1, Private: 2}, Parts: 3,
+		Faults: func(r *Run) {
+			for _, a := range r.Nodes {
+				for _, b := range r.Nodes {
+					if a != b {
+						r.Net.SetDelay(a.Host, b.Host, r.Between(20*time.Millisecond, 250*time.Millisecond))
+						r.Net.SetJitter(a.Host, b.Host, 50*time.Millisecond)
+					}
+				}
+			}
+			r.Ledger.Event("slow links")
+			time.Sleep(r.Between(5*time.Second, 20*time.Second))
+			if p := r.PrivateOwner(); p != nil {
+				r.CutBoth(r.Gateway(), p)
+				time.Sleep(r.Between(500*time.Millisecond, 10*time.Second))
+				r.Heal()
+			}
+			time.Sleep(r.Between(5*time.Second, 20*time.Second))
+			for _, a := range r.Nodes {
+				for _, b := range r.Nodes {
+					r.Net.SetDelay(a.Host, b.Host, 0)
+					r.Net.SetJitter(a.Host, b.Host, 0)
+				}
+			}
+			r.Ledger.Event("links fast again")
+		},
+	},
+}
+
 // ScenarioNamed returns the scenario called name.
 func ScenarioNamed(name string) (Scenario, bool) {
-	for _, s := range Scenarios {
+	for _, s := range append(Scenarios[:len(Scenarios):len(Scenarios)], Extra...) {
 		if s.Name == name {
 			return s, true
 		}

@@ -88,6 +88,27 @@ func TestSimulation(t *testing.T) {
 		float64(heapMin)/(1<<20), float64(heapMax)/(1<<20))
 }
 
+// The Extra scenarios, a few seeds each.
+func TestSimulationExtra(t *testing.T) {
+	skipUnderRace(t)
+	for _, sc := range Extra {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(sc.Name+"/"+formatSeed(seed), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					base, _ := bubbleGoroutines()
+					out := Play(t, seed, sc)
+					if len(out.Violations) > 0 {
+						t.Error(out.String())
+					} else if testing.Verbose() {
+						t.Log(out.String())
+					}
+					checkIdle(t, base)
+				})
+			})
+		}
+	}
+}
+
 // skipUnderRace skips a simulation test in a -race build (unless
 // -sim.race): the race detector crashes inside synctest bubbles now and
 // then (golang/go#78156: "ThreadSanitizer: CHECK failed", or a SIGSEGV in
