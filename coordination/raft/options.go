@@ -131,7 +131,11 @@ func (o Options) withDefaults() (Options, error) {
 			o.LivenessTTL.Milliseconds(), o.HeartbeatInterval.Milliseconds())
 	}
 	if o.RaftTimeout <= 0 {
-		o.RaftTimeout = defaultRaftTimeout
+		// A quarter of the liveness TTL, at least 1 s: an operator whose
+		// brokers are far apart raises liveness_ttl_ms and raft's timeouts
+		// follow (the leader steps down when no quorum answered within
+		// half of it, which a long round trip must fit in).
+		o.RaftTimeout = max(defaultRaftTimeout, o.LivenessTTL/4)
 		// A lease must outlive a leader change (MinTTL = 2 × RaftTimeout);
 		// shorten raft's timeout rather than refuse a short liveness TTL.
 		if 2*o.RaftTimeout > o.LivenessTTL {

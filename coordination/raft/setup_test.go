@@ -138,6 +138,19 @@ func TestOptionsValidation(t *testing.T) {
 	if d.minTTL() > o.LivenessTTL {
 		t.Fatalf("MinTTL %s above the liveness TTL %s", d.minTTL(), o.LivenessTTL)
 	}
+	// A long liveness TTL (brokers far apart) lengthens raft's timeout to
+	// a quarter of it; the default 4 s keeps 1 s.
+	for ttl, want := range map[time.Duration]time.Duration{4 * time.Second: time.Second, 12 * time.Second: 3 * time.Second} {
+		o := base
+		o.HeartbeatInterval, o.LivenessTTL = time.Second, ttl
+		d, err := o.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.RaftTimeout != want {
+			t.Errorf("liveness TTL %s: raft timeout %s, want %s", ttl, d.RaftTimeout, want)
+		}
+	}
 }
 
 func TestBootstrapperRule(t *testing.T) {
