@@ -156,6 +156,7 @@ func (b *Broker) startCluster() error {
 	c.router = &routing.SessionRouter{Cluster: cl, Self: c.self, DefaultPartitions: c.defaultPartitions, // Queues: openQueues
 		PlacementTimeout: c.placementTimeout}
 	c.followers.c = c
+	c.followers.tailsWrite = make(chan struct{}, 1)
 	c.gates.c = c
 	b.cluster = c
 	b.cluster.registerMetrics(b.registry)

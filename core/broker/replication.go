@@ -221,11 +221,15 @@ type followers struct {
 	running map[core.PartitionRef]*following
 	// This node's LabelTails: tailsWant is the value to publish,
 	// tailsSent the value last written (both under tailsMu, held only
-	// briefly: the cluster loop sets tailsWant); tailsWrite serialises
-	// the writes.
+	// briefly: the cluster loop sets tailsWant); tailsWrite, a one-slot
+	// semaphore, serialises the writes. It is a channel, not a mutex,
+	// because its holder waits between retries: a writer that may wait
+	// long is then itself waiting on a channel (and core/sim's simulated
+	// clock, which moves only while every goroutine waits on a channel or
+	// a timer, keeps moving).
 	tailsMu              sync.Mutex
 	tailsWant, tailsSent string
-	tailsWrite           sync.Mutex
+	tailsWrite           chan struct{}
 	// stats counts the replicas' work (metrics).
 	stats replica.FollowerStats
 }
@@ -321,8 +325,12 @@ func (f *followers) publishTailsLocked(snap *cluster.Snapshot) {
 		return // the common case: no owner is missing, and none was
 	}
 	go func() { // each writes the newest value, so the last one wins
-		f.tailsWrite.Lock()
-		defer f.tailsWrite.Unlock()
+		select {
+		case f.tailsWrite <- struct{}{}:
+			defer func() { <-f.tailsWrite }()
+		case <-f.c.stop:
+			return
+		}
 		// Retried until written or superseded: a failover waits for
 		// these tails, and coordination may be electing a new leader
 		// right then (the dead owner may have been the raft leader).

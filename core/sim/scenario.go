@@ -333,6 +333,11 @@ func Play(t testing.TB, seed uint64, sc Scenario) Outcome {
 	close(stop)
 	<-produced
 	<-consumed
+	// The consumer's session holds what it was delivered and never took
+	// (its prefetch, a delivery that came with the stop): closing its
+	// client ends the session, which releases them to the drain. A
+	// subscription's own close does not: the protocol has no unsubscribe.
+	_ = cc.Close()
 	c.Ledger.Event("producer and consumer stopped")
 	dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer dcancel()
