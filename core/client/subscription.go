@@ -268,12 +268,11 @@ func (s *Subscription) Err() error {
 
 // Close stops consuming. v1 has no unsubscribe op (docs/protocol.md#going-away): the broker-side
 // subscriptions end with the session or at the next reconcile, and until
-// then deliveries that still arrive for them are dropped unsettled. What the
-// broker delivered to them and nobody settled stays leased to this session
-// (a lease has no timeout of its own, S-47): it goes to other consumers
-// when the session ends — Client.Close, or a connection lost for longer
-// than the broker's reconnect grace. Close the Client to hand it over at
-// once.
+// then deliveries that still arrive for them are dropped unsettled: their
+// leases expire (delivery.inflight_ttl_ms, S-50) and they are delivered
+// again, while the session lives possibly to the same broker-side
+// subscription. Closing the Client ends the session, which hands them to
+// other consumers at once (S-54).
 func (s *Subscription) Close() error {
 	s.mu.Lock()
 	if s.closed {
