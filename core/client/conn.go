@@ -661,8 +661,10 @@ func (s *syncCall) onReply(f Frame, err error) {
 	s.ch <- syncResult{f, err}
 }
 
+// syncCalls recycles synchronous calls; each call makes its own channel,
+// for the reason pubOps gives.
 var syncCalls = sync.Pool{New: func() any {
-	s := &syncCall{ch: make(chan syncResult, 1)}
+	s := &syncCall{}
 	s.h = s
 	return s
 }}
@@ -691,6 +693,7 @@ func (c *Conn) do(ctx context.Context, op wire.Op, body wire.Encoder, hook func(
 	}
 	s := syncCalls.Get().(*syncCall)
 	s.op, s.hook, s.ctx, s.expire = op, hook, nil, 0
+	s.ch = make(chan syncResult, 1)
 	if !expire.IsZero() {
 		s.expire = expire.UnixNano()
 	}

@@ -203,3 +203,15 @@ func TestConnIgnoresUnknownOps(t *testing.T) {
 		t.Fatalf("ignored=%d err=%v", c.stats.ignoredFrames.Load(), c.Err())
 	}
 }
+
+// A recycled publish carries no channel into the pool: a channel belongs
+// to the testing/synctest bubble it was made in, and the next user of the
+// op may be in another bubble (a fatal error, found by core/sim).
+func TestRecycledPublishHoldsNoChannel(t *testing.T) {
+	op := &pubOp{wait: make(chan pubResult, 1)}
+	op.h = op
+	op.recycle()
+	if op.wait != nil {
+		t.Fatal("a recycled pubOp keeps its result channel")
+	}
+}

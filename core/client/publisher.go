@@ -183,6 +183,7 @@ func (p *Publisher) PublishConfirmed(ctx context.Context, m Message) (uint64, er
 		return 0, &notWrittenError{err: err}
 	}
 	op := p.newOp(ctx, m, nil)
+	op.wait = make(chan pubResult, 1) // per call: see pubOps
 	if err := op.send(); err != nil {
 		op.recycle()
 		return 0, err
@@ -302,8 +303,13 @@ type pubResult struct {
 	err error
 }
 
+// pubOps recycles publish operations. A pooled op holds no channel: a
+// channel belongs to the testing/synctest bubble (or to no bubble) it was
+// made in, and using it from another is a fatal error, so an op from a
+// test that ran in one bubble must not carry its channel into the next
+// (core/sim runs a bubble per seed; applications test with synctest too).
 var pubOps = sync.Pool{New: func() any {
-	op := &pubOp{wait: make(chan pubResult, 1)}
+	op := &pubOp{}
 	op.h = op
 	return op
 }}
@@ -321,7 +327,7 @@ func (op *pubOp) recycle() {
 	if op.keep {
 		return
 	}
-	*op = pubOp{wait: op.wait}
+	*op = pubOp{}
 	op.h = op
 	pubOps.Put(op)
 }
