@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/fibrilgo/fibril/core/broker"
 	"github.com/fibrilgo/fibril/core/client"
@@ -267,7 +266,3 @@ func (c *Cluster) Client(ctx context.Context, via ...*Node) (*client.Client, str
 	c.mu.Unlock()
 	return cl, host, nil
 }
-
-// Sleep lets simulated time pass (inside a synctest bubble it costs only
-// the work the cluster does meanwhile).
-func Sleep(d time.Duration) { time.Sleep(d) }

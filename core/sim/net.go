@@ -88,14 +88,6 @@ func (n *Net) Heal() {
 	n.mu.Unlock()
 }
 
-// HealOne removes the cut from a to b.
-func (n *Net) HealOne(a, b string) {
-	n.mu.Lock()
-	delete(n.cut, [2]string{a, b})
-	n.wakeAllLocked()
-	n.mu.Unlock()
-}
-
 // SetDelay makes every byte from a to b take d longer (a one-way delay).
 func (n *Net) SetDelay(a, b string, d time.Duration) {
 	n.mu.Lock()
@@ -275,14 +267,6 @@ func (n *Net) newPipe(from, to string) *pipe {
 	n.conns[p] = struct{}{}
 	n.mu.Unlock()
 	return p
-}
-
-// Open counts the open directions of connections (two per connection),
-// for the leak check.
-func (n *Net) Open() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.conns)
 }
 
 type simAddr string

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -120,23 +121,7 @@ func skipUnderRace(t *testing.T) {
 	}
 }
 
-func formatSeed(s uint64) string {
-	return "seed=" + strings.TrimLeft(strings.Repeat("0", 0), "") + uitoa(s)
-}
-
-func uitoa(v uint64) string {
-	if v == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for v > 0 {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return string(b[i:])
-}
+func formatSeed(s uint64) string { return "seed=" + strconv.FormatUint(s, 10) }
 
 // bubbleGoroutines counts the goroutines of the calling synctest bubble
 // and returns their stacks.
