@@ -118,67 +118,71 @@ func newWireLab(t *testing.T, n int) *netLab {
 	return l
 }
 
-// openTun opens a new TUN device named name (IP packets, no header) in the
-// network namespace ns ("" for the test process's own). The device lives
-// as long as the file is open.
-func openTun(ns, name string) (*os.File, error) {
-	type result struct {
-		f   *os.File
-		err error
-	}
-	ch := make(chan result, 1)
+// inNetns runs f on a thread that has entered the network namespace ns
+// ("" for the test process's own), so that what f opens (a TUN device, a
+// socket) lives there whichever thread uses it later.
+func inNetns(ns string, f func() error) error {
+	ch := make(chan error, 1)
 	go func() {
 		// A thread that cannot return to its namespace stays locked: the
 		// runtime ends it with this goroutine.
 		runtime.LockOSThread()
-		if ns != "" {
-			self, err := os.Open("/proc/thread-self/ns/net")
-			if err != nil {
-				ch <- result{err: err}
-				return
-			}
-			defer self.Close()
-			target, err := os.Open("/var/run/netns/" + ns)
-			if err != nil {
-				ch <- result{err: err}
-				return
-			}
-			defer target.Close()
-			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-				ch <- result{err: fmt.Errorf("setns %s: %w", ns, err)}
-				return
-			}
-			defer func() {
-				if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err == nil {
-					runtime.UnlockOSThread()
-				}
-			}()
-		} else {
+		if ns == "" {
 			defer runtime.UnlockOSThread()
+			ch <- f()
+			return
 		}
+		self, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			ch <- err
+			return
+		}
+		defer self.Close()
+		target, err := os.Open("/var/run/netns/" + ns)
+		if err != nil {
+			ch <- err
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- fmt.Errorf("setns %s: %w", ns, err)
+			return
+		}
+		ferr := f()
+		if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- ferr
+	}()
+	return <-ch
+}
+
+// openTun opens a new TUN device named name (IP packets, no header) in the
+// network namespace ns ("" for the test process's own). The device lives
+// as long as the file is open.
+func openTun(ns, name string) (*os.File, error) {
+	var f *os.File
+	err := inNetns(ns, func() error {
 		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
-			ch <- result{err: fmt.Errorf("open /dev/net/tun: %w", err)}
-			return
+			return fmt.Errorf("open /dev/net/tun: %w", err)
 		}
 		ifr, err := unix.NewIfreq(name)
 		if err != nil {
 			unix.Close(fd)
-			ch <- result{err: err}
-			return
+			return err
 		}
 		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
 		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 			unix.Close(fd)
-			ch <- result{err: fmt.Errorf("TUNSETIFF %s: %w", name, err)}
-			return
+			return fmt.Errorf("TUNSETIFF %s: %w", name, err)
 		}
 		// Non-blocking: the runtime's poller serves reads, and closing the
 		// file ends a read in progress.
-		ch <- result{f: os.NewFile(uintptr(fd), name)}
-	}()
-	r := <-ch
-	return r.f, r.err
+		f = os.NewFile(uintptr(fd), name)
+		return nil
+	})
+	return f, err
 }
 
 // set replaces the rule of the direction from → to (a zero rule: none).
@@ -310,40 +314,14 @@ func (w *packetWire) close() {
 		w.passed.Load(), w.dropped.Load(), w.overflow.Load())
 }
 
-// listenIn opens a TCP listener inside namespace ns (the socket stays
-// there whichever thread uses it).
+// listenIn opens a TCP listener inside namespace ns.
 func listenIn(ns, addr string) (net.Listener, error) {
-	type result struct {
-		l   net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		self, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer self.Close()
-		target, err := os.Open("/var/run/netns/" + ns)
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: err}
-			return
-		}
-		l, err := net.Listen("tcp4", addr)
-		if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- result{l, err}
-	}()
-	r := <-ch
-	return r.l, r.err
+	var l net.Listener
+	err := inNetns(ns, func() (err error) {
+		l, err = net.Listen("tcp4", addr)
+		return err
+	})
+	return l, err
 }
 
 // The wire itself: a round trip through a delayed direction takes at
