@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"errors"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -32,6 +33,16 @@ const lowPortBase = 20000
 // out by FreePort.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	port, err := PickPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// PickPort is FreePort for a program that is not a test (the crash demo):
+// the same choice, with an error instead of a failed test.
+func PickPort() (int, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
 	if lo := ephemeralLow(); lo > lowPortBase+1000 {
@@ -39,24 +50,23 @@ func FreePort(t testing.TB) int {
 			port := lowPortBase + rand.IntN(lo-lowPortBase)
 			if !handedOut.ports[port] && portFree(port) {
 				handedOut.ports[port] = true
-				return port
+				return port, nil
 			}
 		}
 	}
 	for range 100 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return 0, err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
 		if !handedOut.ports[port] {
 			handedOut.ports[port] = true
-			return port
+			return port, nil
 		}
 	}
-	t.Fatal("FreePort: no port that was not handed out before in 100 tries")
-	return 0
+	return 0, errors.New("FreePort: no port that was not handed out before in 100 tries")
 }
 
 // ephemeralLow is the first port of the kernel's ephemeral range (0 when

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -476,67 +475,6 @@ func (c *cluster) setRuntime(ctx context.Context, group, key string, value any, 
 			return ctx.Err()
 		}
 	}
-}
-
-// handedOut keeps the ports freePort returned in this process: a port is
-// only free until someone binds it.
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// freePort picks a loopback port nothing listens on, below the kernel's
-// ephemeral range when there is room (a port in that range may be taken
-// by any outgoing connection before the broker binds it), the way
-// core/testkit.FreePort does for the tests.
-func freePort() (int, error) {
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	const base = 20000
-	if lo := ephemeralLow(); lo > base+1000 {
-		for range 1000 {
-			p := base + rand.IntN(lo-base)
-			if !handedOut.ports[p] && portFree(p) {
-				handedOut.ports[p] = true
-				return p, nil
-			}
-		}
-	}
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !handedOut.ports[p] {
-			handedOut.ports[p] = true
-			return p, nil
-		}
-	}
-	return 0, errors.New("no free loopback port")
-}
-
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	n, _ := strconv.Atoi(f[0])
-	return n
-}
-
-func portFree(p int) bool {
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-	if err != nil {
-		return false
-	}
-	l.Close()
-	return true
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

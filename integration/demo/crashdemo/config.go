@@ -19,6 +19,8 @@ import (
 	"errors"
 	"io"
 	"time"
+
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // Config is one run of the demo. Zero fields take the defaults of the
@@ -109,7 +111,7 @@ func (c Config) withDefaults() Config {
 		c.Out = io.Discard
 	}
 	if c.FreePort == nil {
-		c.FreePort = freePort
+		c.FreePort = testkit.PickPort
 	}
 	c.username, c.password = "app", "crash-demo-"+randomHex(16)
 	return c
