@@ -17,6 +17,8 @@ import (
 
 	"github.com/fibrilgo/fibril/core/client"
 	"github.com/fibrilgo/fibril/core/config"
+	"github.com/fibrilgo/fibril/core/queue"
+	"github.com/fibrilgo/fibril/core/testkit"
 )
 
 // A backup taken while the broker serves, restored into a new data
@@ -145,7 +147,12 @@ func TestBackupClusterNode(t *testing.T) {
 	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "spread", Partitions: 6}); err != nil {
 		t.Fatal(err)
 	}
-	awaitPlaced(t, bs[0], 10*time.Second, "spread")
+	awaitPlaced(t, bs[1], 10*time.Second, "spread")
+	// The placement can reach bs[1]'s view before its queue manager has
+	// applied the declaration; a backup then holds no partition of it yet.
+	testkit.Eventually(t, 10*time.Second, "bs[1] knows the queue locally", func() bool {
+		return slices.ContainsFunc(bs[1].readyQueues().Queues(), func(q queue.QueueInfo) bool { return q.Key.Topic == "spread" })
+	})
 	snap := bs[1].cluster.cl.Snapshot()
 	want := 0
 	for _, p := range snap.Queue("spread", "").Parts {
