@@ -78,6 +78,10 @@ func (l Labels) Clone() Labels {
 	return out
 }
 
+// TagPrivate tags a private owner's own endpoints in a topology entry,
+// listed after the gateway's untagged ones (docs/protocol.md#endpoints).
+const TagPrivate = "private"
+
 // Endpoint is one client-facing address a broker advertises (docs/protocol.md#endpoints).
 // Host is a DNS name, an IPv4 literal or a bracketed IPv6 literal.
 type Endpoint struct {
@@ -91,7 +95,7 @@ func (e Endpoint) String() string {
 	return e.Host + ":" + strconv.Itoa(int(e.Port))
 }
 
-// Equal compares host and port (tags carry no routing meaning yet, S-121).
+// Equal compares host and port (tags are not part of an address, S-121).
 func (e Endpoint) Equal(o Endpoint) bool {
 	return strings.EqualFold(e.Host, o.Host) && e.Port == o.Port
 }

@@ -118,6 +118,9 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		subs:   make(map[*Subscription]struct{}),
 		async:  newCompleter(),
 	}
+	if opts.PreferPrivateEndpoints {
+		c.topo.preferPrivateEndpoints(opts.PrivateRetryAfter)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	boot := newEndpoint(c, opts.Addrs[0])
 	boot.bootstrap = true
@@ -312,6 +315,10 @@ func (c *Client) afterConnErr(w *waitCtx, ep *endpoint, key *routeKey, st *resen
 		return true, nil // routed again from the updated cache
 	case w.err() != nil:
 		return false, st.giveUp(err)
+	case key != nil && c.route(key) != ep:
+		// The route moved — a private endpoint that did not answer is
+		// avoided now (Options.PreferPrivateEndpoints): the gateway at once.
+		return true, nil
 	case fatalDialError(err):
 		return false, err
 	}
@@ -463,8 +470,8 @@ func (c *Client) sendFireAndForget(ctx context.Context, op wire.Op, key *routeKe
 				return nil
 			}
 		}
-		if errors.Is(err, errRetired) && w.err() == nil {
-			continue // routed again from the updated cache
+		if (errors.Is(err, errRetired) || key != nil && c.route(key) != ep) && w.err() == nil {
+			continue // routed again from the updated cache (or past an avoided private endpoint)
 		}
 		if fatalDialError(err) || (errors.Is(err, ErrClosed) && c.ctx.Err() != nil) {
 			return err

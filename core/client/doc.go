@@ -33,10 +33,23 @@
 // # What the client does for you
 //
 // Routing follows the topology cache (docs/protocol.md#topology): each partition goes to the
-// first owner endpoint of its topology entry, over a pool of connections
+// first owner endpoint of its topology entry that is not tagged private, over a pool of connections
 // keyed by host:port; unknown owners use the bootstrap connection. Keys
 // pick partitions with FNV-1a (docs/protocol.md#publish). REDIRECTs are followed (at most
 // Options.MaxRedirects per operation) and update the cache.
+//
+// Internal clients that can reach private brokers set
+// Options.PreferPrivateEndpoints: where a cluster lists a private owner's
+// own endpoints, tagged private after the gateway's
+// (routing.expose_private_endpoints, docs/protocol.md#endpoints), the
+// partition goes to the first tagged one. When it does not answer (its
+// dial fails or times out, after Options.DialTimeout) the operation goes
+// to the gateway at once; when its connection dies the client does not
+// reconnect to it — its subscriptions subscribe again and its operations
+// go through the gateway. Either way the endpoint is avoided for
+// Options.PrivateRetryAfter (30s). Requests in flight on a connection that
+// died still end with ErrOutcomeUnknown, as anywhere. Without the option
+// the client never dials an endpoint tagged private.
 //
 // Re-sends follow the client column of docs/protocol.md#answers exactly: a request is sent
 // again only if it was never written, or after a REDIRECT, a 409 or a 503,

@@ -21,6 +21,7 @@ const (
 	DefaultOperationTimeout = 30 * time.Second
 	DefaultPrefetch         = 32
 	DefaultWriteBufferSize  = 1 << 20
+	DefaultPrivateRetry     = 30 * time.Second
 	DefaultClientName       = "fibril-go"
 	DefaultClientVersion    = "0.1.0"
 )
@@ -81,6 +82,20 @@ type Options struct {
 	// handed to the socket; callers that queue more wait for the writer
 	// (backpressure). Default 1 MiB.
 	WriteBufferSize int
+	// PreferPrivateEndpoints is for internal clients that can reach
+	// private brokers. When a partition's topology entry lists endpoints
+	// tagged private (a cluster with routing.expose_private_endpoints on,
+	// docs/protocol.md#endpoints), the client goes to the first of them,
+	// directly to the private owner, instead of through the gateway. A
+	// private endpoint that does not answer (its dial fails or times out)
+	// or whose connection dies is avoided for PrivateRetryAfter: its
+	// operations and subscriptions go through the gateway (the entry's
+	// first untagged endpoint) meanwhile. Without it the client never
+	// dials an endpoint tagged private.
+	PreferPrivateEndpoints bool
+	// PrivateRetryAfter is how long a private endpoint that did not answer
+	// is avoided (PreferPrivateEndpoints). Default 30s.
+	PrivateRetryAfter time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -110,6 +125,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.OperationTimeout <= 0 {
 		o.OperationTimeout = DefaultOperationTimeout
+	}
+	if o.PrivateRetryAfter <= 0 {
+		o.PrivateRetryAfter = DefaultPrivateRetry
 	}
 	if o.ClientName == "" {
 		o.ClientName = DefaultClientName

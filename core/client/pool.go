@@ -142,6 +142,10 @@ func (ep *endpoint) dial(att *dialAttempt) {
 
 	cfg := cl.connConfig(resume, rc, ep)
 	conn, err := dialConn(ctx, addr, cfg, &cl.stats)
+	// A private endpoint that did not answer is avoided from now on
+	// (Options.PreferPrivateEndpoints): recorded before the waiters wake,
+	// so that they route past it.
+	privateFailed := err != nil && !ep.bootstrap && cl.topo.privateFailed(addr)
 
 	ep.mu.Lock()
 	if err == nil && (ep.retired || cl.ctx.Err() != nil) {
@@ -160,6 +164,10 @@ func (ep *endpoint) dial(att *dialAttempt) {
 		close(att.done)
 		ep.mu.Unlock()
 		cl.log.Debug("connect failed", "broker", addr, "err", err)
+		if privateFailed {
+			cl.log.Info("private endpoint did not answer; using the gateway", "broker", addr, "err", err,
+				"retry_after", cl.opts.PrivateRetryAfter)
+		}
 		return
 	}
 	hs := conn.Handshake()
@@ -228,8 +236,18 @@ func (ep *endpoint) watch(conn *Conn) {
 	}
 	ep.conn = nil
 	ep.byID = make(map[uint64]*partSub)
-	need := !ep.retired && (ep.bootstrap || len(ep.subs) > 0) && ep.cl.ctx.Err() == nil
+	lost := !ep.retired && ep.cl.ctx.Err() == nil
+	need := lost && (ep.bootstrap || len(ep.subs) > 0)
 	ep.mu.Unlock()
+	if lost && !ep.bootstrap && ep.cl.topo.privateFailed(conn.Addr()) {
+		// A private endpoint (Options.PreferPrivateEndpoints) is not
+		// reconnected: its partitions go through the gateway, where the
+		// subscriptions subscribe again.
+		ep.cl.log.Info("connection to a private endpoint lost; using the gateway", "broker", conn.Addr(), "err", conn.Err(),
+			"retry_after", ep.cl.opts.PrivateRetryAfter)
+		ep.releaseSubs(detachNote{msg: "connection to the private endpoint lost; subscribing through the gateway"})
+		return
+	}
 	if need {
 		ep.cl.log.Info("connection lost; reconnecting", "broker", conn.Addr(), "err", conn.Err())
 	} else {

@@ -2,8 +2,11 @@ package client
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"time"
 
+	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/wire"
 )
 
@@ -45,17 +48,37 @@ type countInfo struct {
 }
 
 // topoCache is the client's routing cache (docs/protocol.md#topology, S-115): the first owner
-// endpoint of every partition and the partition count and partitioning
-// version of every queue and stream.
+// endpoint of every partition that is not tagged private, and the partition count and
+// partitioning version of every queue and stream. With
+// Options.PreferPrivateEndpoints it also keeps each partition's first
+// endpoint tagged private (docs/protocol.md#endpoints), used while it
+// answers.
 type topoCache struct {
 	mu     sync.Mutex
 	gen    uint64
 	owners map[routeKey]string
 	counts map[countKey]countInfo
+	// preferPrivate is Options.PreferPrivateEndpoints; private holds the
+	// first endpoint tagged private of the partitions that have one (only
+	// with preferPrivate), and avoid the private endpoints that did not
+	// answer, with the time until which they are avoided
+	// (Options.PrivateRetryAfter, retryPrivate).
+	preferPrivate bool
+	retryPrivate  time.Duration
+	private       map[routeKey]string
+	avoid         map[string]time.Time
 }
 
 func newTopoCache() *topoCache {
-	return &topoCache{owners: make(map[routeKey]string), counts: make(map[countKey]countInfo)}
+	return &topoCache{owners: make(map[routeKey]string), counts: make(map[countKey]countInfo),
+		private: make(map[routeKey]string), avoid: make(map[string]time.Time)}
+}
+
+// preferPrivateEndpoints turns on the private route (Options.PreferPrivateEndpoints).
+func (t *topoCache) preferPrivateEndpoints(retry time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.preferPrivate, t.retryPrivate = true, retry
 }
 
 // apply installs a snapshot. A full snapshot replaces the cache; a
@@ -73,10 +96,16 @@ func (t *topoCache) apply(w *wire.Topology, full bool, topic wire.Option[string]
 	if full || !topic.Present {
 		clear(t.owners)
 		clear(t.counts)
+		clear(t.private)
 	} else {
 		for k := range t.owners {
 			if k.topic == topic.Value && (!group.Present || k.group == group) {
 				delete(t.owners, k)
+			}
+		}
+		for k := range t.private {
+			if k.topic == topic.Value && (!group.Present || k.group == group) {
+				delete(t.private, k)
 			}
 		}
 		for k := range t.counts {
@@ -97,10 +126,24 @@ func (t *topoCache) apply(w *wire.Topology, full bool, topic wire.Option[string]
 }
 
 func (t *topoCache) put(k routeKey, owners []wire.AdvertisedAddress, n uint32, version uint64) {
-	if len(owners) > 0 {
-		t.owners[k] = owners[0].String()
+	if a, ok := firstEndpoint(owners, false); ok {
+		t.owners[k] = a
+	}
+	if a, ok := firstEndpoint(owners, true); ok && t.preferPrivate {
+		t.private[k] = a
 	}
 	t.counts[countKey{k.topic, k.group}] = countInfo{n: n, version: version}
+}
+
+// firstEndpoint is the first endpoint of an entry that is tagged private
+// (private) or not (!private).
+func firstEndpoint(owners []wire.AdvertisedAddress, private bool) (string, bool) {
+	for _, o := range owners {
+		if slices.Contains(o.Tags, core.TagPrivate) == private {
+			return o.String(), true
+		}
+	}
+	return "", false
 }
 
 // applyRedirect records the owner and partitioning version a REDIRECT
@@ -110,11 +153,14 @@ func (t *topoCache) applyRedirect(r *wire.Redirect) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	k := routeKey{r.Topic, r.Partition, r.Group}
-	if len(r.Owners) > 0 {
-		t.owners[k] = r.Owners[0].String()
+	if a, ok := firstEndpoint(r.Owners, false); ok {
+		t.owners[k] = a
 	} else {
 		delete(t.owners, k)
 	}
+	// The partition is elsewhere now: its private route, if any, is stale
+	// until the next topology says otherwise.
+	delete(t.private, k)
 	ck := countKey{r.Topic, r.Group}
 	ci := t.counts[ck]
 	if r.PartitioningVersion > ci.version {
@@ -123,11 +169,41 @@ func (t *topoCache) applyRedirect(r *wire.Redirect) {
 	}
 }
 
-// owner returns the cached owner of k ("" = unknown: use bootstrap).
+// owner returns the cached owner of k ("" = unknown: use bootstrap): its
+// private endpoint while it has one that is not avoided, else its first
+// untagged one.
 func (t *topoCache) owner(k routeKey) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if a := t.private[k]; a != "" && !t.avoidedLocked(a) {
+		return a
+	}
 	return t.owners[k]
+}
+
+func (t *topoCache) avoidedLocked(addr string) bool {
+	until, ok := t.avoid[addr]
+	if ok && time.Now().After(until) {
+		delete(t.avoid, addr)
+		return false
+	}
+	return ok
+}
+
+// privateFailed records that addr did not answer or lost its connection.
+// When addr is a private endpoint of the cache it is avoided for
+// retryPrivate (its partitions route through their gateway meanwhile) and
+// the answer is true.
+func (t *topoCache) privateFailed(addr string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, a := range t.private {
+		if a == addr {
+			t.avoid[addr] = time.Now().Add(t.retryPrivate)
+			return true
+		}
+	}
+	return false
 }
 
 // count returns the partition count and partitioning version of a queue
@@ -144,8 +220,11 @@ func (t *topoCache) count(topic string, group wire.Option[string]) (n uint32, ve
 func (t *topoCache) ownedEndpoints() map[string]bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	m := make(map[string]bool, len(t.owners))
+	m := make(map[string]bool, len(t.owners)+len(t.private))
 	for _, a := range t.owners {
+		m[a] = true
+	}
+	for _, a := range t.private {
 		m[a] = true
 	}
 	return m
