@@ -26,6 +26,13 @@ const (
 	// LabelAdvertise is the comma-separated client endpoint list
 	// (host:port, priority order). Absent for private nodes.
 	LabelAdvertise = "fibril/advertise"
+	// LabelPrivateAdvertise is a private node's own client endpoint list
+	// (the LabelAdvertise format), published only while the runtime
+	// setting routing.expose_private_endpoints is on; topology answers then
+	// list it after the gateway's, each entry tagged TagPrivate
+	// (core/routing/README.md#private-endpoints). Routing content: it moves
+	// the topology generation.
+	LabelPrivateAdvertise = "fibril/private_advertise"
 	// LabelDraining is "true" while the node drains (S-128): it gets no new
 	// placements.
 	LabelDraining = "fibril/draining"

@@ -298,6 +298,14 @@ func runSettings(ctx context.Context, g *globals, e *env, args []string) error {
 				group[key] = val
 				continue
 			}
+			if _, isBool := prev.(bool); isBool { // routing.expose_private_endpoints
+				b, err := strconv.ParseBool(val)
+				if err != nil {
+					return usagef("%s: %q is not true or false", name, val)
+				}
+				group[key] = b
+				continue
+			}
 			n, err := strconv.ParseInt(val, 10, 64)
 			if err != nil {
 				return usagef("%s: %q is not an integer", name, val)

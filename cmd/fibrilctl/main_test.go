@@ -546,6 +546,14 @@ func TestSettings(t *testing.T) {
 	if r := ctl(t, "", "settings", "set", "replication.durability=quorum"); r.code != exitFail || !strings.Contains(r.stderr, "replication.durability") {
 		t.Fatalf("invalid durability: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// A boolean setting takes true or false.
+	mustOK(t, ctl(t, "", "settings", "set", "routing.expose_private_endpoints=true"), "settings set a boolean")
+	if r := ctl(t, "", "settings", "get"); !strings.Contains(r.stdout, "routing.expose_private_endpoints = true") {
+		t.Fatalf("after setting a boolean: %q", r.stdout)
+	}
+	if r := ctl(t, "", "settings", "set", "routing.expose_private_endpoints=maybe"); r.code != exitUsage {
+		t.Fatalf("a boolean set to maybe: exit %d, stderr %q", r.code, r.stderr)
+	}
 }
 
 // cluster and topology --owners need a cluster: a standalone broker's admin

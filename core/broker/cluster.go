@@ -65,6 +65,11 @@ type coordinated struct {
 	dlqRR   atomic.Uint64
 	// router is the session.Router that routes by the cluster view.
 	router *routing.SessionRouter
+	// privateAdvertise is, on a private broker, its client endpoint list
+	// in the LabelAdvertise format: what it publishes as
+	// core.LabelPrivateAdvertise while routing.expose_private_endpoints is
+	// on (privateAdvertiseLabel). Empty on a public broker.
+	privateAdvertise string
 	// noGatewayWarned rate-limits the no-public-broker warnings
 	// (warnNoGateway).
 	noGatewayWarned lograte.Limiter[struct{}]
@@ -154,7 +159,10 @@ func (b *Broker) startCluster() error {
 	c := &coordinated{b: b, coord: coord, cl: cl, self: routing.Self{ID: id, Advertise: toEndpoints(adv), Private: cfg.Broker.Visibility == string(core.Private)},
 		stop: make(chan struct{}), done: make(chan struct{}), noGatewayWarned: lograte.Limiter[struct{}]{Every: noGatewayWarnEvery}}
 	c.router = &routing.SessionRouter{Cluster: cl, Self: c.self, DefaultPartitions: c.defaultPartitions, // Queues: openQueues
-		PlacementTimeout: c.placementTimeout}
+		PlacementTimeout: c.placementTimeout, ExposePrivate: c.exposePrivate}
+	if c.self.Private {
+		c.privateAdvertise = core.FormatEndpoints(toEndpoints(adv))
+	}
 	c.followers.c = c
 	c.followers.tailsWrite = make(chan struct{}, 1)
 	c.gates.c = c
@@ -288,6 +296,23 @@ func (c *coordinated) defaultPartitions() uint32 {
 // declarations read it).
 func (c *coordinated) placementTimeout() time.Duration {
 	return settings.Ms(c.b.settings.Current().Routing.DeclarePlacementTimeoutMS)
+}
+
+// exposePrivate is routing.expose_private_endpoints (the router's
+// topology answers read it; core/routing/README.md#private-endpoints).
+func (c *coordinated) exposePrivate() bool {
+	return c.b.settings.Current().Routing.ExposePrivateEndpoints
+}
+
+// privateAdvertiseLabel is the value of core.LabelPrivateAdvertise this
+// node publishes with its heartbeat: a private broker's client endpoints
+// while routing.expose_private_endpoints is on, else "" (withdrawn). Public
+// brokers never publish it.
+func (c *coordinated) privateAdvertiseLabel() string {
+	if c.privateAdvertise == "" || !c.exposePrivate() {
+		return ""
+	}
+	return c.privateAdvertise
 }
 
 // coordinationConfig hands a backend its keys as strings (plugins.CoordinationEnv).

@@ -389,10 +389,13 @@ func (b *Broker) dialer() forward.Dialer {
 }
 
 // heartbeatLabels are the labels this node publishes as they change: its
-// topology adoption level (S-120) and, while non-zero, its forwarding
-// session counts (core/forward/README.md#observability).
+// topology adoption level (S-120), while non-zero its forwarding
+// session counts (core/forward/README.md#observability), and on a private
+// broker while routing.expose_private_endpoints is on its client
+// addresses (core/routing/README.md#private-endpoints).
 func (b *Broker) heartbeatLabels() core.Labels {
-	l := core.Labels{core.LabelUpstreamSessions: "", core.LabelForwardedSessions: ""}
+	l := core.Labels{core.LabelUpstreamSessions: "", core.LabelForwardedSessions: "",
+		core.LabelPrivateAdvertise: b.cluster.privateAdvertiseLabel()}
 	if gen, ok := b.sessions.AdoptionLevel(); ok {
 		l[core.LabelAdoption] = strconv.FormatUint(gen, 10)
 	}

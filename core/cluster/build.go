@@ -513,6 +513,7 @@ func (s *Snapshot) routingFingerprint() uint64 {
 			f.str(m.Info.Labels[core.LabelAdvertise])
 			f.str(m.Info.Labels[core.LabelVisibility])
 			f.str(m.Info.Labels[core.LabelDraining])
+			f.str(m.Info.Labels[core.LabelPrivateAdvertise])
 		}
 	}
 	for _, q := range s.Queues {

@@ -300,10 +300,11 @@ func (c *Cluster) putRecord(ctx context.Context, lease core.Lease, labels core.L
 
 // SetLabelSource tells the heartbeat where to read labels this node
 // publishes as they change — the topology adoption level (S-120), the
-// forwarding session counts — each written when its value moved ("" deletes
-// it). The session server exists only after the cluster is joined, hence a
-// setter. These labels are not routing content: they never move the
-// generation.
+// forwarding session counts, a private node's exposed client addresses —
+// each written when its value moved ("" deletes it). The session server
+// exists only after the cluster is joined, hence a setter. Of these labels
+// only core.LabelPrivateAdvertise is routing content (it moves the
+// generation); the others never do.
 func (c *Cluster) SetLabelSource(f func() core.Labels) { c.labelSource.Store(&f) }
 
 // publishLabels writes the source's labels that changed since the last

@@ -426,6 +426,33 @@ func TestGenerationMovesOnRoutingChangesOnly(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, "generation moves", func() bool { return a.Snapshot().Generation > g })
 }
 
+// A private node's exposed client addresses (core.LabelPrivateAdvertise,
+// core/routing/README.md#private-endpoints) are routing content: publishing
+// and withdrawing them moves the generation, so connected clients get a
+// TOPOLOGY_UPDATE either way.
+func TestPrivateAdvertiseMovesTheGeneration(t *testing.T) {
+	tc := newTestCluster(t, "a", "b")
+	a, b := tc.nodes["a"], tc.nodes["b"]
+	testkit.Eventually(t, 5*time.Second, "both nodes live", func() bool { return a.Snapshot().Live("a") && a.Snapshot().Live("b") })
+	var expose atomic.Bool
+	b.SetLabelSource(func() core.Labels {
+		if expose.Load() {
+			return core.Labels{core.LabelPrivateAdvertise: "127.0.0.1:7999"}
+		}
+		return core.Labels{core.LabelPrivateAdvertise: ""}
+	})
+	for _, on := range []bool{true, false} {
+		gen := a.Snapshot().Generation
+		expose.Store(on)
+		testkit.Eventually(t, 5*time.Second, fmt.Sprintf("the label is published = %v", on), func() bool {
+			return (a.Snapshot().Members["b"].Info.Labels[core.LabelPrivateAdvertise] != "") == on
+		})
+		if g := a.Snapshot().Generation; g == gen {
+			t.Fatalf("exposed = %v left the generation at %d", on, g)
+		}
+	}
+}
+
 // S-120: each node publishes its adoption level with its heartbeat; the
 // cluster floor is the lowest among live nodes; the label never moves the
 // topology generation.

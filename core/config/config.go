@@ -263,8 +263,10 @@ type Runtime struct {
 	Replication Replication
 }
 
-// Routing holds the forwarding limits (core/forward/README.md#bounds) and
-// how long a declaration waits for its partitions to be placed.
+// Routing holds the forwarding limits (core/forward/README.md#bounds),
+// how long a declaration waits for its partitions to be placed, and
+// whether topology answers list private owners' own addresses, tagged
+// private (core/routing/README.md#private-endpoints).
 type Routing struct {
 	MaxUpstreamSessions         int64 `key:"routing.max_upstream_sessions"`
 	MaxUpstreamSessionsPerOwner int64 `key:"routing.max_upstream_sessions_per_owner"`
@@ -273,6 +275,7 @@ type Routing struct {
 	UpstreamConnectTimeoutMS    int64 `key:"routing.upstream_connect_timeout_ms"`
 	UpstreamIdleCloseMS         int64 `key:"routing.upstream_idle_close_ms"`
 	DeclarePlacementTimeoutMS   int64 `key:"routing.declare_placement_timeout_ms"`
+	ExposePrivateEndpoints      bool  `key:"routing.expose_private_endpoints"`
 }
 
 // Replication holds how many followers each partition gets and what a

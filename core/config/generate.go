@@ -268,7 +268,7 @@ var sectionDocs = map[string]string{
 	"log":          "Logging (log/slog).",
 	"runtime_seed": "Seeds of the runtime settings document: used only when the cluster has no document yet; afterwards the document wins and changes go through the admin API.",
 	"replication":  "How many copies of each partition the cluster keeps and when a replicated publish is confirmed. Runtime settings with built-in defaults and no boot seed, like routing; a standalone broker ignores them.",
-	"routing":      "Forwarding limits (see core/forward/README.md) and how long a declaration waits for its partitions to be placed. Runtime settings with built-in defaults and no boot seed: setting them at boot is an error; they change through the runtime settings document.",
+	"routing":      "Forwarding limits (see core/forward/README.md), how long a declaration waits for its partitions to be placed, and whether topology answers list private owners' own addresses for internal clients (see core/routing/README.md). Runtime settings with built-in defaults and no boot seed: setting them at boot is an error; they change through the runtime settings document.",
 }
 
 // mdCell escapes text for a Markdown table cell.

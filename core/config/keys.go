@@ -32,7 +32,7 @@ var keys = []Key{
 		Name: "broker.listener.advertise", Kind: KindList, Default: []string{},
 		DefaultNote: "empty: derived at start",
 		Env:         []string{"FIBRIL_BROKER_ADVERTISE"},
-		Doc:         "host:port addresses clients are told to dial for this broker, in order. Not given to clients when broker.visibility is private.",
+		Doc:         "host:port addresses clients are told to dial for this broker, in order. When broker.visibility is private they are given to clients only while routing.expose_private_endpoints is on, tagged private after the gateway's.",
 		Check:       dialAddrList,
 	},
 	{
@@ -496,6 +496,11 @@ var keys = []Key{
 		Name: "routing.declare_placement_timeout_ms", Kind: KindInt, Default: int64(5000), Min: bound(1), Class: RuntimeOnly,
 		Env: []string{"FIBRIL_ROUTING_DECLARE_PLACEMENT_TIMEOUT_MS"},
 		Doc: "Milliseconds a declaration's answer waits for every partition to have an owner, so clients can use them at once; it answers anyway after this.",
+	},
+	{
+		Name: "routing.expose_private_endpoints", Kind: KindBool, Default: false, Class: RuntimeOnly,
+		Env: []string{"FIBRIL_ROUTING_EXPOSE_PRIVATE_ENDPOINTS"},
+		Doc: "Topology entries of privately owned partitions also list the private owner's own client addresses, after the gateway's and tagged private, for internal clients that can reach private brokers (core/client PreferPrivateEndpoints). Off: a private broker's address appears in no answer to a client.",
 	},
 	// replication.* are runtime-only too: one document decides for the
 	// whole cluster how many copies each partition has. A standalone

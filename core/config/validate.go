@@ -110,7 +110,7 @@ var rules = []rule{
 		},
 	},
 	{
-		Doc: "A private broker cannot run standalone: broker.visibility = private needs a coordination.backend other than none. (Warns when a private broker sets broker.listener.advertise: clients never get those addresses.)",
+		Doc: "A private broker cannot run standalone: broker.visibility = private needs a coordination.backend other than none. (Warns when a private broker sets broker.listener.advertise: clients get those addresses only while routing.expose_private_endpoints is on.)",
 		check: func(c *checker) {
 			if c.str("broker.visibility") != VisibilityPrivate {
 				return
@@ -120,7 +120,7 @@ var rules = []rule{
 					"broker.visibility", "coordination.backend")
 			}
 			if len(c.list("broker.listener.advertise")) > 0 {
-				c.warn("broker.listener.advertise", "this broker is private, so these addresses are never given to clients")
+				c.warn("broker.listener.advertise", "this broker is private, so these addresses are given to clients only while the runtime setting routing.expose_private_endpoints is on (tagged private, after the gateway's)")
 			}
 		},
 	},

@@ -4,7 +4,9 @@
 // the answers), and builds every client-facing endpoint list from the
 // cluster snapshot — topology answers, pushes, redirects and the
 // partitioning-version fence all go through ClientEndpoints, so no other
-// path can leak an address.
+// path can leak an address. Topology answers alone may add a private
+// owner's own addresses after the gateway's, tagged private, when the
+// operator turns routing.expose_private_endpoints on (TopologyEndpoints).
 //
 // Data flows one way: a cluster.Snapshot and a partition in, a Decision
 // out. SessionRouter adapts that to core/session's Router for coordinated

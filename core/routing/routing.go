@@ -137,7 +137,8 @@ func Fence(s *cluster.Snapshot, ref core.PartitionRef, published uint64) (Decisi
 // public broker Rendezvous picks among the snapshot's gateways, so every
 // broker names the same one (core/routing/README.md#gateway-set); else none (an empty
 // list sends a client to its bootstrap broker, S-115). A private broker's
-// address is never returned.
+// address is never returned: only TopologyEndpoints adds one, tagged, and
+// only when the operator exposes them.
 func ClientEndpoints(s *cluster.Snapshot, p cluster.Partition) []core.Endpoint {
 	if !p.Placed() {
 		return nil
@@ -154,6 +155,36 @@ func ClientEndpoints(s *cluster.Snapshot, p cluster.Partition) []core.Endpoint {
 		return nil
 	}
 	return s.Members[gw].Info.Advertise()
+}
+
+// TopologyEndpoints is a partition's endpoint list in a topology answer
+// (and only there; core/routing/README.md#private-endpoints):
+// ClientEndpoints, followed — when exposePrivate is set
+// (routing.expose_private_endpoints), the owner is a live private broker
+// that publishes its client addresses (core.LabelPrivateAdvertise) and the
+// partition has gateway endpoints — by the owner's own addresses, each
+// tagged core.TagPrivate. Gateway endpoints always come first, so an SDK
+// that dials the first entry keeps using the gateway; an entry with no
+// gateway gets no private addresses either.
+func TopologyEndpoints(s *cluster.Snapshot, p cluster.Partition, exposePrivate bool) []core.Endpoint {
+	eps := ClientEndpoints(s, p)
+	if !exposePrivate || len(eps) == 0 {
+		return eps
+	}
+	m := s.Members[p.Node] // live: ClientEndpoints answered
+	if m.Info.Visibility() != core.Private {
+		return eps
+	}
+	own, err := core.ParseEndpoints(m.Info.Labels[core.LabelPrivateAdvertise])
+	if err != nil || len(own) == 0 {
+		return eps
+	}
+	out := make([]core.Endpoint, 0, len(eps)+len(own))
+	out = append(out, eps...)
+	for _, e := range own {
+		out = append(out, core.Endpoint{Host: e.Host, Port: e.Port, Tags: []string{core.TagPrivate}})
+	}
+	return out
 }
 
 // ownAdvertise is the client list a live owner advertises itself (none
@@ -220,11 +251,11 @@ func describe(ref core.PartitionRef) string {
 
 // Topology builds the TOPOLOGY answer (S-112, S-114; docs/protocol.md#topology): every
 // declared queue and stream partition, narrowed by the request's filters,
-// with the partition's client endpoints (ClientEndpoints: the owner's, or
-// for a private owner its gateway's; empty while unplaced or while the
-// owner is dead), the partition count on every entry and the snapshot's
-// generation.
-func Topology(s *cluster.Snapshot, req wire.TopologyRequest) wire.Topology {
+// with the partition's client endpoints (TopologyEndpoints: the owner's, or
+// for a private owner its gateway's, then with exposePrivate the private
+// owner's own, tagged private; empty while unplaced or while the owner is
+// dead), the partition count on every entry and the snapshot's generation.
+func Topology(s *cluster.Snapshot, req wire.TopologyRequest, exposePrivate bool) wire.Topology {
 	t := wire.Topology{Generation: s.Generation}
 	topic, hasTopic := req.Topic.Get()
 	group, hasGroup := req.Group.Get()
@@ -234,7 +265,7 @@ func Topology(s *cluster.Snapshot, req wire.TopologyRequest) wire.Topology {
 		}
 		for _, p := range q.Parts {
 			t.Queues = append(t.Queues, wire.QueueEntry{Topic: q.Info.Topic, Partition: p.Ref.Partition, Group: q.Info.Group,
-				Owners: Wire(ClientEndpoints(s, p)), PartitioningVersion: q.Info.PartitioningVersion, PartitionCount: q.Info.PartitionCount})
+				Owners: Wire(TopologyEndpoints(s, p, exposePrivate)), PartitioningVersion: q.Info.PartitioningVersion, PartitionCount: q.Info.PartitionCount})
 		}
 	}
 	for _, st := range s.Streams {
@@ -243,7 +274,7 @@ func Topology(s *cluster.Snapshot, req wire.TopologyRequest) wire.Topology {
 		}
 		for _, p := range st.Parts {
 			t.Streams = append(t.Streams, wire.StreamEntry{Topic: st.Info.Topic, Partition: p.Ref.Partition,
-				Owners: Wire(ClientEndpoints(s, p)), PartitionCount: st.Info.PartitionCount})
+				Owners: Wire(TopologyEndpoints(s, p, exposePrivate)), PartitionCount: st.Info.PartitionCount})
 		}
 	}
 	return t

@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -242,7 +244,7 @@ func TestNoPrivateAddressLeaks(t *testing.T) {
 			}
 		}
 	}
-	topo := Topology(snap, wire.TopologyRequest{})
+	topo := Topology(snap, wire.TopologyRequest{}, false)
 	for _, q := range topo.Queues {
 		for _, o := range q.Owners {
 			if strings.HasSuffix(o.String(), ":7999") {
@@ -268,7 +270,7 @@ func TestNoPrivateAddressLeaks(t *testing.T) {
 // count on each entry; filters narrow topic and group.
 func TestTopology(t *testing.T) {
 	s := fixture()
-	topo := Topology(s, wire.TopologyRequest{})
+	topo := Topology(s, wire.TopologyRequest{}, false)
 	if topo.Generation == 0 || len(topo.Queues) != 8 {
 		t.Fatalf("topology %+v", topo)
 	}
@@ -287,10 +289,114 @@ func TestTopology(t *testing.T) {
 			t.Fatalf("partition %d first owner %q, want %q", q.Partition, got, want)
 		}
 	}
-	if n := len(Topology(s, wire.TopologyRequest{Topic: wire.Some("other")}).Queues); n != 0 {
+	if n := len(Topology(s, wire.TopologyRequest{Topic: wire.Some("other")}, false).Queues); n != 0 {
 		t.Fatalf("topic filter kept %d", n)
 	}
-	if n := len(Topology(s, wire.TopologyRequest{Topic: wire.Some("orders"), Group: wire.Some("g")}).Queues); n != 0 {
+	if n := len(Topology(s, wire.TopologyRequest{Topic: wire.Some("orders"), Group: wire.Some("g")}, false).Queues); n != 0 {
 		t.Fatalf("group filter kept %d", n)
+	}
+}
+
+// privateFixture: pub (public, 127.0.0.1:7001) and two private owners,
+// priv (publishing its client addresses 127.0.0.1:7998 and [::1]:7999 in
+// LabelPrivateAdvertise, as a private broker does while
+// routing.expose_private_endpoints is on) and quiet (publishing none).
+// orders#0 pub, #1 priv, #2 quiet; the stream events#0 priv.
+func privateFixture(pubLive bool) *cluster.Snapshot {
+	f := cluster.NewFixture().
+		Node(node("pub", "127.0.0.1:7001", false), pubLive).
+		Node(core.NodeInfo{ID: "priv", PeerAddr: "127.0.0.1:7990", Labels: core.Labels{core.LabelVisibility: "private",
+			core.LabelPrivateAdvertise: "127.0.0.1:7998,[::1]:7999"}}, true).
+		Node(node("quiet", "", true), true).
+		Queue(queue.QueueInfo{Key: queue.Key{Topic: "orders"}, PartitionCount: 3}).
+		Stream(queue.StreamInfo{StreamSpec: queue.StreamSpec{Topic: "events"}, PartitionCount: 1})
+	for i, n := range []core.NodeID{"pub", "priv", "quiet"} {
+		f.Assign(ref(uint32(i)), cluster.Assignment{Node: n, Epoch: 1})
+	}
+	f.Assign(core.PartitionRef{Topic: "events"}, cluster.Assignment{Node: "priv", Epoch: 1})
+	return f.Snapshot()
+}
+
+// entry renders a topology entry's endpoints as host:port[#tag] for the
+// comparisons below.
+func entry(owners []wire.AdvertisedAddress) string {
+	var parts []string
+	for _, o := range owners {
+		p := o.String()
+		for _, tag := range o.Tags {
+			p += "#" + tag
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ",")
+}
+
+// core/routing/README.md#private-endpoints: with routing.expose_private_endpoints
+// off, no topology entry names a private owner even when it publishes its
+// addresses; on, a privately owned partition's entry lists the gateway's
+// endpoints first, unchanged, then the owner's own, tagged private — for
+// queues and streams alike. Public owners' entries, and private owners that
+// publish nothing, are unchanged.
+func TestTopologyPrivateEndpoints(t *testing.T) {
+	s := privateFixture(true)
+	off := map[string]string{"orders#0": "127.0.0.1:7001", "orders#1": "127.0.0.1:7001", "orders#2": "127.0.0.1:7001",
+		"events#0": "127.0.0.1:7001"}
+	on := map[string]string{"orders#0": "127.0.0.1:7001", "orders#1": "127.0.0.1:7001,127.0.0.1:7998#private,[::1]:7999#private",
+		"orders#2": "127.0.0.1:7001", "events#0": "127.0.0.1:7001,127.0.0.1:7998#private,[::1]:7999#private"}
+	for _, c := range []struct {
+		expose bool
+		want   map[string]string
+	}{{false, off}, {true, on}} {
+		topo := Topology(s, wire.TopologyRequest{}, c.expose)
+		got := map[string]string{}
+		for _, q := range topo.Queues {
+			got[fmt.Sprintf("%s#%d", q.Topic, q.Partition)] = entry(q.Owners)
+		}
+		for _, st := range topo.Streams {
+			got[fmt.Sprintf("%s#%d", st.Topic, st.Partition)] = entry(st.Owners)
+		}
+		if !maps.Equal(got, c.want) {
+			t.Errorf("expose = %v: entries %v, want %v", c.expose, got, c.want)
+		}
+	}
+}
+
+// The tagged entries belong to topology answers only: redirects, the
+// fence and ClientEndpoints (the admin view) never carry a private
+// address, whatever the setting; and a private owner's addresses are not
+// listed in an entry without gateway endpoints (no live public broker),
+// where they would be the first entry an SDK dials.
+func TestPrivateEndpointsOnlyInTopology(t *testing.T) {
+	s := privateFixture(true)
+	leaks := func(eps []core.Endpoint) bool {
+		for _, e := range eps {
+			if e.Port == 7998 || e.Port == 7999 || len(e.Tags) > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for _, me := range []Self{{ID: "pub"}, {ID: "priv", Private: true}, {ID: "quiet", Private: true}, {ID: "other"}} {
+		for _, forwarded := range []bool{false, true} {
+			for i := range uint32(3) {
+				if d := Decide(s, me, ref(i), forwarded); leaks(d.Endpoints) {
+					t.Errorf("%s: redirect for %s carries %v", me.ID, ref(i), d.Endpoints)
+				}
+			}
+		}
+	}
+	for i := range uint32(3) {
+		if d, _ := Fence(s, ref(i), 0); leaks(d.Endpoints) {
+			t.Errorf("fence for %s carries %v", ref(i), d.Endpoints)
+		}
+		if p, _ := s.Partition(ref(i)); leaks(ClientEndpoints(s, p)) {
+			t.Errorf("ClientEndpoints(%s) carries a private address", ref(i))
+		}
+	}
+	noGateway := privateFixture(false)
+	for _, q := range Topology(noGateway, wire.TopologyRequest{}, true).Queues {
+		if len(q.Owners) != 0 {
+			t.Errorf("with no live public broker, orders#%d lists %s", q.Partition, entry(q.Owners))
+		}
 	}
 }

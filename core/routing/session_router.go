@@ -29,6 +29,9 @@ type SessionRouter struct {
 	// each declaration: how long its answer waits for the partitions to
 	// get owners (AwaitPlacement). nil means DefaultPlacementTimeout.
 	PlacementTimeout func() time.Duration
+	// ExposePrivate is routing.expose_private_endpoints, read at each
+	// topology answer (TopologyEndpoints); nil means off.
+	ExposePrivate func() bool
 }
 
 var (
@@ -232,7 +235,7 @@ func (r *SessionRouter) AwaitPlacement(ctx context.Context, topic, group string,
 
 // Topology implements session.Router.
 func (r *SessionRouter) Topology(req wire.TopologyRequest) wire.Topology {
-	return Topology(r.Cluster.Snapshot(), req)
+	return Topology(r.Cluster.Snapshot(), req, r.ExposePrivate != nil && r.ExposePrivate())
 }
 
 // Generation implements session.Router.

@@ -86,8 +86,9 @@ type Partitioning struct {
 }
 
 // Routing is the `routing` group: forwarding limits
-// (core/forward/README.md#bounds) and the placement wait of a
-// declaration's answer.
+// (core/forward/README.md#bounds), the placement wait of a
+// declaration's answer and whether topology answers expose private
+// owners' addresses to internal clients.
 type Routing struct {
 	MaxUpstreamSessions         int64 `json:"max_upstream_sessions"`
 	MaxUpstreamSessionsPerOwner int64 `json:"max_upstream_sessions_per_owner"`
@@ -96,6 +97,10 @@ type Routing struct {
 	UpstreamConnectTimeoutMS    int64 `json:"upstream_connect_timeout_ms"`
 	UpstreamIdleCloseMS         int64 `json:"upstream_idle_close_ms"`
 	DeclarePlacementTimeoutMS   int64 `json:"declare_placement_timeout_ms"`
+	// ExposePrivateEndpoints lists, in topology answers, a private owner's
+	// own client addresses after its gateway's, tagged private
+	// (core/routing/README.md#private-endpoints). Off by default.
+	ExposePrivateEndpoints bool `json:"expose_private_endpoints"`
 }
 
 // Replication is the `replication` group: how many followers the
@@ -135,7 +140,7 @@ func Seed(seed config.RuntimeSeedSettings, rt config.Runtime) Document {
 		Routing: Routing{MaxUpstreamSessions: r.MaxUpstreamSessions, MaxUpstreamSessionsPerOwner: r.MaxUpstreamSessionsPerOwner,
 			MaxInflightForwardBytes: r.MaxInflightForwardBytes, ForwardTimeoutMS: r.ForwardTimeoutMS,
 			UpstreamConnectTimeoutMS: r.UpstreamConnectTimeoutMS, UpstreamIdleCloseMS: r.UpstreamIdleCloseMS,
-			DeclarePlacementTimeoutMS: r.DeclarePlacementTimeoutMS},
+			DeclarePlacementTimeoutMS: r.DeclarePlacementTimeoutMS, ExposePrivateEndpoints: r.ExposePrivateEndpoints},
 		Replication: Replication{TargetFollowers: rp.TargetFollowers, Durability: rp.Durability,
 			ConfirmTimeoutMS: rp.ConfirmTimeoutMS, ISRTimeoutMS: rp.ISRTimeoutMS, MinInSyncReplicas: rp.MinInSyncReplicas},
 	}
@@ -183,7 +188,8 @@ func (d Document) Validate() error {
 	rt := config.Runtime{Routing: config.Routing{MaxUpstreamSessions: r.MaxUpstreamSessions,
 		MaxUpstreamSessionsPerOwner: r.MaxUpstreamSessionsPerOwner, MaxInflightForwardBytes: r.MaxInflightForwardBytes,
 		ForwardTimeoutMS: r.ForwardTimeoutMS, UpstreamConnectTimeoutMS: r.UpstreamConnectTimeoutMS,
-		UpstreamIdleCloseMS: r.UpstreamIdleCloseMS, DeclarePlacementTimeoutMS: r.DeclarePlacementTimeoutMS}}
+		UpstreamIdleCloseMS: r.UpstreamIdleCloseMS, DeclarePlacementTimeoutMS: r.DeclarePlacementTimeoutMS,
+		ExposePrivateEndpoints: r.ExposePrivateEndpoints}}
 	rp := d.Replication
 	rt.Replication = config.Replication{TargetFollowers: rp.TargetFollowers, Durability: rp.Durability,
 		ConfirmTimeoutMS: rp.ConfirmTimeoutMS, ISRTimeoutMS: rp.ISRTimeoutMS, MinInSyncReplicas: rp.MinInSyncReplicas}

@@ -76,3 +76,59 @@ func TestDocumentFromBeforeReplication(t *testing.T) {
 		t.Fatalf("the shared document without the replication group: %+v %v", d.Replication, err)
 	}
 }
+
+// routing.expose_private_endpoints (core/routing/README.md#private-endpoints)
+// is off by default and in a document stored before it existed; a Replace
+// turns it on for the next reader at once (Current, Changed: no restart),
+// the change persists, and a value that is not a boolean is refused.
+func TestExposePrivateEndpointsSetting(t *testing.T) {
+	if seed().Routing.ExposePrivateEndpoints {
+		t.Fatal("routing.expose_private_endpoints defaults to on")
+	}
+	old := seed()
+	old.Version = 3
+	b, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	delete(raw["routing"].(map[string]any), "expose_private_endpoints")
+	b, _ = json.Marshal(raw)
+	path := filepath.Join(t.TempDir(), "runtime-settings.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path, seed())
+	if err != nil {
+		t.Fatalf("a document without the setting: %v", err)
+	}
+	if s.Current().Routing.ExposePrivateEndpoints {
+		t.Fatal("a document without the setting opened with it on")
+	}
+	changed := s.Changed()
+	d := s.Current()
+	d.Routing.ExposePrivateEndpoints = true
+	if _, err := s.Replace(3, d); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	default:
+		t.Fatal("Replace did not signal the change")
+	}
+	if !s.Current().Routing.ExposePrivateEndpoints {
+		t.Fatal("the change is not current")
+	}
+	s2, err := Open(path, seed())
+	if err != nil || !s2.Current().Routing.ExposePrivateEndpoints || s2.Current().Version != 4 {
+		t.Fatalf("after reopen: %+v %v", s2.Current().Routing, err)
+	}
+	raw["routing"].(map[string]any)["expose_private_endpoints"] = "yes"
+	b, _ = json.Marshal(raw)
+	if _, err := parseDocument(b); err == nil {
+		t.Fatal(`a document with expose_private_endpoints = "yes" was accepted`)
+	}
+}
