@@ -47,6 +47,19 @@ func loopbackOnly(t testing.TB) func(ctx context.Context, network, addr string) 
 	}
 }
 
+// privateGuard is loopbackOnly for a client that must never reach the
+// private brokers' client addresses in private: any attempt fails the test.
+func privateGuard(t testing.TB, private map[string]bool) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	guard := loopbackOnly(t)
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if private[addr] {
+			t.Errorf("the client dialled the private broker at %s", addr)
+			return nil, errors.New("private broker")
+		}
+		return guard(ctx, network, addr)
+	}
+}
+
 func startBroker(t *testing.T, flags ...string) *Broker {
 	t.Helper()
 	cfg, _, err := config.Load(append([]string{
@@ -254,18 +267,10 @@ func startPrivateCluster(t *testing.T, n int, extra ...string) ([]*Broker, *clie
 	for _, b := range bs[1:] {
 		private[b.BrokerAddr().String()] = true
 	}
-	guard := loopbackOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()},
-		Username: "fibril", Password: "fibril", TLS: clientTLS(bs[0]),
-		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if private[addr] {
-				t.Errorf("the client dialled the private broker at %s", addr)
-				return nil, errors.New("private broker")
-			}
-			return guard(ctx, network, addr)
-		}})
+		Username: "fibril", Password: "fibril", TLS: clientTLS(bs[0]), Dial: privateGuard(t, private)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,8 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,31 +58,6 @@ func privateEntries(topo wire.Topology, privAddr string, mine []uint32, exposed 
 	return true
 }
 
-// dialRecorder counts a client's dials per address, through loopbackOnly.
-type dialRecorder struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (d *dialRecorder) dial(t *testing.T) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	guard := loopbackOnly(t)
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		d.mu.Lock()
-		if d.n == nil {
-			d.n = map[string]int{}
-		}
-		d.n[addr]++
-		d.mu.Unlock()
-		return guard(ctx, network, addr)
-	}
-}
-
-func (d *dialRecorder) count(addr string) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.n[addr]
-}
-
 // core/routing/README.md#private-endpoints, with one private broker (n1)
 // between two public ones:
 //   - off (the default), no TOPOLOGY answer names n1, and n1 publishes no
@@ -112,15 +84,8 @@ func TestPrivateEndpointsForInternalClients(t *testing.T) {
 	public := []*Broker{bs[0], bs[2]}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	guard := loopbackOnly(t)
 	external, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()}, Username: "fibril", Password: "fibril",
-		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if addr == privAddr {
-				t.Errorf("the external client dialled the private broker at %s", addr)
-				return nil, errors.New("private broker")
-			}
-			return guard(ctx, network, addr)
-		}})
+		Dial: privateGuard(t, map[string]bool{privAddr: true})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,9 +158,9 @@ func TestPrivateEndpointsForInternalClients(t *testing.T) {
 	sub.Close()
 
 	// The internal client goes to n1 directly.
-	var dials dialRecorder
+	dials := testkit.DialLog{Next: loopbackOnly(t)}
 	internal, err := client.Dial(ctx, client.Options{Addrs: []string{bs[0].BrokerAddr().String()}, Username: "fibril", Password: "fibril",
-		PreferPrivateEndpoints: true, Dial: dials.dial(t), BackoffMax: 200 * time.Millisecond})
+		PreferPrivateEndpoints: true, Dial: dials.Dial, BackoffMax: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +176,7 @@ func TestPrivateEndpointsForInternalClients(t *testing.T) {
 		}
 		confirmed[msg] = true
 	}
-	if dials.count(privAddr) == 0 {
+	if dials.Count(privAddr) == 0 {
 		t.Fatal("the internal client never dialled the private owner")
 	}
 	if now := sumCounter(t, public, "fibril_forward_confirms_total"); now != relayed {
@@ -224,7 +189,7 @@ func TestPrivateEndpointsForInternalClients(t *testing.T) {
 	defer isub.Close()
 
 	// n1 stops.
-	before := dials.count(privAddr)
+	before := dials.Count(privAddr)
 	if err := priv.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
@@ -239,21 +204,8 @@ func TestPrivateEndpointsForInternalClients(t *testing.T) {
 		})
 		confirmed[msg] = true
 	}
-	for len(confirmed) > 0 {
-		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-		d, err := isub.Next(dctx)
-		dcancel()
-		if err != nil {
-			t.Fatalf("%d confirmed messages not delivered (e.g. %v): %v", len(confirmed), firstKey(confirmed), err)
-		}
-		delete(confirmed, string(d.Payload))
-		// A delivery from n1's session cannot be settled any more: it is
-		// delivered again by the new owner.
-		if err := d.Ack(ctx); err != nil && !errors.Is(err, client.ErrStaleDelivery) {
-			t.Fatal(err)
-		}
-	}
-	if n := dials.count(privAddr) - before; n > 1 {
+	awaitConfirmed(ctx, t, isub, confirmed)
+	if n := dials.Count(privAddr) - before; n > 1 {
 		t.Fatalf("the internal client dialled the stopped private broker %d times; it should go through the gateway after at most one", n)
 	}
 }

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,31 +19,6 @@ func tagged(ep wire.AdvertisedAddress) wire.AdvertisedAddress {
 	return ep
 }
 
-// dialLog counts the client's dials per address, through loopbackDial.
-type dialLog struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (d *dialLog) wrap(tb testing.TB) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	next := loopbackDial(tb)
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		d.mu.Lock()
-		if d.n == nil {
-			d.n = map[string]int{}
-		}
-		d.n[addr]++
-		d.mu.Unlock()
-		return next(ctx, network, addr)
-	}
-}
-
-func (d *dialLog) count(addr string) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.n[addr]
-}
-
 // closedAddr is a loopback endpoint nothing listens on: dialing it is
 // refused.
 func closedAddr(t *testing.T) wire.AdvertisedAddress {
@@ -55,6 +29,20 @@ func closedAddr(t *testing.T) wire.AdvertisedAddress {
 	a := ln.Addr().(*net.TCPAddr)
 	ln.Close()
 	return wire.AdvertisedAddress{Host: "127.0.0.1", Port: uint16(a.Port)}
+}
+
+// dialPrivate dials a client of a fake bootstrap broker whose topology
+// is entries, counting its dials; prefer sets PreferPrivateEndpoints and
+// retry PrivateRetryAfter (0: the default).
+func dialPrivate(t *testing.T, prefer bool, retry time.Duration, entries ...wire.QueueEntry) (*Client, *fakeConn, *testkit.DialLog) {
+	t.Helper()
+	boot := newFake(t, nil)
+	dials := &testkit.DialLog{Next: loopbackDial(t)}
+	opts := testOptions(t, boot.addr)
+	opts.Dial = dials.Dial
+	opts.PreferPrivateEndpoints, opts.PrivateRetryAfter = prefer, retry
+	c, bfc := dialScripted(t, boot, opts, wire.Topology{Generation: 1, Queues: entries})
+	return c, bfc, dials
 }
 
 // publishVia publishes a confirmed message to partition p and answers it
@@ -75,40 +63,41 @@ func publishVia(t *testing.T, pub *Publisher, fc *fakeConn, p uint32) {
 	}
 }
 
+// publishDialling publishes a confirmed message to partition p, which must
+// arrive on a new connection to fb, and returns that connection.
+func publishDialling(t *testing.T, pub *Publisher, fb *fakeBroker, p uint32) *fakeConn {
+	t.Helper()
+	ch := async(func() error {
+		_, err := pub.PublishConfirmed(context.Background(), Message{Partition: &p, Payload: []byte("x")})
+		return err
+	})
+	fc := fb.next(t)
+	fc.acceptHello(t, identityA, wire.ResumeNew)
+	f := fc.expect(t, wire.OpPublish)
+	fc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{})
+	if err := wait(t, ch); err != nil {
+		t.Fatal(err)
+	}
+	return fc
+}
+
 // Without Options.PreferPrivateEndpoints the client never dials an
 // endpoint tagged private: an entry's first untagged endpoint is its
 // owner (the gateway, listed first by the broker, and also when a tagged
 // one comes first), and an entry with tagged endpoints only goes to the
 // bootstrap.
 func TestPrivateEndpointsIgnoredByDefault(t *testing.T) {
-	boot := newFake(t, nil)
 	gw := newFake(t, nil)
 	priv := closedAddr(t)
-	var dials dialLog
-	opts := testOptions(t, boot.addr)
-	opts.Dial = dials.wrap(t)
-	topo := wire.Topology{Generation: 1, Queues: []wire.QueueEntry{
+	c, bfc, dials := dialPrivate(t, false, 0,
 		queueEntry("t", 0, 3, 0, gw.endpoint(), tagged(priv)),
 		queueEntry("t", 1, 3, 0, tagged(priv), gw.endpoint()),
-		queueEntry("t", 2, 3, 0, tagged(priv)),
-	}}
-	c, bfc := dialScripted(t, boot, opts, topo)
+		queueEntry("t", 2, 3, 0, tagged(priv)))
 	pub := c.Publisher("t", PublisherOptions{})
-	ch := async(func() error {
-		p := uint32(0)
-		_, err := pub.PublishConfirmed(context.Background(), Message{Partition: &p})
-		return err
-	})
-	gfc := gw.next(t)
-	gfc.acceptHello(t, identityA, wire.ResumeNew)
-	f := gfc.expect(t, wire.OpPublish)
-	gfc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{})
-	if err := wait(t, ch); err != nil {
-		t.Fatal(err)
-	}
+	gfc := publishDialling(t, pub, gw, 0)
 	publishVia(t, pub, gfc, 1)
 	publishVia(t, pub, bfc, 2)
-	if n := dials.count(priv.String()); n != 0 {
+	if n := dials.Count(priv.String()); n != 0 {
 		t.Fatalf("the client dialled the private endpoint %d times", n)
 	}
 }
@@ -118,30 +107,11 @@ func TestPrivateEndpointsIgnoredByDefault(t *testing.T) {
 // the client does not reconnect to it: the next publish and the
 // subscription go through the gateway (the entry's untagged endpoint).
 func TestPreferPrivateEndpointsFallsBackWhenTheConnectionDies(t *testing.T) {
-	boot := newFake(t, nil)
 	gw := newFake(t, nil)
 	priv := newFake(t, nil)
-	var dials dialLog
-	opts := testOptions(t, boot.addr)
-	opts.Dial = dials.wrap(t)
-	opts.PreferPrivateEndpoints = true
-	topo := wire.Topology{Generation: 1, Queues: []wire.QueueEntry{
-		queueEntry("t", 0, 1, 0, gw.endpoint(), tagged(priv.endpoint())),
-	}}
-	c, _ := dialScripted(t, boot, opts, topo)
+	c, _, dials := dialPrivate(t, true, 0, queueEntry("t", 0, 1, 0, gw.endpoint(), tagged(priv.endpoint())))
 	pub := c.Publisher("t", PublisherOptions{})
-	ch := async(func() error {
-		p := uint32(0)
-		_, err := pub.PublishConfirmed(context.Background(), Message{Partition: &p})
-		return err
-	})
-	pfc := priv.next(t)
-	pfc.acceptHello(t, identityA, wire.ResumeNew)
-	f := pfc.expect(t, wire.OpPublish)
-	pfc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{})
-	if err := wait(t, ch); err != nil {
-		t.Fatal(err)
-	}
+	pfc := publishDialling(t, pub, priv, 0)
 	sub := subscribeScripted(t, c, pfc, "t", SubscribeOptions{Partitions: []uint32{0}}, 7)
 	pfc.close() // the private node goes away
 	gfc := gw.next(t)
@@ -155,7 +125,7 @@ func TestPreferPrivateEndpointsFallsBackWhenTheConnectionDies(t *testing.T) {
 		t.Fatalf("Next = %v, %v", d, err)
 	}
 	publishVia(t, pub, gfc, 0)
-	if n := dials.count(priv.addr); n != 1 {
+	if n := dials.Count(priv.addr); n != 1 {
 		t.Fatalf("the private endpoint was dialled %d times, want once (no reconnect after it died)", n)
 	}
 }
@@ -165,38 +135,19 @@ func TestPreferPrivateEndpointsFallsBackWhenTheConnectionDies(t *testing.T) {
 // later ones too without dialling it again, until PrivateRetryAfter has
 // passed.
 func TestPreferPrivateEndpointsFallsBackWhenTheDialFails(t *testing.T) {
-	boot := newFake(t, nil)
 	gw := newFake(t, nil)
 	priv := closedAddr(t)
-	var dials dialLog
-	opts := testOptions(t, boot.addr)
-	opts.Dial = dials.wrap(t)
-	opts.PreferPrivateEndpoints = true
-	opts.PrivateRetryAfter = 300 * time.Millisecond
-	topo := wire.Topology{Generation: 1, Queues: []wire.QueueEntry{
-		queueEntry("t", 0, 1, 0, gw.endpoint(), tagged(priv)),
-	}}
-	c, _ := dialScripted(t, boot, opts, topo)
+	const retry = 300 * time.Millisecond
+	c, _, dials := dialPrivate(t, true, retry, queueEntry("t", 0, 1, 0, gw.endpoint(), tagged(priv)))
 	pub := c.Publisher("t", PublisherOptions{})
-	ch := async(func() error {
-		p := uint32(0)
-		_, err := pub.PublishConfirmed(context.Background(), Message{Partition: &p})
-		return err
-	})
-	gfc := gw.next(t)
-	gfc.acceptHello(t, identityA, wire.ResumeNew)
-	f := gfc.expect(t, wire.OpPublish)
-	gfc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{})
-	if err := wait(t, ch); err != nil {
-		t.Fatal(err)
-	}
+	gfc := publishDialling(t, pub, gw, 0)
 	publishVia(t, pub, gfc, 0)
-	if n := dials.count(priv.String()); n != 1 {
+	if n := dials.Count(priv.String()); n != 1 {
 		t.Fatalf("the private endpoint was dialled %d times, want once", n)
 	}
 	// Once PrivateRetryAfter has passed, the private endpoint is tried
 	// again (and, still refusing, the publish goes through the gateway).
-	time.Sleep(opts.PrivateRetryAfter)
+	time.Sleep(retry)
 	publishVia(t, pub, gfc, 0)
-	testkit.Eventually(t, stepTimeout, "a second dial of the private endpoint", func() bool { return dials.count(priv.String()) == 2 })
+	testkit.Eventually(t, stepTimeout, "a second dial of the private endpoint", func() bool { return dials.Count(priv.String()) == 2 })
 }

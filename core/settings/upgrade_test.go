@@ -7,14 +7,11 @@ import (
 	"testing"
 )
 
-// A document stored before routing.declare_placement_timeout_ms existed
-// opens with that setting's default (an upgrade must not refuse to start),
-// and keeps every value the operator had set.
-func TestDocumentFromBeforeANewRoutingSetting(t *testing.T) {
-	old := seed()
-	old.Version = 7
-	old.Routing.ForwardTimeoutMS = 1234
-	b, err := json.Marshal(old)
+// storedWithout stores d as an older version would have, without what
+// drop removes from its JSON, and returns the file's path and bytes.
+func storedWithout(t *testing.T, d Document, drop func(raw map[string]any)) (string, []byte) {
+	t.Helper()
+	b, err := json.Marshal(d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,12 +19,28 @@ func TestDocumentFromBeforeANewRoutingSetting(t *testing.T) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		t.Fatal(err)
 	}
-	delete(raw["routing"].(map[string]any), "declare_placement_timeout_ms")
+	drop(raw)
 	b, _ = json.Marshal(raw)
 	path := filepath.Join(t.TempDir(), "runtime-settings.json")
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return path, b
+}
+
+// dropSetting removes one setting of a group.
+func dropSetting(group, key string) func(raw map[string]any) {
+	return func(raw map[string]any) { delete(raw[group].(map[string]any), key) }
+}
+
+// A document stored before routing.declare_placement_timeout_ms existed
+// opens with that setting's default (an upgrade must not refuse to start),
+// and keeps every value the operator had set.
+func TestDocumentFromBeforeANewRoutingSetting(t *testing.T) {
+	old := seed()
+	old.Version = 7
+	old.Routing.ForwardTimeoutMS = 1234
+	path, b := storedWithout(t, old, dropSetting("routing", "declare_placement_timeout_ms"))
 	s, err := Open(path, seed())
 	if err != nil {
 		t.Fatalf("a document without the new setting: %v", err)
@@ -48,22 +61,9 @@ func TestDocumentFromBeforeReplication(t *testing.T) {
 	old := seed()
 	old.Version = 4
 	old.Delivery.InflightTTLMS = 777
-	b, err := json.Marshal(old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw map[string]any
-	if err := json.Unmarshal(b, &raw); err != nil {
-		t.Fatal(err)
-	}
-	delete(raw, "replication")
-	b, _ = json.Marshal(raw)
+	path, b := storedWithout(t, old, func(raw map[string]any) { delete(raw, "replication") })
 	want := Replication{TargetFollowers: 2, Durability: "majority_durable", ConfirmTimeoutMS: 5000,
 		ISRTimeoutMS: 10000, MinInSyncReplicas: 1}
-	path := filepath.Join(t.TempDir(), "runtime-settings.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	s, err := Open(path, seed())
 	if err != nil {
 		t.Fatalf("a document without the replication group: %v", err)
@@ -87,20 +87,7 @@ func TestExposePrivateEndpointsSetting(t *testing.T) {
 	}
 	old := seed()
 	old.Version = 3
-	b, err := json.Marshal(old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw map[string]any
-	if err := json.Unmarshal(b, &raw); err != nil {
-		t.Fatal(err)
-	}
-	delete(raw["routing"].(map[string]any), "expose_private_endpoints")
-	b, _ = json.Marshal(raw)
-	path := filepath.Join(t.TempDir(), "runtime-settings.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path, _ := storedWithout(t, old, dropSetting("routing", "expose_private_endpoints"))
 	s, err := Open(path, seed())
 	if err != nil {
 		t.Fatalf("a document without the setting: %v", err)
@@ -126,8 +113,7 @@ func TestExposePrivateEndpointsSetting(t *testing.T) {
 	if err != nil || !s2.Current().Routing.ExposePrivateEndpoints || s2.Current().Version != 4 {
 		t.Fatalf("after reopen: %+v %v", s2.Current().Routing, err)
 	}
-	raw["routing"].(map[string]any)["expose_private_endpoints"] = "yes"
-	b, _ = json.Marshal(raw)
+	_, b := storedWithout(t, old, func(raw map[string]any) { raw["routing"].(map[string]any)["expose_private_endpoints"] = "yes" })
 	if _, err := parseDocument(b); err == nil {
 		t.Fatal(`a document with expose_private_endpoints = "yes" was accepted`)
 	}
