@@ -283,7 +283,7 @@ func (b *builder) incremental(prev *Snapshot, kvs []core.KV, index uint64) *Snap
 			if int(n) < len(old.Parts) {
 				q := queues[old]
 				if q == nil {
-					q = &Queue{Info: old.Info, Parts: slices.Clone(old.Parts)}
+					q = &Queue{Info: old.Info, Parts: slices.Clone(old.Parts), Repartition: old.Repartition}
 					queues[old] = q
 				}
 				q.Parts[n] = p
@@ -332,6 +332,7 @@ func full(kvs []core.KV, index uint64) *Snapshot {
 		queues:  make(map[queueID]*Queue),
 		streams: make(map[string]*Stream),
 	}
+	var markers map[queueID]*Repartition
 	for _, kv := range kvs {
 		switch {
 		case strings.HasPrefix(kv.Key, prefixMembers), strings.HasPrefix(kv.Key, prefixNodes):
@@ -360,6 +361,16 @@ func full(kvs []core.KV, index uint64) *Snapshot {
 			}
 			s.queues[queueID{info.Topic, info.Group.Value}] = q
 			s.Queues = append(s.Queues, q)
+		case strings.HasPrefix(kv.Key, prefixRepartition):
+			topic, group, ok := parseRepartitionKey(kv.Key)
+			r, ok2 := decodeRepartition(kv.Value, kv.Version)
+			if !ok || !ok2 || r.Topic != topic || r.Group != group {
+				continue
+			}
+			if markers == nil {
+				markers = make(map[queueID]*Repartition)
+			}
+			markers[queueID{topic, group}] = r
 		case strings.HasPrefix(kv.Key, prefixCohorts):
 			ref, ok := parseCohortKey(kv.Key)
 			plan, ok2 := decodePlan(kv.Value, kv.Version)
@@ -393,6 +404,7 @@ func full(kvs []core.KV, index uint64) *Snapshot {
 			s.Streams = append(s.Streams, st)
 		}
 	}
+	s.attachRepartitions(markers)
 	s.dropDeleted()
 	dec := newDecoder()
 	for _, kv := range kvs {

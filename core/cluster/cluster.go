@@ -39,6 +39,9 @@ type Options struct {
 	// placement pass; nil leaves it to SetTargetFollowers (the broker sets
 	// it once the runtime settings document is open).
 	TargetFollowers func() int
+	// AdoptionTimeout is repartition_adoption_timeout_ms, read when a
+	// repartition waits to finalize; nil means DefaultAdoptionTimeout.
+	AdoptionTimeout func() time.Duration
 }
 
 // Cluster is this node's membership and view. Methods are safe for

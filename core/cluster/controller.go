@@ -57,6 +57,7 @@ func (c *Cluster) runController(lead core.Leadership) {
 		c.place(ctx, snap, deadSince)
 		c.planCohorts(ctx, snap)
 		c.finishDeletions(ctx, snap)
+		c.advanceRepartitions(ctx, snap)
 		cancel()
 		select {
 		case <-lead.Lost():

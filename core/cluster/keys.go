@@ -19,6 +19,7 @@ import (
 //	deleted/stream/<topic>                 tombstone of a deleted stream
 //	topics/<topic>                         the topic's kind, claimed once (catalog.go)
 //	cohorts/<topic>/<group|@default>/<id>  an exclusive consumer group's plan (cohorts.go)
+//	repartition/<topic>/<group|@default>   a queue's partition count change in progress (repartition.go)
 //	users                                  the user store document
 //	settings/runtime                       the runtime settings document (S-167, S-173)
 //
@@ -59,8 +60,9 @@ func assignKey(r core.PartitionRef) string {
 // Restorable returns what a backup puts back into a new cluster under
 // key (docs/deploy.md#backup-and-restore), and false for a key it leaves
 // out. Restored are the catalog, the kind claims, assignments, cohort
-// plans, tombstones, the users and the runtime settings — not membership,
-// liveness or a backend's own keys, which the new cluster makes itself.
+// plans, tombstones, repartitions in progress (they resume), the users and
+// the runtime settings — not membership, liveness or a backend's own
+// keys, which the new cluster makes itself.
 // An assignment comes back with its owner, epoch and written mark but
 // without followers: a restored follower holds no copy (a backup holds
 // what its broker owned), so none may take a partition over; the
@@ -75,7 +77,7 @@ func Restorable(key string, value []byte) ([]byte, bool) {
 		a.Followers, a.InSync, a.Acks = nil, nil, 0
 		return encodeAssignment(a), true
 	}
-	for _, p := range []string{prefixQueues, prefixStreams, prefixTopics, prefixCohorts, prefixDeleted} {
+	for _, p := range []string{prefixQueues, prefixStreams, prefixTopics, prefixCohorts, prefixDeleted, prefixRepartition} {
 		if strings.HasPrefix(key, p) {
 			return value, true
 		}

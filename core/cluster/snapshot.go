@@ -60,9 +60,14 @@ func (p Partition) Placed() bool { return p.Version != 0 && p.Node != "" }
 
 // Queue is a declared queue and its partitions.
 type Queue struct {
-	Info  queue.QueueInfo
+	Info queue.QueueInfo
+	// Parts are the queue's partitions: Info.PartitionCount of them, or
+	// while a repartition is in progress both layouts' (Repartition.Width).
 	Parts []Partition
-	fp    uint64 // routing fingerprint of this queue (Generation)
+	// Repartition is the partition count change in progress, if any
+	// (repartition.go).
+	Repartition *Repartition
+	fp          uint64 // routing fingerprint of this queue (Generation)
 }
 
 // Stream is a declared stream and its partitions.

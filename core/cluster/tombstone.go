@@ -269,6 +269,15 @@ func (c *Cluster) finishDeletion(ctx context.Context, t *Tombstone) error {
 		}
 		kvs = append(kvs, l...)
 	}
+	if t.Kind == "queue" {
+		kv, err := c.coord.Get(ctx, repartitionKey(t.Topic, t.Group))
+		if err != nil {
+			return err
+		}
+		if kv.Version != 0 {
+			kvs = append(kvs, kv)
+		}
+	}
 	kv, err := c.coord.Get(ctx, catalog)
 	if err != nil {
 		return err

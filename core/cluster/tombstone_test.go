@@ -94,7 +94,7 @@ func TestRestorable(t *testing.T) {
 	}
 	for key, want := range map[string]bool{
 		queueKey("jobs", ""): true, streamKey("events"): true, prefixTopics + "jobs": true, KeyUsers: true, KeySettings: true,
-		tombstoneKey("queue", "old", ""): true, memberKey("n1"): false, nodeKey("n1"): false, "_election/placement": false,
+		tombstoneKey("queue", "old", ""): true, repartitionKey("jobs", ""): true, memberKey("n1"): false, nodeKey("n1"): false, "_election/placement": false,
 	} {
 		if _, ok := Restorable(key, []byte("{}")); ok != want {
 			t.Errorf("Restorable(%q) = %v, want %v", key, ok, want)
