@@ -18,6 +18,7 @@ const (
 	StateDelayed    = "delayed"
 	StatePendingDLQ = "pending_dlq" // on its way to a dead-letter queue
 	StateSettled    = "settled"
+	StateHeld       = "held" // ready, but at or past the partition's hold (SetHold)
 )
 
 // BrowseOptions select what Browse returns.
@@ -114,6 +115,9 @@ func (p *Partition) stateOf(off uint64) (state string, retries uint32, notBefore
 	}
 	if at, ok := p.delayed[off]; ok {
 		return StateDelayed, retries, at
+	}
+	if off >= p.holdFrom {
+		return StateHeld, retries, 0
 	}
 	return StateReady, retries, 0
 }

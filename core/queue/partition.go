@@ -70,6 +70,7 @@ type Partition struct {
 
 	gate        ConfirmGate // nil: confirms need this broker's fsync only
 	deliverable uint64      // first deliveries stop below it (SetDeliverable)
+	holdFrom    uint64      // no delivery at or past it (SetHold); Unlimited: no hold
 
 	timer    clock.Timer
 	timerAt  int64
@@ -108,6 +109,7 @@ func (m *Manager) openPartition(q *queue, n uint32) (*Partition, error) {
 		inflight: map[uint64]*inflight{},
 		pending:  map[uint64]*dlqPending{},
 		settling: map[uint64]int64{},
+		holdFrom: Unlimited,
 	}
 	p.requeued.less = offLess
 	p.delays.less = dueLess
@@ -132,6 +134,11 @@ func (m *Manager) openPartition(q *queue, n uint32) (*Partition, error) {
 		return nil, core.Errorf(core.ErrInternal, "recover %s: %v", p.name, err)
 	}
 	p.deliverable = Unlimited
+	if m.opts.Holds != nil {
+		if from, held := m.opts.Holds(q.key, n); held {
+			p.holdFrom = from
+		}
+	}
 	if m.opts.Gates != nil {
 		p.deliverable = 0 // until the gate's owner says otherwise
 		if p.gate = m.opts.Gates(p); p.gate == nil {

@@ -131,6 +131,12 @@ type Options struct {
 	// for none. A partition with a gate delivers nothing until its limit
 	// is set (Gated.SetDeliverable); Gates may set it before it returns.
 	Gates func(Gated) ConfirmGate
+	// Holds, when set, is asked for the delivery hold of each queue
+	// partition the engine opens (at Open, on first use, by GrowQueue),
+	// before the partition can deliver anything: held true applies
+	// Partition.SetHold(from). Holds live in memory only, so whoever
+	// drives a repartition answers here from its own durable record.
+	Holds func(key Key, partition uint32) (from uint64, held bool)
 	// Clock drives leases, TTL expiry and delays (added by the engine, so
 	// tests can run them without sleeping). nil = real time, reading Now
 	// above when it is set.
