@@ -71,6 +71,7 @@ type Partition struct {
 	gate        ConfirmGate // nil: confirms need this broker's fsync only
 	deliverable uint64      // first deliveries stop below it (SetDeliverable)
 	holdFrom    uint64      // no delivery at or past it (SetHold); Unlimited: no hold
+	watches     []*settledWatch
 
 	timer    clock.Timer
 	timerAt  int64
@@ -215,6 +216,7 @@ func (p *Partition) stop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
+	p.watches = nil // never called once closed (OnSettledBelow)
 	p.timerGen++
 	if p.timer != nil {
 		p.timer.Stop()
@@ -255,6 +257,9 @@ func (p *Partition) depthLocked() Depth {
 func (p *Partition) finishLocked() {
 	p.maybeCompactLocked()
 	p.rearmLocked()
+	if len(p.watches) > 0 {
+		p.fireWatchesLocked()
+	}
 	jobs := p.jobs
 	p.jobs = nil
 	p.mu.Unlock()
