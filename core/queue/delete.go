@@ -71,10 +71,11 @@ func (m *Manager) DeleteQueue(key Key, force bool) (DeleteReport, error) {
 	for _, p := range parts {
 		_ = p.closeStorage()
 	}
-	for n := range q.parts {
-		q.parts[n].Store(nil)
+	t := q.table()
+	for n := range t.slots {
+		t.slots[n].Store(nil)
 	}
-	rep.Partitions = len(q.parts)
+	rep.Partitions = len(t.slots)
 	group := "@default"
 	if g, ok := key.Group.Get(); ok {
 		group = g

@@ -258,7 +258,7 @@ func (m *Manager) deadLetterTarget(target Key) (*queue, *Partition, error) {
 		return nil, nil, err
 	}
 	if pick == nil {
-		tp, err := m.part(tq, uint32(m.dlqRR.Add(1)%uint64(len(tq.parts))))
+		tp, err := m.part(tq, uint32(m.dlqRR.Add(1)%uint64(tq.table().count())))
 		return tq, tp, err
 	}
 	n, err := pick(target)

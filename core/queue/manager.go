@@ -71,11 +71,11 @@ type engineStats struct {
 // so readers load it atomically at the moment they need it.
 type queue struct {
 	key   Key
-	parts []atomic.Pointer[Partition] // nil until opened (Options.LazyPartitions)
+	parts atomic.Pointer[partTable] // replaced whole by GrowQueue and ShrinkQueue, under openMu
 	cfg   atomic.Pointer[queueConfig]
 	limit atomic.Pointer[Limit] // nil: no limit (limits.go)
 
-	openMu sync.Mutex // serialises opening a partition on first use
+	openMu sync.Mutex // serialises opening a partition on first use, and repartitions
 
 	// replicas holds the storage partitions opened for a follower
 	// (OpenReplica), by index; guarded by openMu. The engine does not open
@@ -83,11 +83,39 @@ type queue struct {
 	replicas map[uint32]*storage.Partition
 }
 
+// partTable is a queue's partitions by index, each nil until opened
+// (Options.LazyPartitions). A table's length never changes: a repartition
+// stores a new table, so a reader that loaded one sees a consistent list.
+type partTable struct {
+	slots []atomic.Pointer[Partition]
+}
+
+func newPartTable(count uint32) *partTable {
+	return &partTable{slots: make([]atomic.Pointer[Partition], count)}
+}
+
+// count is the number of partitions.
+func (t *partTable) count() uint32 { return uint32(len(t.slots)) }
+
+// resized returns a table of count slots holding t's partitions below
+// count. Caller holds the queue's openMu (slots only change under it).
+func (t *partTable) resized(count uint32) *partTable {
+	nt := newPartTable(count)
+	for i := range min(count, t.count()) {
+		nt.slots[i].Store(t.slots[i].Load())
+	}
+	return nt
+}
+
+// table returns the queue's current partition table.
+func (q *queue) table() *partTable { return q.parts.Load() }
+
 // opened returns the partitions that are open, in index order.
 func (q *queue) opened() []*Partition {
-	out := make([]*Partition, 0, len(q.parts))
-	for i := range q.parts {
-		if p := q.parts[i].Load(); p != nil {
+	t := q.table()
+	out := make([]*Partition, 0, len(t.slots))
+	for i := range t.slots {
+		if p := t.slots[i].Load(); p != nil {
 			out = append(out, p)
 		}
 	}
@@ -98,16 +126,22 @@ type queueConfig struct {
 	dlq        wire.Option[wire.DLQPolicy]
 	maxRetries uint32
 	defaultTTL wire.Option[uint64]
+	version    uint64 // the partitioning version (docs/protocol.md#topology)
+}
+
+func configOf(info QueueInfo) queueConfig {
+	return queueConfig{dlq: info.DLQ, maxRetries: info.MaxRetries, defaultTTL: info.DefaultTTLMillis, version: info.PartitioningVersion}
 }
 
 func (q *queue) info() QueueInfo {
 	c := q.cfg.Load()
 	return QueueInfo{
-		Key:              q.key,
-		PartitionCount:   uint32(len(q.parts)),
-		DLQ:              c.dlq,
-		MaxRetries:       c.maxRetries,
-		DefaultTTLMillis: c.defaultTTL,
+		Key:                 q.key,
+		PartitionCount:      q.table().count(),
+		PartitioningVersion: c.version,
+		DLQ:                 c.dlq,
+		MaxRetries:          c.maxRetries,
+		DefaultTTLMillis:    c.defaultTTL,
 	}
 }
 
@@ -198,38 +232,63 @@ func Open(opts Options) (*Manager, error) {
 // openQueue opens (creating when needed) every partition of a queue, or
 // none with Options.LazyPartitions: then each opens on first use.
 func (m *Manager) openQueue(info QueueInfo) (*queue, error) {
-	q := &queue{key: info.Key, parts: make([]atomic.Pointer[Partition], info.PartitionCount)}
-	q.cfg.Store(&queueConfig{dlq: info.DLQ, maxRetries: info.MaxRetries, defaultTTL: info.DefaultTTLMillis})
+	q := &queue{key: info.Key}
+	t := newPartTable(info.PartitionCount)
+	q.parts.Store(t)
+	c := configOf(info)
+	q.cfg.Store(&c)
 	if l := m.limits.Load(); l != nil {
 		q.setLimit(*l)
 	}
-	if m.opts.LazyPartitions {
-		return q, nil
-	}
-	for n := range info.PartitionCount {
-		p, err := m.openPartition(q, n)
-		if err != nil {
-			for _, p := range q.opened() {
-				p.closeStorage()
-			}
-			return nil, err
-		}
-		q.parts[n].Store(p)
+	if err := m.openParts(q, t, 0); err != nil {
+		return nil, err
 	}
 	return q, nil
 }
 
+// openParts opens the partitions of t from index first on, unless
+// Options.LazyPartitions; on an error it closes the ones it opened.
+func (m *Manager) openParts(q *queue, t *partTable, first uint32) error {
+	if m.opts.LazyPartitions {
+		return nil
+	}
+	for n := first; n < t.count(); n++ {
+		p, err := m.openPartition(q, n)
+		if err != nil {
+			closeParts(t, first)
+			return err
+		}
+		t.slots[n].Store(p)
+	}
+	return nil
+}
+
+// closeParts stops and closes the open partitions of t from index first
+// on and empties their slots.
+func closeParts(t *partTable, first uint32) {
+	for n := first; n < t.count(); n++ {
+		if p := t.slots[n].Swap(nil); p != nil {
+			p.stop()
+			p.closeStorage()
+		}
+	}
+}
+
 // part returns partition n, opening (and recovering) it on first use.
 func (m *Manager) part(q *queue, n uint32) (*Partition, error) {
-	if int(n) >= len(q.parts) {
-		return nil, core.Errorf(core.ErrNotFound, "queue %s has %d partitions; partition %d does not exist", q.key, len(q.parts), n)
+	t := q.table()
+	if n >= t.count() {
+		return nil, q.noPartition(t, n)
 	}
-	if p := q.parts[n].Load(); p != nil {
+	if p := t.slots[n].Load(); p != nil {
 		return p, nil
 	}
 	q.openMu.Lock()
 	defer q.openMu.Unlock()
-	if p := q.parts[n].Load(); p != nil {
+	if t = q.table(); n >= t.count() { // a shrink came first
+		return nil, q.noPartition(t, n)
+	}
+	if p := t.slots[n].Load(); p != nil {
 		return p, nil
 	}
 	if m.closed.Load() {
@@ -242,8 +301,13 @@ func (m *Manager) part(q *queue, n uint32) (*Partition, error) {
 	if err != nil {
 		return nil, err
 	}
-	q.parts[n].Store(p)
+	t.slots[n].Store(p)
 	return p, nil
+}
+
+// noPartition is the error for a partition index past the queue's count.
+func (q *queue) noPartition(t *partTable, n uint32) error {
+	return core.Errorf(core.ErrNotFound, "queue %s has %d partitions; partition %d does not exist", q.key, t.count(), n)
 }
 
 // Close stops timers, lets dead-letter copies in progress finish, then
@@ -355,9 +419,10 @@ func (m *Manager) DeclareQueue(spec QueueSpec) (QueueInfo, error) {
 }
 
 // ApplyQueue installs a declaration decided elsewhere (the cluster
-// catalog): the queue is created when missing and its settings replaced
-// when they differ. The partition count of an existing queue cannot
-// change here (repartition is its own operation).
+// catalog): the queue is created when missing and its settings and
+// partitioning version replaced when they differ. The partition count of
+// an existing queue does not change here: a repartition changes it with
+// GrowQueue or ShrinkQueue, after which ApplyQueue follows the new count.
 func (m *Manager) ApplyQueue(info QueueInfo) (QueueInfo, error) {
 	info.Key = info.Key.norm()
 	if err := checkKey(info.Key); err != nil {
@@ -384,19 +449,28 @@ func (m *Manager) applyQueueLocked(info QueueInfo) (QueueInfo, error) {
 		return q.info(), nil
 	}
 	q := v.(*queue)
-	if have := uint32(len(q.parts)); have != info.PartitionCount {
-		return QueueInfo{}, core.Errorf(core.ErrConflict, "queue %s has %d partitions here, not %d", info.Key, have, info.PartitionCount)
+	if have := q.table().count(); have != info.PartitionCount {
+		return QueueInfo{}, core.Errorf(core.ErrConflict, "queue %s has %d partitions here, not %d (a repartition changes the count: GrowQueue, ShrinkQueue)", info.Key, have, info.PartitionCount)
 	}
-	old := q.cfg.Load()
-	c := queueConfig{dlq: info.DLQ, maxRetries: info.MaxRetries, defaultTTL: info.DefaultTTLMillis}
-	if !sameConfig(c, *old) {
-		q.cfg.Store(&c)
-		if err := m.saveCatalogLocked(nil); err != nil {
-			q.cfg.Store(old)
-			return QueueInfo{}, err
-		}
+	if err := m.setConfigLocked(q, configOf(info)); err != nil {
+		return QueueInfo{}, err
 	}
 	return q.info(), nil
+}
+
+// setConfigLocked replaces the queue's settings and version, in the
+// catalog first, when they differ.
+func (m *Manager) setConfigLocked(q *queue, c queueConfig) error {
+	if *q.cfg.Load() == c {
+		return nil
+	}
+	info := q.info()
+	info.DLQ, info.MaxRetries, info.DefaultTTLMillis, info.PartitioningVersion = c.dlq, c.maxRetries, c.defaultTTL, c.version
+	if err := m.saveCatalogLocked(&info); err != nil {
+		return err
+	}
+	q.cfg.Store(&c)
+	return nil
 }
 
 // norm makes an absent group one map key, whatever its zero-or-not Value.
@@ -405,10 +479,6 @@ func (k Key) norm() Key {
 		k.Group.Value = ""
 	}
 	return k
-}
-
-func sameConfig(a, b queueConfig) bool {
-	return a.maxRetries == b.maxRetries && a.defaultTTL == b.defaultTTL && a.dlq == b.dlq
 }
 
 // createQueueLocked makes a new queue durable: partition directories
@@ -428,7 +498,7 @@ func (m *Manager) createQueueLocked(info QueueInfo) (*queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := m.saveCatalogLocked(q); err != nil {
+	if err := m.saveCatalogLocked(&info); err != nil {
 		for _, p := range q.opened() {
 			p.stop()
 			p.closeStorage()
@@ -440,9 +510,10 @@ func (m *Manager) createQueueLocked(info QueueInfo) (*queue, error) {
 	return q, nil
 }
 
-// saveCatalogLocked writes the catalog: every known queue (plus extra,
-// one being created) and stream.
-func (m *Manager) saveCatalogLocked(extra *queue) error {
+// saveCatalogLocked writes the catalog: every known queue and stream,
+// with extra (when not nil) as the declaration of its queue — one being
+// created or changed, before the engine shows the change.
+func (m *Manager) saveCatalogLocked(extra *QueueInfo) error {
 	if err := writeCatalog(m.fs, m.opts.Dir, m.catalogLocked(extra)); err != nil {
 		return core.Errorf(core.ErrInternal, "save queue catalog in %s: %v", m.opts.Dir, err)
 	}
@@ -450,19 +521,21 @@ func (m *Manager) saveCatalogLocked(extra *queue) error {
 }
 
 // catalogLocked is the catalog as the engine holds it, with extra (a
-// queue being created) when not nil.
-func (m *Manager) catalogLocked(extra *queue) catalogFile {
+// queue being created or changed) when not nil.
+func (m *Manager) catalogLocked(extra *QueueInfo) catalogFile {
 	var c catalogFile
 	hasQueue := map[string]bool{}
 	m.queues.Range(func(_, v any) bool {
 		q := v.(*queue)
-		c.Queues = append(c.Queues, toCatalogQueue(q.info()))
-		hasQueue[q.key.Topic] = true
+		if extra == nil || q.key != extra.Key {
+			c.Queues = append(c.Queues, toCatalogQueue(q.info()))
+			hasQueue[q.key.Topic] = true
+		}
 		return true
 	})
 	if extra != nil {
-		c.Queues = append(c.Queues, toCatalogQueue(extra.info()))
-		hasQueue[extra.key.Topic] = true
+		c.Queues = append(c.Queues, toCatalogQueue(*extra))
+		hasQueue[extra.Topic] = true
 	}
 	slices.SortFunc(c.Queues, func(a, b catalogQueue) int {
 		return cmp.Compare(keyString(a.Topic, a.Group), keyString(b.Topic, b.Group))

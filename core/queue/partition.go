@@ -42,6 +42,7 @@ type Partition struct {
 	mu       sync.Mutex
 	closed   bool // the manager is shutting down, or the partition was released
 	released bool // Manager.Release: another broker owns it now
+	retired  bool // Manager.ShrinkQueue removed it
 
 	subs []*Subscription
 	rr   int // round-robin position in subs (S-47)
@@ -200,6 +201,9 @@ func (p *Partition) logFault(op string, err error) {
 func (p *Partition) usableLocked() error {
 	if err := p.brokenErr(); err != nil {
 		return err
+	}
+	if p.retired {
+		return core.Errorf(core.ErrNotFound, "%s was retired by a repartition (the queue has fewer partitions now); ask for the topology again", p.name)
 	}
 	if p.released {
 		return core.Errorf(core.ErrUnavailable, "%s is no longer served by this broker; ask for the topology again", p.name)

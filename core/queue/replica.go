@@ -96,6 +96,8 @@ func (m *Manager) OpenReplica(key Key, n uint32) (*storage.Partition, error) {
 	switch {
 	case m.closed.Load():
 		return nil, errClosed()
+	case slot.gone != nil && slot.gone():
+		return nil, core.Errorf(core.ErrNotFound, "%s was retired by a repartition", slot.what)
 	case slot.served():
 		return nil, core.Errorf(core.ErrConflict, "%s is served by this broker", slot.what)
 	case slot.get() != nil:
@@ -186,6 +188,7 @@ type replicaSlot struct {
 	dir    string
 	opts   storage.Options
 	served func() bool // the engine has the partition open (under mu)
+	gone   func() bool // nil, or whether a shrink retired the partition since (under mu)
 	get    func() *storage.Partition
 	put    func(*storage.Partition) // nil forgets it
 }
@@ -216,13 +219,14 @@ func (m *Manager) replicaSlot(key Key, n uint32) (replicaSlot, error) {
 		return replicaSlot{}, core.Errorf(core.ErrNotFound, "queue %s is not declared", key)
 	}
 	q := v.(*queue)
-	if int(n) >= len(q.parts) {
-		return replicaSlot{}, core.Errorf(core.ErrNotFound, "queue %s has %d partitions; partition %d does not exist", q.key, len(q.parts), n)
+	if t := q.table(); n >= t.count() {
+		return replicaSlot{}, q.noPartition(t, n)
 	}
 	slot := replicaSlot{
 		what: fmt.Sprintf("partition %d of queue %s", n, q.key), mu: &q.openMu,
 		dir: partitionDir(m.opts.Dir, q.key, n), opts: m.opts.Storage,
-		served: func() bool { return q.parts[n].Load() != nil },
+		gone:   func() bool { return n >= q.table().count() },
+		served: func() bool { t := q.table(); return n < t.count() && t.slots[n].Load() != nil },
 	}
 	slot.get, slot.put = entry(&q.replicas, n)
 	return slot, nil
@@ -261,12 +265,13 @@ func (m *Manager) Release(key Key, n uint32) error {
 		return nil
 	}
 	q := v.(*queue)
-	if int(n) >= len(q.parts) {
-		return nil
-	}
 	q.openMu.Lock()
 	defer q.openMu.Unlock()
-	p := q.parts[n].Swap(nil)
+	t := q.table()
+	if n >= t.count() {
+		return nil
+	}
+	p := t.slots[n].Swap(nil)
 	if p == nil {
 		return nil
 	}
