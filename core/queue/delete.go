@@ -39,18 +39,11 @@ type DeleteReport struct {
 // force. An unknown queue is ErrNotFound.
 func (m *Manager) DeleteQueue(key Key, force bool) (DeleteReport, error) {
 	key = key.norm()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed.Load() {
-		return DeleteReport{}, errClosed()
+	q, unlock, err := m.lockQueue(key)
+	if err != nil {
+		return DeleteReport{}, err
 	}
-	v, ok := m.queues.Load(key)
-	if !ok {
-		return DeleteReport{}, core.Errorf(core.ErrNotFound, "queue %s is not declared", key)
-	}
-	q := v.(*queue)
-	q.openMu.Lock()
-	defer q.openMu.Unlock()
+	defer unlock()
 	parts := q.opened()
 	var rep DeleteReport
 	for _, p := range parts {
@@ -60,17 +53,7 @@ func (m *Manager) DeleteQueue(key Key, force bool) (DeleteReport, error) {
 				key, d.Inflight, p.index)
 		}
 	}
-	for _, p := range parts {
-		p.mu.Lock()
-		rep.Messages += p.unsettled
-		p.released = true
-		p.mu.Unlock()
-		p.stop()
-	}
-	m.dlqWG.Wait() // dead-letter copies from these partitions finish first
-	for _, p := range parts {
-		_ = p.closeStorage()
-	}
+	rep.Messages = m.closeForGood(parts, func(p *Partition) { p.released = true })
 	t := q.table()
 	for n := range t.slots {
 		t.slots[n].Store(nil)
@@ -123,6 +106,44 @@ func (m *Manager) DeleteStream(topic string) (DeleteReport, error) {
 	}
 	m.emptyTrash()
 	return rep, nil
+}
+
+// lockQueue finds a declared queue and takes the locks that changing its
+// partitions needs: the manager's mu, then the queue's openMu. unlock
+// releases both.
+func (m *Manager) lockQueue(key Key) (q *queue, unlock func(), err error) {
+	m.mu.Lock()
+	if m.closed.Load() {
+		m.mu.Unlock()
+		return nil, nil, errClosed()
+	}
+	v, ok := m.queues.Load(key)
+	if !ok {
+		m.mu.Unlock()
+		return nil, nil, core.Errorf(core.ErrNotFound, "queue %s is not declared", key)
+	}
+	q = v.(*queue)
+	q.openMu.Lock()
+	return q, func() { q.openMu.Unlock(); m.mu.Unlock() }, nil
+}
+
+// closeForGood stops partitions that go away (a delete, a shrink), mark
+// setting under each one's lock what its calls answer from then on, lets
+// the dead-letter copies they started finish, and closes their storage.
+// It returns how many unsettled messages they held.
+func (m *Manager) closeForGood(parts []*Partition, mark func(p *Partition)) (unsettled uint64) {
+	for _, p := range parts {
+		p.mu.Lock()
+		unsettled += p.unsettled
+		mark(p)
+		p.mu.Unlock()
+		p.stop()
+	}
+	m.dlqWG.Wait() // dead-letter copies from these partitions finish first
+	for _, p := range parts {
+		_ = p.closeStorage()
+	}
+	return unsettled
 }
 
 // trashSeq makes trash names unique within a process.

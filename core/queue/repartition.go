@@ -54,18 +54,11 @@ func (m *Manager) ShrinkQueue(key Key, count uint32, version uint64) (QueueInfo,
 
 func (m *Manager) repartition(key Key, count uint32, version uint64, grow bool) (QueueInfo, error) {
 	key = key.norm()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed.Load() {
-		return QueueInfo{}, errClosed()
+	q, unlock, err := m.lockQueue(key)
+	if err != nil {
+		return QueueInfo{}, err
 	}
-	v, ok := m.queues.Load(key)
-	if !ok {
-		return QueueInfo{}, core.Errorf(core.ErrNotFound, "queue %s is not declared", key)
-	}
-	q := v.(*queue)
-	q.openMu.Lock()
-	defer q.openMu.Unlock()
+	defer unlock()
 	t := q.table()
 	have := t.count()
 	switch {
@@ -84,7 +77,6 @@ func (m *Manager) repartition(key Key, count uint32, version uint64, grow bool) 
 	}
 	info := q.info()
 	info.PartitionCount, info.PartitioningVersion = count, version
-	var err error
 	if grow {
 		err = m.growLocked(q, t, info)
 	} else {
@@ -133,28 +125,19 @@ func (m *Manager) shrinkLocked(q *queue, t *partTable, info QueueInfo) error {
 			return core.Errorf(core.ErrConflict, "partition %d of queue %s is open as a replica; close it before the shrink retires it", n, q.key)
 		}
 	}
-	var dropped uint64
 	var retired []*Partition
 	for n := count; n < t.count(); n++ {
-		p := t.slots[n].Load()
-		if p == nil {
-			continue
+		if p := t.slots[n].Load(); p != nil {
+			retired = append(retired, p)
 		}
-		p.mu.Lock()
+	}
+	dropped := m.closeForGood(retired, func(p *Partition) {
 		p.retired = true
-		dropped += p.unsettled
 		for _, s := range p.subs {
-			s.closed = true
+			s.closed = true // its acks are ignored from now on
 		}
 		p.subs = nil
-		p.mu.Unlock()
-		p.stop()
-		retired = append(retired, p)
-	}
-	m.dlqWG.Wait() // dead-letter copies from these partitions finish first
-	for _, p := range retired {
-		_ = p.closeStorage()
-	}
+	})
 	if err := m.saveCatalogLocked(&info); err != nil {
 		// The queue keeps its count: the retired partitions open again
 		// on first use.
