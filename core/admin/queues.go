@@ -28,6 +28,9 @@ type QueueAdmin interface {
 	// Delete removes a queue (kind "queue") or a stream (kind "stream");
 	// a queue with messages in flight needs force.
 	Delete(ctx context.Context, kind, topic, group string, force bool, user string) (any, error)
+	// Repartition starts changing a queue's partition count
+	// (docs/repartition.md); a standalone broker answers ErrNotFound.
+	Repartition(ctx context.Context, topic, group string, count uint32, user string) (any, error)
 }
 
 // MessagesQuery is GET /admin/api/messages' parameters.
@@ -99,6 +102,7 @@ func (s *Server) registerQueues() {
 	s.mux.Handle("POST /admin/api/dlq/replay", s.queuesRoute(s.replay))
 	s.mux.Handle("POST /admin/api/queues/delete", s.queuesRoute(s.deleteTopic("queue")))
 	s.mux.Handle("POST /admin/api/streams/delete", s.queuesRoute(s.deleteTopic("stream")))
+	s.mux.Handle("POST /admin/api/repartition", s.queuesRoute(s.repartition))
 }
 
 // deleteTopic is POST /admin/api/queues/delete {topic, group?, force?}
@@ -127,6 +131,29 @@ func (s *Server) deleteTopic(kind string) http.HandlerFunc {
 			return s.opts.Queues.Delete(ctx, kind, req.Topic, req.Group, req.Force, s.user(r))
 		})
 	}
+}
+
+// repartition is POST /admin/api/repartition {topic, group?,
+// partition_count} (docs/repartition.md, S-122).
+func (s *Server) repartition(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Topic          string  `json:"topic"`
+		Group          string  `json:"group"`
+		PartitionCount *uint32 `json:"partition_count"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.Topic == "" || req.PartitionCount == nil {
+		msg := "body must be JSON {topic, group?, partition_count}"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		writeError(w, http.StatusBadRequest, "bad_request", msg)
+		return
+	}
+	answer(w, r, adminCallTimeout, func(ctx context.Context) (any, error) {
+		return s.opts.Queues.Repartition(ctx, req.Topic, req.Group, *req.PartitionCount, s.user(r))
+	})
 }
 
 // messages is GET /admin/api/messages?topic&group&partition&from&limit&

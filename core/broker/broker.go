@@ -332,6 +332,12 @@ func (b *Broker) openQueues() error {
 		// In a cluster only owned partitions are loaded (S-138): the
 		// catalog follower opens them, the rest stay closed on disk.
 		LazyPartitions: !cfg.Coordination.Standalone(),
+		Holds: func() func(queue.Key, uint32) (uint64, bool) {
+			if b.cluster == nil {
+				return nil
+			}
+			return b.cluster.holdOf
+		}(),
 		DeadLetterPartition: func() func(queue.Key) (uint32, error) {
 			if b.cluster == nil {
 				return nil

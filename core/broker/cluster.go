@@ -89,6 +89,9 @@ type coordinated struct {
 	confirmWait prometheus.Histogram
 	// deletions tracks the tombstones in view (deletion.go).
 	deletions deletions
+	// repart tracks the repartition writes and drain watches in flight
+	// (repartition.go).
+	repart repartitioning
 }
 
 // startCluster opens the coordination backend and joins the cluster
@@ -193,6 +196,7 @@ func (c *coordinated) run() {
 		fresh := snap.Index != applied
 		if fresh {
 			c.applyCatalog(snap)
+			c.applyRepartitions(snap)
 			c.closeMoved(snap) // first: a replica of a moved partition needs the engine to let go of it
 			c.followers.reconcile(snap)
 			c.promoteFenced(snap)

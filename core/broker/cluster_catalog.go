@@ -24,7 +24,13 @@ func (c *coordinated) applyCatalog(snap *cluster.Snapshot) {
 			applied[q] = true
 			continue
 		}
-		if _, err := qs.ApplyQueue(q.Info); err != nil {
+		if err := c.resizeLocal(q); err != nil {
+			c.b.log.Warn("cannot change the partition count of a queue", "queue", q.Info.Key.String(), "partitions", len(q.Parts), "err", err)
+			continue
+		}
+		info := q.Info
+		info.PartitionCount = uint32(len(q.Parts)) // both layouts' while a repartition runs
+		if _, err := qs.ApplyQueue(info); err != nil {
 			c.b.log.Warn("cannot install declared queue", "queue", q.Info.Key.String(), "err", err)
 			continue
 		}

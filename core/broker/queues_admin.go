@@ -777,3 +777,7 @@ func (q queueAdmin) Purge(ctx context.Context, topic, group, user string) (any, 
 func (q queueAdmin) Delete(ctx context.Context, kind, topic, group string, force bool, user string) (any, error) {
 	return q.b.deleteTopic(ctx, kind, topic, group, force, user)
 }
+
+func (q queueAdmin) Repartition(ctx context.Context, topic, group string, count uint32, user string) (any, error) {
+	return q.b.repartition(ctx, topic, group, count, user)
+}

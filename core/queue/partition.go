@@ -72,7 +72,10 @@ type Partition struct {
 	gate        ConfirmGate // nil: confirms need this broker's fsync only
 	deliverable uint64      // first deliveries stop below it (SetDeliverable)
 	holdFrom    uint64      // no delivery at or past it (SetHold); Unlimited: no hold
-	watches     []*settledWatch
+	// awaitCutover: a newer partitioning version is refused until Cutover
+	// (fence.go).
+	awaitCutover bool
+	watches      []*settledWatch
 
 	timer    clock.Timer
 	timerAt  int64

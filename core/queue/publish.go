@@ -72,7 +72,7 @@ func (p *Partition) publish(msg *Message, done func(offset uint64, err error), d
 	if v, ok := ttl.Get(); ok {
 		r.Deadline = ttlDeadline(msg.Received, v)
 	}
-	return p.append(&r, done, deferCommit)
+	return p.appendFenced(&r, msg.PartitioningVersion, done, deferCommit)
 }
 
 // ttlDeadline is received + ttl (S-39), saturating; a deadline is never 0
@@ -94,6 +94,12 @@ func ttlDeadline(received int64, ttl uint64) int64 {
 // Nothing storage calls back into (the done of an AppendAsync) takes mu,
 // so blocking in AppendAsync on MaxPendingBytes cannot deadlock.
 func (p *Partition) append(r *record, done func(uint64, error), deferCommit bool) error {
+	return p.appendFenced(r, fenceNone, done, deferCommit)
+}
+
+// appendFenced is append for a producer's message routed by partitioning
+// version (fenceNone: not routed, a dead letter).
+func (p *Partition) appendFenced(r *record, version uint64, done func(uint64, error), deferCommit bool) error {
 	data := r.encode()
 	var cb func(uint64, error)
 	if done := p.gated(done); done != nil {
@@ -106,6 +112,10 @@ func (p *Partition) append(r *record, done func(uint64, error), deferCommit bool
 	}
 	p.mu.Lock()
 	if err := p.usableLocked(); err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	if err := p.fenceLocked(version); err != nil {
 		p.mu.Unlock()
 		return err
 	}

@@ -62,7 +62,7 @@ func TestGrowQueue(t *testing.T) {
 		t.Fatalf("QueueInfo says %d partitions", got.PartitionCount)
 	}
 	for n := range uint32(4) {
-		e.pub(e.partOf(jobs, n), fmt.Sprintf("new%d", n))
+		e.pub(e.partOf(jobs, n), fmt.Sprintf("new%d", n), func(m *Message) { m.PartitioningVersion = 1 })
 	}
 	_, err = e.m.Partition(jobs, 4)
 	wantCode(t, err, core.ErrNotFound)
@@ -289,7 +289,7 @@ func TestRepartitionPowerLoss(t *testing.T) {
 			for n := range uint32(4) {
 				p, err := m2.Partition(jobs, n)
 				if err == nil {
-					err = p.Publish(&Message{Payload: []byte("after")}, nil)
+					err = p.Publish(&Message{Payload: []byte("after"), PartitioningVersion: 2}, nil)
 				}
 				if err != nil {
 					t.Fatalf("%s, crash at sync %d: partition %d: %v", st.name, k, n, err)

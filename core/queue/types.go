@@ -171,6 +171,10 @@ type Message struct {
 	TTLMillis   wire.Option[uint64] // relative to Received; absent = the queue's default, if any
 	NotBefore   uint64              // PUBLISH_DELAYED: absolute unix ms; 0 = deliverable now
 	Payload     []byte
+	// PartitioningVersion is the version the producer routed by; Publish
+	// refuses one below the queue's (ErrStalePartitioning) under the lock
+	// that hands out offsets, so a cutover offset is exact (Cutover).
+	PartitioningVersion uint64
 }
 
 // Delivery is one message handed to a subscription. The session turns it

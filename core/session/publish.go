@@ -84,18 +84,23 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 		return
 	}
 	if v := part.PartitioningVersion(); req.version < v {
-		// The partitioning fence (docs/protocol.md#topology): a publish routed under an older partitioning is not
-		// stored; the REDIRECT carries the current version, even to this
-		// broker's own address. Only a waiting client can use it.
-		if req.confirm {
-			c.reply(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: req.topic, Partition: req.partition,
-				Group: req.group, Owners: c.srv.opts.Advertise, PartitioningVersion: v})
-		} else {
-			c.drop(h.Op, "stale_partitioning")
-		}
+		c.fenced(h, req, v)
 		return
 	}
 	c.store(h, req, received, part)
+}
+
+// fenced answers a publish routed under an older partitioning than the
+// queue's current version v (docs/protocol.md#topology): it is not stored;
+// the REDIRECT carries v, even to this broker's own address. Only a
+// waiting client can use it.
+func (c *Conn) fenced(h wire.FrameHeader, req *publishReq, v uint64) {
+	if req.confirm {
+		c.reply(wire.OpRedirect, h.RequestID, &wire.Redirect{Topic: req.topic, Partition: req.partition,
+			Group: req.group, Owners: c.srv.opts.Advertise, PartitioningVersion: v})
+	} else {
+		c.drop(h.Op, "stale_partitioning")
+	}
 }
 
 // partitionLog is where a publish is stored: a queue's partition
@@ -103,6 +108,7 @@ func (c *Conn) handlePublish(h wire.FrameHeader, body []byte) {
 type partitionLog interface {
 	Publish(msg *queue.Message, done func(offset uint64, err error)) error
 	PublishDeferred(msg *queue.Message, done func(offset uint64, err error)) error
+	PartitioningVersion() uint64
 	committer
 }
 
@@ -110,8 +116,11 @@ type partitionLog interface {
 // confirmed one gets PUBLISH_OK with the offset, or ERROR, from the log's
 // commit callback, and the reader moves on at once.
 func (c *Conn) store(h wire.FrameHeader, req *publishReq, received time.Time, part partitionLog) {
+	req.msg.PartitioningVersion = req.version
 	if !req.confirm {
-		if err := part.Publish(&req.msg, c.unconfirmedDone(h.Op)); err != nil {
+		if err := part.Publish(&req.msg, c.unconfirmedDone(h.Op)); errors.Is(err, queue.ErrStalePartitioning) {
+			c.drop(h.Op, "stale_partitioning")
+		} else if err != nil {
 			c.drop(h.Op, "rejected")
 		}
 		return
@@ -139,6 +148,10 @@ func (c *Conn) store(h wire.FrameHeader, req *publishReq, received time.Time, pa
 		c.srv.opts.Metrics.ConfirmLatency.Observe(time.Since(received).Seconds())
 		c.enqueue(outFrame{op: wire.OpPublishOK, reqID: reqID, offset: offset, slot: true})
 	})
+	if errors.Is(err, queue.ErrStalePartitioning) { // the version was raised since the check above
+		c.fenced(h, req, part.PartitioningVersion())
+		return
+	}
 	if err != nil {
 		c.replyError(h.RequestID, core.Code(err), err.Error())
 		return

@@ -1,0 +1,181 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/testkit"
+)
+
+// keyOrder records, per key, the sequence numbers in the order the
+// consumers received them, and fails on a key whose messages came out of
+// order or twice.
+type keyOrder struct {
+	mu   sync.Mutex
+	last map[string]int
+	got  int
+}
+
+func (k *keyOrder) saw(t *testing.T, payload string) {
+	var key string
+	var seq int
+	if _, err := fmt.Sscanf(payload, "%s %d", &key, &seq); err != nil {
+		t.Errorf("payload %q: %v", payload, err)
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if prev, ok := k.last[key]; ok && seq <= prev {
+		t.Errorf("key %s: message %d after %d", key, seq, prev)
+	}
+	k.last[key] = seq
+	k.got++
+}
+
+func (k *keyOrder) count() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.got
+}
+
+// consume acknowledges every delivery of sub and records it in order.
+func (k *keyOrder) consume(ctx context.Context, t *testing.T, sub *client.Subscription, wg *sync.WaitGroup) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			d, err := sub.Next(ctx)
+			if err != nil {
+				return
+			}
+			k.saw(t, string(d.Payload))
+			if err := d.Ack(ctx); err != nil && ctx.Err() == nil {
+				t.Errorf("ack: %v", err)
+			}
+		}
+	}()
+}
+
+// publishKeyed publishes n confirmed messages over 10 keys, numbering each
+// key's messages on from next[key].
+func publishKeyed(ctx context.Context, t *testing.T, p *client.Publisher, next map[string]int, n int) {
+	t.Helper()
+	for i := range n {
+		key := fmt.Sprintf("k%d", i%10)
+		next[key]++
+		if _, err := p.PublishConfirmed(ctx, client.Message{Key: []byte(key), Payload: fmt.Appendf(nil, "%s %d", key, next[key])}); err != nil {
+			t.Fatalf("publish %s %d: %v", key, next[key], err)
+		}
+	}
+}
+
+func repartitionDone(b *Broker, count uint32) func() bool {
+	return func() bool {
+		q := b.cluster.cl.Snapshot().Queue("jobs", "")
+		return q != nil && q.Repartition == nil && q.Info.PartitionCount == count && len(q.Parts) == int(count)
+	}
+}
+
+// A grow 2 → 4 and a shrink 4 → 2 with a backlog on every partition:
+// producers are fenced and re-route, the new partitions (and, in the
+// shrink, the survivors' new messages) wait until their sources drained,
+// every key's messages arrive in order, nothing is lost, and the
+// transition finalizes.
+func TestRepartitionKeepsKeyOrder(t *testing.T) {
+	bs := startMemCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, bs[0])
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "jobs", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	awaitPlaced(t, bs[0], 10*time.Second, "jobs")
+	pub := c.Publisher("jobs", client.PublisherOptions{})
+	next := map[string]int{}
+	publishKeyed(ctx, t, pub, next, 100) // the backlog under the old layout
+
+	code, body := adminDo(t, bs[1], "POST", "/admin/api/repartition", `{"topic":"jobs","partition_count":4}`)
+	if code != http.StatusOK || !strings.Contains(body, `"started"`) {
+		t.Fatalf("grow: %d %s", code, body)
+	}
+	testkit.Eventually(t, 10*time.Second, "cut over", func() bool {
+		return bs[0].cluster.cl.Snapshot().Queue("jobs", "").Info.PartitioningVersion == 1
+	})
+	publishKeyed(ctx, t, pub, next, 100) // fenced, re-routed to 4 partitions
+
+	order := &keyOrder{last: map[string]int{}}
+	var wg sync.WaitGroup
+	c1 := dialClient(ctx, t, bs[0])
+	sub, err := c1.Subscribe(ctx, "jobs", client.SubscribeOptions{Partitions: []uint32{0, 1, 2, 3}, Prefetch: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	order.consume(ctx, t, sub, &wg)
+	testkit.Eventually(t, 20*time.Second, "every message delivered", func() bool { return order.count() == 200 })
+	testkit.Eventually(t, 20*time.Second, "the grow finalized", repartitionDone(bs[0], 4))
+	_ = c1.Close()
+	wg.Wait()
+
+	publishKeyed(ctx, t, pub, next, 100) // a backlog on all four
+	code, body = adminDo(t, bs[2], "POST", "/admin/api/repartition", `{"topic":"jobs","partition_count":2}`)
+	if code != http.StatusOK || !strings.Contains(body, `"started"`) {
+		t.Fatalf("shrink: %d %s", code, body)
+	}
+	testkit.Eventually(t, 10*time.Second, "cut over", func() bool {
+		return bs[0].cluster.cl.Snapshot().Queue("jobs", "").Info.PartitioningVersion == 2
+	})
+	publishKeyed(ctx, t, pub, next, 100)
+	order.last = map[string]int{}
+	order.got = 0
+	c2 := dialClient(ctx, t, bs[1])
+	sub, err = c2.Subscribe(ctx, "jobs", client.SubscribeOptions{Partitions: []uint32{0, 1, 2, 3}, Prefetch: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	order.consume(ctx, t, sub, &wg)
+	testkit.Eventually(t, 20*time.Second, "every message delivered", func() bool { return order.count() == 200 })
+	testkit.Eventually(t, 20*time.Second, "the shrink finalized", repartitionDone(bs[0], 2))
+	_ = c2.Close()
+	wg.Wait()
+}
+
+// The requests the admin API refuses, and standalone's answer.
+func TestRepartitionRequestsOverAdmin(t *testing.T) {
+	b := startBroker(t)
+	if code, body := adminDo(t, b, "POST", "/admin/api/repartition", `{"topic":"jobs","partition_count":2}`); code != http.StatusNotFound ||
+		!strings.Contains(body, "only in a cluster") {
+		t.Fatalf("standalone: %d %s", code, body)
+	}
+	bs := startMemCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, bs[0])
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "jobs", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for body, want := range map[string]int{
+		`{"topic":"jobs"}`:                               http.StatusBadRequest,
+		`{"topic":"jobs","partition_count":0}`:           http.StatusBadRequest,
+		`{"topic":"jobs","partition_count":3}`:           http.StatusBadRequest,
+		`{"topic":"nope","partition_count":2}`:           http.StatusNotFound,
+		`{"topic":"jobs","partition_count":2}`:           http.StatusOK,
+		`{"topic":"jobs","partition_count":2,"extra":1}`: http.StatusBadRequest,
+	} {
+		if code, got := adminDo(t, bs[0], "POST", "/admin/api/repartition", body); code != want {
+			t.Errorf("%s: %d %s, want %d", body, code, got, want)
+		}
+	}
+	if code, body := adminDo(t, bs[0], "POST", "/admin/api/repartition", `{"topic":"jobs","partition_count":4}`); code != http.StatusOK {
+		t.Fatalf("grow: %d %s", code, body)
+	}
+	if code, body := adminDo(t, bs[0], "POST", "/admin/api/repartition", `{"topic":"jobs","partition_count":8}`); code != http.StatusBadRequest ||
+		!strings.Contains(body, "still being repartitioned") {
+		t.Fatalf("a second transition: %d %s", code, body)
+	}
+}
