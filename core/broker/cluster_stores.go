@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 
@@ -33,6 +35,7 @@ func (b *Broker) shareStores() error {
 	// The controller plans followers from the cluster's document only:
 	// the local one is a seed and may differ from what the cluster holds.
 	b.cluster.cl.SetTargetFollowers(func() int { return int(st.Current().Replication.TargetFollowers) })
+	b.cluster.cl.SetAdoptionTimeout(func() time.Duration { return settings.Ms(st.Current().Routing.RepartitionAdoptionTimeoutMS) })
 	b.adminUsers.Store(users)
 	b.adminSettings.Store(st)
 	b.adminCluster.Store(b.cluster)

@@ -39,9 +39,6 @@ type Options struct {
 	// placement pass; nil leaves it to SetTargetFollowers (the broker sets
 	// it once the runtime settings document is open).
 	TargetFollowers func() int
-	// AdoptionTimeout is repartition_adoption_timeout_ms, read when a
-	// repartition waits to finalize; nil means DefaultAdoptionTimeout.
-	AdoptionTimeout func() time.Duration
 }
 
 // Cluster is this node's membership and view. Methods are safe for
@@ -70,6 +67,9 @@ type Cluster struct {
 	leader atomic.Bool
 
 	targetFollowers atomic.Pointer[func() int]
+	// adoptTimeout is routing.repartition_adoption_timeout_ms
+	// (SetAdoptionTimeout).
+	adoptTimeout atomic.Pointer[func() time.Duration]
 
 	labelSource atomic.Pointer[func() core.Labels]
 	labelsSent  core.Labels // heartbeat goroutine only

@@ -359,9 +359,14 @@ func (c *Cluster) advanceRepartition(ctx context.Context, snap *Snapshot, q *Que
 	return c.finalize(ctx, q, r)
 }
 
+// SetAdoptionTimeout gives the controller
+// routing.repartition_adoption_timeout_ms, read at every pass; until it
+// is called, DefaultAdoptionTimeout applies.
+func (c *Cluster) SetAdoptionTimeout(f func() time.Duration) { c.adoptTimeout.Store(&f) }
+
 func (c *Cluster) adoptionTimeout() time.Duration {
-	if f := c.opts.AdoptionTimeout; f != nil {
-		return f()
+	if f := c.adoptTimeout.Load(); f != nil {
+		return (*f)()
 	}
 	return DefaultAdoptionTimeout
 }

@@ -195,3 +195,42 @@ func TestRepartitionGoesWithTheQueue(t *testing.T) {
 		t.Fatalf("marker after the delete: %+v %v", kv, err)
 	}
 }
+
+// Finalize waits for the adoption floor to reach the cutover's generation
+// (a node whose clients acknowledged only an older topology holds it up)
+// until routing.repartition_adoption_timeout_ms passes (S-125).
+func TestRepartitionWaitsForAdoption(t *testing.T) {
+	tc := newTestCluster(t)
+	a := tc.start("a", core.Labels{core.LabelAdvertise: "127.0.0.1:9000", core.LabelAdoption: "1"})
+	tc.settle()
+	a.SetAdoptionTimeout(func() time.Duration { return time.Hour })
+	ctx := context.Background()
+	declare(t, a.Cluster, "jobs", 1)
+	testkit.Eventually(t, 5*time.Second, "placed", func() bool { return allPlaced(a.Snapshot(), "jobs") })
+	if _, err := a.Repartition(ctx, "jobs", "", 2, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "cut over and stamped", func() bool {
+		r := a.Snapshot().RepartitionOf("jobs", "")
+		return r != nil && r.Generation > 1
+	})
+	ref := core.PartitionRef{Topic: "jobs"}
+	if err := a.RecordCutover(ctx, ref, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RecordDrained(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "the drain seen", func() bool {
+		r := a.Snapshot().RepartitionOf("jobs", "")
+		return r != nil && !r.DrainedAt.IsZero()
+	})
+	time.Sleep(3 * testTTL)
+	if a.Snapshot().RepartitionOf("jobs", "") == nil {
+		t.Fatal("finalized while the adoption floor trails and the timeout has not passed")
+	}
+	a.SetAdoptionTimeout(func() time.Duration { return 0 })
+	testkit.Eventually(t, 5*time.Second, "finalized after the timeout", func() bool {
+		return a.Snapshot().RepartitionOf("jobs", "") == nil
+	})
+}

@@ -268,14 +268,15 @@ type Runtime struct {
 // whether topology answers list private owners' own addresses, tagged
 // private (core/routing/README.md#private-endpoints).
 type Routing struct {
-	MaxUpstreamSessions         int64 `key:"routing.max_upstream_sessions"`
-	MaxUpstreamSessionsPerOwner int64 `key:"routing.max_upstream_sessions_per_owner"`
-	MaxInflightForwardBytes     int64 `key:"routing.max_inflight_forward_bytes"`
-	ForwardTimeoutMS            int64 `key:"routing.forward_timeout_ms"`
-	UpstreamConnectTimeoutMS    int64 `key:"routing.upstream_connect_timeout_ms"`
-	UpstreamIdleCloseMS         int64 `key:"routing.upstream_idle_close_ms"`
-	DeclarePlacementTimeoutMS   int64 `key:"routing.declare_placement_timeout_ms"`
-	ExposePrivateEndpoints      bool  `key:"routing.expose_private_endpoints"`
+	MaxUpstreamSessions          int64 `key:"routing.max_upstream_sessions"`
+	MaxUpstreamSessionsPerOwner  int64 `key:"routing.max_upstream_sessions_per_owner"`
+	MaxInflightForwardBytes      int64 `key:"routing.max_inflight_forward_bytes"`
+	ForwardTimeoutMS             int64 `key:"routing.forward_timeout_ms"`
+	UpstreamConnectTimeoutMS     int64 `key:"routing.upstream_connect_timeout_ms"`
+	UpstreamIdleCloseMS          int64 `key:"routing.upstream_idle_close_ms"`
+	DeclarePlacementTimeoutMS    int64 `key:"routing.declare_placement_timeout_ms"`
+	ExposePrivateEndpoints       bool  `key:"routing.expose_private_endpoints"`
+	RepartitionAdoptionTimeoutMS int64 `key:"routing.repartition_adoption_timeout_ms"`
 }
 
 // Replication holds how many followers each partition gets and what a

@@ -498,6 +498,11 @@ var keys = []Key{
 		Doc: "Milliseconds a declaration's answer waits for every partition to have an owner, so clients can use them at once; it answers anyway after this.",
 	},
 	{
+		Name: "routing.repartition_adoption_timeout_ms", Kind: KindInt, Default: int64(30000), Min: bound(0), Class: RuntimeOnly,
+		Env: []string{"FIBRIL_ROUTING_REPARTITION_ADOPTION_TIMEOUT_MS"},
+		Doc: "Milliseconds a repartition waits, once every old partition drained, for the cluster's clients to acknowledge the new topology before it finalizes anyway (docs/repartition.md, S-125).",
+	},
+	{
 		Name: "routing.expose_private_endpoints", Kind: KindBool, Default: false, Class: RuntimeOnly,
 		Env: []string{"FIBRIL_ROUTING_EXPOSE_PRIVATE_ENDPOINTS"},
 		Doc: "Topology entries of privately owned partitions also list the private owner's own client addresses, after the gateway's and tagged private, for internal clients that can reach private brokers (core/client PreferPrivateEndpoints). Off: a private broker's address appears in no answer to a client.",

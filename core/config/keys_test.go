@@ -151,7 +151,8 @@ func TestDefaultRuntime(t *testing.T) {
 	want := Routing{
 		MaxUpstreamSessions: 4096, MaxUpstreamSessionsPerOwner: 1024, MaxInflightForwardBytes: 268435456,
 		ForwardTimeoutMS: 30000, UpstreamConnectTimeoutMS: 5000, UpstreamIdleCloseMS: 30000, DeclarePlacementTimeoutMS: 5000,
-		ExposePrivateEndpoints: false, // private means never advertised, unless the operator says so
+		ExposePrivateEndpoints:       false, // private means never advertised, unless the operator says so
+		RepartitionAdoptionTimeoutMS: 30000, // S-125
 	}
 	if r.Routing != want {
 		t.Errorf("DefaultRuntime() = %+v, want %+v", r.Routing, want)

@@ -101,6 +101,9 @@ type Routing struct {
 	// own client addresses after its gateway's, tagged private
 	// (core/routing/README.md#private-endpoints). Off by default.
 	ExposePrivateEndpoints bool `json:"expose_private_endpoints"`
+	// RepartitionAdoptionTimeoutMS bounds how long a repartition's
+	// finalize waits for the adoption floor (docs/repartition.md, S-125).
+	RepartitionAdoptionTimeoutMS int64 `json:"repartition_adoption_timeout_ms"`
 }
 
 // Replication is the `replication` group: how many followers the
@@ -140,7 +143,8 @@ func Seed(seed config.RuntimeSeedSettings, rt config.Runtime) Document {
 		Routing: Routing{MaxUpstreamSessions: r.MaxUpstreamSessions, MaxUpstreamSessionsPerOwner: r.MaxUpstreamSessionsPerOwner,
 			MaxInflightForwardBytes: r.MaxInflightForwardBytes, ForwardTimeoutMS: r.ForwardTimeoutMS,
 			UpstreamConnectTimeoutMS: r.UpstreamConnectTimeoutMS, UpstreamIdleCloseMS: r.UpstreamIdleCloseMS,
-			DeclarePlacementTimeoutMS: r.DeclarePlacementTimeoutMS, ExposePrivateEndpoints: r.ExposePrivateEndpoints},
+			DeclarePlacementTimeoutMS: r.DeclarePlacementTimeoutMS, ExposePrivateEndpoints: r.ExposePrivateEndpoints,
+			RepartitionAdoptionTimeoutMS: r.RepartitionAdoptionTimeoutMS},
 		Replication: Replication{TargetFollowers: rp.TargetFollowers, Durability: rp.Durability,
 			ConfirmTimeoutMS: rp.ConfirmTimeoutMS, ISRTimeoutMS: rp.ISRTimeoutMS, MinInSyncReplicas: rp.MinInSyncReplicas},
 	}
@@ -189,7 +193,7 @@ func (d Document) Validate() error {
 		MaxUpstreamSessionsPerOwner: r.MaxUpstreamSessionsPerOwner, MaxInflightForwardBytes: r.MaxInflightForwardBytes,
 		ForwardTimeoutMS: r.ForwardTimeoutMS, UpstreamConnectTimeoutMS: r.UpstreamConnectTimeoutMS,
 		UpstreamIdleCloseMS: r.UpstreamIdleCloseMS, DeclarePlacementTimeoutMS: r.DeclarePlacementTimeoutMS,
-		ExposePrivateEndpoints: r.ExposePrivateEndpoints}}
+		ExposePrivateEndpoints: r.ExposePrivateEndpoints, RepartitionAdoptionTimeoutMS: r.RepartitionAdoptionTimeoutMS}}
 	rp := d.Replication
 	rt.Replication = config.Replication{TargetFollowers: rp.TargetFollowers, Durability: rp.Durability,
 		ConfirmTimeoutMS: rp.ConfirmTimeoutMS, ISRTimeoutMS: rp.ISRTimeoutMS, MinInSyncReplicas: rp.MinInSyncReplicas}
