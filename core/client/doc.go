@@ -110,6 +110,22 @@
 // verdicts (docs/protocol.md#reconcile): kept subscriptions are re-keyed to the broker's sub_id;
 // the others re-subscribe unless their reason is terminal (docs/protocol.md#reason-codes).
 //
+// # Repartition
+//
+// A queue's partition count can change in a cluster (docs/repartition.md).
+// Publishers are fenced by the partitioning version: a REDIRECT with a newer
+// version makes the client read the queue's topology again and route by the
+// new count. A queue Subscription made without SubscribeOptions.Partitions
+// follows the count (S-126): when the topology cache learns a larger one
+// (a TOPOLOGY_UPDATE push, a refresh after a REDIRECT or an owner move, or
+// the subscription's own read every Options.TopologyRefresh, 30s by
+// default), it subscribes the new partitions. A partition a shrink retired
+// ends quietly: its subscription is closed with owner_moved and the topology
+// no longer lists it, or its re-subscribe answers 404 with the partition
+// past the count; the other partitions keep delivering and Next reports no
+// error. A subscription that named its partitions keeps them, and a retired
+// one among them ends with an error matching ErrPartitionRetired.
+//
 // Low level: Conn is a single handshaken connection with Do and Send, for
 // tools and protocol tests.
 package client

@@ -38,6 +38,10 @@ var (
 	// ErrConnectionLost: the connection ended (read or write failure, or the
 	// client dropped it after an uncorrelated ERROR).
 	ErrConnectionLost = errors.New("fibril client: connection lost")
+	// ErrPartitionRetired: a shrink retired the partition (its queue has
+	// fewer partitions now, docs/repartition.md); a subscription that named
+	// it in SubscribeOptions.Partitions ends that partition with it.
+	ErrPartitionRetired = errors.New("fibril client: partition retired by a repartition")
 )
 
 // Error is an error answered by the broker: an ERROR, HELLO_ERR, AUTH_ERR

@@ -22,6 +22,7 @@ const (
 	DefaultPrefetch         = 32
 	DefaultWriteBufferSize  = 1 << 20
 	DefaultPrivateRetry     = 30 * time.Second
+	DefaultTopologyRefresh  = 30 * time.Second
 	DefaultClientName       = "fibril-go"
 	DefaultClientVersion    = "0.1.0"
 )
@@ -96,6 +97,12 @@ type Options struct {
 	// PrivateRetryAfter is how long a private endpoint that did not answer
 	// is avoided (PreferPrivateEndpoints). Default 30s.
 	PrivateRetryAfter time.Duration
+	// TopologyRefresh is how often a subscription to every partition of
+	// a queue (SubscribeOptions.Partitions nil) reads the queue's
+	// topology again, to find a repartition's new partitions when no
+	// TOPOLOGY_UPDATE brought them (S-126). Default 30s; negative turns
+	// the periodic read off (pushes and other refreshes still count).
+	TopologyRefresh time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -128,6 +135,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PrivateRetryAfter <= 0 {
 		o.PrivateRetryAfter = DefaultPrivateRetry
+	}
+	if o.TopologyRefresh == 0 {
+		o.TopologyRefresh = DefaultTopologyRefresh
 	}
 	if o.ClientName == "" {
 		o.ClientName = DefaultClientName

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/fibrilgo/fibril/core/wire"
 )
@@ -16,7 +18,10 @@ type SubscribeOptions struct {
 	// Partitions to subscribe to. nil means every partition the topology
 	// cache knows (read from the broker when the cache has no count for the
 	// queue), or partition 0 when the count stays unknown (a standalone
-	// broker, S-113).
+	// broker, S-113). A queue subscription with nil Partitions follows a
+	// repartition (S-126): it subscribes a grow's new partitions when the
+	// topology cache learns the larger count, and a partition a shrink
+	// retired leaves it quietly (see Subscription).
 	Partitions []uint32
 	// Prefetch is the maximum number of unsettled deliveries per partition
 	// (docs/protocol.md#subscriptions). 0 means DefaultPrefetch.
@@ -59,6 +64,18 @@ type Assignment struct {
 // with backoff until the Subscription is closed. Terminal reasons end the
 // partition with a *SubscriptionClosedError returned by Next.
 //
+// A queue subscription made without SubscribeOptions.Partitions follows
+// the queue's partition count (S-126, docs/repartition.md). When the
+// topology cache learns a larger count — from a TOPOLOGY_UPDATE push, a
+// refresh after a REDIRECT or an owner move, or the periodic read every
+// Options.TopologyRefresh — it subscribes the new partitions. A partition
+// that a shrink retired (its subscription closed with owner_moved and the
+// topology no longer lists it, or its re-subscribe answered 404 with the
+// partition past the queue's count) ends quietly: Next and Err report
+// nothing, Partitions no longer lists it, and the other partitions keep
+// delivering. A subscription that named the partition in Partitions ends
+// it with a *SubscriptionClosedError matching ErrPartitionRetired.
+//
 // Consume with Next or with C, not both.
 type Subscription struct {
 	cl       *Client
@@ -67,12 +84,18 @@ type Subscription struct {
 	opts     SubscribeOptions
 	stream   *StreamOptions // a stream subscription (SubscribeStream); nil for a queue
 	prefetch uint32
-	parts    []*partSub
 	ctx      context.Context
 	cancel   context.CancelFunc
 	notify   chan struct{}
+	// follow: a queue subscription to every partition, which follows the
+	// partition count; topo is signalled when the topology cache changed.
+	follow bool
+	topo   chan struct{}
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// parts grows when a followed queue gains partitions; a retired part
+	// stays until its buffer is empty (and the next grow drops it).
+	parts  []*partSub
 	rr     int
 	errs   []error // terminal partition errors not yet returned by Next
 	ended  int
@@ -137,32 +160,152 @@ func (c *Client) subscribe(ctx context.Context, topic string, opts SubscribeOpti
 	s := &Subscription{
 		cl: c, topic: topic, group: group, opts: opts, stream: stream, prefetch: prefetch,
 		notify: make(chan struct{}, 1),
+		follow: opts.Partitions == nil && stream == nil, topo: make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(c.ctx)
+	all := make([]*partSub, 0, len(parts))
 	for _, p := range parts {
-		s.parts = append(s.parts, newPartSub(s, p))
+		all = append(all, newPartSub(s, p))
 	}
+	s.parts = all
 	c.trackSub(s, true) // before the first SUBSCRIBE: its ASSIGNMENT_CHANGED may follow at once
-	for _, ps := range s.parts {
-		if err := ps.subscribeOnce(ctx); err != nil {
+	kept := make([]*partSub, 0, len(all))
+	for _, ps := range all {
+		if s.follow && c.topo.retired(ps.key(), false) {
+			continue // a stale count: a shrink retired it (and the refresh below said so)
+		}
+		err := ps.subscribeOnce(ctx)
+		if err != nil && s.follow && isNotFound(err) && s.retiredAfter404(ctx, ps) {
+			continue
+		}
+		if err != nil {
 			s.Close()
 			return nil, err
 		}
+		kept = append(kept, ps)
 	}
-	for _, ps := range s.parts {
+	s.mu.Lock()
+	s.parts = kept
+	s.mu.Unlock()
+	for _, ps := range kept {
 		go ps.supervise()
 	}
+	if s.follow {
+		go s.followCount()
+	}
 	return s, nil
+}
+
+// retiredAfter404 reports whether a partition whose SUBSCRIBE answered
+// 404 was retired by a shrink: the queue's count, refreshed if the cache
+// does not say so already, is at most the partition.
+func (s *Subscription) retiredAfter404(ctx context.Context, ps *partSub) bool {
+	if s.cl.topo.retired(ps.key(), true) {
+		return true
+	}
+	s.cl.refreshTopology(ctx, s.topic, s.group)
+	return s.cl.topo.retired(ps.key(), true)
+}
+
+func isNotFound(err error) bool {
+	var be *Error
+	return errors.As(err, &be) && be.Code == wire.CodeNotFound
+}
+
+// followCount keeps a followed queue's partitions in step with its count
+// in the topology cache (S-126): it looks each time the cache changed,
+// and reads the queue's topology every Options.TopologyRefresh.
+func (s *Subscription) followCount() {
+	var tick <-chan time.Time
+	if d := s.cl.opts.TopologyRefresh; d > 0 {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		s.grow()
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.topo:
+		case <-tick:
+			ctx, cancel := context.WithTimeout(s.ctx, s.cl.opts.OperationTimeout)
+			s.cl.refreshTopology(ctx, s.topic, s.group) // signals s.topo when applied
+			cancel()
+		}
+	}
+}
+
+// grow subscribes the partitions below the queue's cached count that no
+// part covers (a grow's new ones, or retired ones that came back), and
+// drops retired parts whose buffer is empty.
+func (s *Subscription) grow() {
+	n, _, known := s.cl.topo.count(s.topic, s.group)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	have := make(map[uint32]bool, len(s.parts))
+	parts := make([]*partSub, 0, max(len(s.parts), int(n)))
+	for _, ps := range s.parts {
+		if ps.retired {
+			if ps.buffered() == 0 {
+				s.ended--
+				continue
+			}
+		} else {
+			have[ps.partition] = true
+		}
+		parts = append(parts, ps)
+	}
+	var added []*partSub
+	for p := uint32(0); known && p < n; p++ {
+		if !have[p] {
+			ps := newPartSub(s, p)
+			parts = append(parts, ps)
+			added = append(added, ps)
+		}
+	}
+	if len(parts) != len(s.parts) || len(added) > 0 {
+		s.parts = parts
+	}
+	s.mu.Unlock()
+	for _, ps := range added {
+		s.cl.log.Info("subscribing a new partition", "topic", s.topic, "partition", ps.partition, "partitions", n)
+		go ps.start()
+	}
+}
+
+// topologyChanged tells the subscriptions that follow a queue's count
+// that the topology cache changed.
+func (c *Client) topologyChanged() {
+	c.subsMu.Lock()
+	defer c.subsMu.Unlock()
+	for s := range c.subs {
+		if s.follow {
+			select {
+			case s.topo <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // Topic returns the subscribed topic.
 func (s *Subscription) Topic() string { return s.topic }
 
-// Partitions returns the subscribed partitions.
+// Partitions returns the subscribed partitions; a subscription that
+// follows its queue's count lists the new ones and leaves out the
+// retired ones.
 func (s *Subscription) Partitions() []uint32 {
-	out := make([]uint32, len(s.parts))
-	for i, ps := range s.parts {
-		out[i] = ps.partition
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]uint32, 0, len(s.parts))
+	for _, ps := range s.parts {
+		if !ps.retired {
+			out = append(out, ps.partition)
+		}
 	}
 	return out
 }
@@ -280,9 +423,10 @@ func (s *Subscription) Close() error {
 		return nil
 	}
 	s.closed = true
+	parts := s.parts
 	s.mu.Unlock()
 	s.cancel()
-	for _, ps := range s.parts {
+	for _, ps := range parts {
 		ps.end(nil)
 	}
 	s.cl.trackSub(s, false)
@@ -290,9 +434,12 @@ func (s *Subscription) Close() error {
 	return nil
 }
 
-func (s *Subscription) partEnded(err error) {
+// partEnded counts an ended part; retired marks one a shrink retired
+// (err is then nil: it ends quietly).
+func (s *Subscription) partEnded(ps *partSub, err error, retired bool) {
 	s.mu.Lock()
 	s.ended++
+	ps.retired = retired
 	if err != nil && !s.closed {
 		s.errs = append(s.errs, err)
 		if s.final == nil {
@@ -320,6 +467,8 @@ type partSub struct {
 	bufCap   int
 	next     uint64 // streams: the offset after the last record received
 	seen     bool   // streams: a record was received (next is set)
+
+	retired bool // guarded by sub.mu: ended quietly, retired by a shrink
 }
 
 func newPartSub(s *Subscription, p uint32) *partSub {
@@ -466,8 +615,18 @@ func (ps *partSub) resubscribe(n detachNote) bool {
 		ctx, cancel := context.WithTimeout(s.ctx, cl.opts.OperationTimeout)
 		if n.refresh || attempt > 0 {
 			cl.refreshTopology(ctx, s.topic, s.group)
+			if s.stream == nil && cl.topo.retired(ps.key(), false) {
+				cancel()
+				ps.retire()
+				return false
+			}
 		}
 		err := ps.subscribeOnce(ctx)
+		if err != nil && s.stream == nil && isNotFound(err) && !ps.isAttached() && s.retiredAfter404(ctx, ps) {
+			cancel()
+			ps.retire()
+			return false
+		}
 		cancel()
 		if err == nil || ps.isAttached() {
 			return true
@@ -506,10 +665,35 @@ func resubscribeRetryable(err error) bool {
 	return Retryable(err)
 }
 
+// start subscribes a partition the Subscription gained (grow), then
+// supervises it.
+func (ps *partSub) start() {
+	if ps.resubscribe(detachNote{msg: "new partition"}) {
+		ps.supervise()
+	}
+}
+
+// retire ends a partition that a shrink retired (S-126): quietly in a
+// subscription that follows the queue's count, else with an error that
+// matches ErrPartitionRetired.
+func (ps *partSub) retire() {
+	s := ps.sub
+	n, _, _ := s.cl.topo.count(s.topic, s.group)
+	if s.follow {
+		s.cl.log.Info("partition retired by a repartition; its subscription ends", "topic", s.topic, "partition", ps.partition, "partitions", n)
+		ps.endAs(nil, true)
+		return
+	}
+	ps.end(&SubscriptionClosedError{Topic: s.topic, Partition: ps.partition, Reason: wire.ReasonOwnerMoved,
+		Message: fmt.Sprintf("the queue has %d partitions now", n), Err: ErrPartitionRetired})
+}
+
 // end finishes the partition subscription (err nil: closed locally). Its
 // sub_id stays routed so that deliveries still arriving are dropped
 // quietly rather than counted as unknown.
-func (ps *partSub) end(err error) {
+func (ps *partSub) end(err error) { ps.endAs(err, false) }
+
+func (ps *partSub) endAs(err error, retired bool) {
 	ps.mu.Lock()
 	if ps.ended {
 		ps.mu.Unlock()
@@ -526,7 +710,7 @@ func (ps *partSub) end(err error) {
 		delete(ep.subs, ps)
 		ep.mu.Unlock()
 	}
-	ps.sub.partEnded(err)
+	ps.sub.partEnded(ps, err, retired)
 }
 
 // deliver buffers one DELIVER (reader goroutine). The buffer holds at most
@@ -642,10 +826,11 @@ func (c *Client) partsTaken(topic string, group wire.Option[string], stream bool
 		if (s.stream != nil) != stream || s.topic != topic || s.group != group {
 			continue
 		}
-		for _, ps := range s.parts {
-			if parts[ps.partition] {
-				return true
-			}
+		s.mu.Lock()
+		taken := slices.ContainsFunc(s.parts, func(ps *partSub) bool { return !ps.retired && parts[ps.partition] })
+		s.mu.Unlock()
+		if taken {
+			return true
 		}
 	}
 	return false

@@ -58,6 +58,7 @@ type topoCache struct {
 	gen    uint64
 	owners map[routeKey]string
 	counts map[countKey]countInfo
+	listed map[routeKey]bool // every partition with an entry, owned or not
 	// preferPrivate is Options.PreferPrivateEndpoints; private holds the
 	// first endpoint tagged private of the partitions that have one (only
 	// with preferPrivate), and avoid the private endpoints that did not
@@ -70,7 +71,7 @@ type topoCache struct {
 }
 
 func newTopoCache() *topoCache {
-	return &topoCache{owners: make(map[routeKey]string), counts: make(map[countKey]countInfo),
+	return &topoCache{owners: make(map[routeKey]string), counts: make(map[countKey]countInfo), listed: make(map[routeKey]bool),
 		private: make(map[routeKey]string), avoid: make(map[string]time.Time)}
 }
 
@@ -97,6 +98,7 @@ func (t *topoCache) apply(w *wire.Topology, full bool, topic wire.Option[string]
 		clear(t.owners)
 		clear(t.counts)
 		clear(t.private)
+		clear(t.listed)
 	} else {
 		for k := range t.owners {
 			if k.topic == topic.Value && (!group.Present || k.group == group) {
@@ -106,6 +108,11 @@ func (t *topoCache) apply(w *wire.Topology, full bool, topic wire.Option[string]
 		for k := range t.private {
 			if k.topic == topic.Value && (!group.Present || k.group == group) {
 				delete(t.private, k)
+			}
+		}
+		for k := range t.listed {
+			if k.topic == topic.Value && (!group.Present || k.group == group) {
+				delete(t.listed, k)
 			}
 		}
 		for k := range t.counts {
@@ -133,6 +140,7 @@ func (t *topoCache) put(k routeKey, owners []wire.AdvertisedAddress, n uint32, v
 		t.private[k] = a
 	}
 	t.counts[countKey{k.topic, k.group}] = countInfo{n: n, version: version}
+	t.listed[k] = true
 }
 
 // firstEndpoint is the first endpoint of an entry that is tagged private
@@ -216,6 +224,18 @@ func (t *topoCache) count(topic string, group wire.Option[string]) (n uint32, ve
 	return ci.n, ci.version, ok && ci.n > 0
 }
 
+// retired reports whether a shrink retired queue partition k (S-126): the
+// cache knows the queue's count, k is past it, and either the topology no
+// longer lists k or the broker answered 404 for it (notFound). During a
+// shrink the count drops at the cutover while the retired partitions are
+// still listed, and served, until they drain.
+func (t *topoCache) retired(k routeKey, notFound bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ci, ok := t.counts[countKey{k.topic, k.group}]
+	return ok && ci.n > 0 && k.partition >= ci.n && (notFound || !t.listed[k])
+}
+
 // ownedEndpoints is the set of endpoints that own at least one partition.
 func (t *topoCache) ownedEndpoints() map[string]bool {
 	t.mu.Lock()
@@ -295,6 +315,7 @@ func (c *Client) applyTopology(w *wire.Topology, full bool, topic, group wire.Op
 	gen, applied := c.topo.apply(w, full, topic, group)
 	if applied {
 		c.pool.prune(c.topo.ownedEndpoints())
+		c.topologyChanged()
 	}
 	return gen
 }
@@ -314,6 +335,7 @@ func (c *Client) onTopologyUpdate(conn *Conn, f Frame) {
 	conn.sendControl(wire.OpTopologyUpdateAck, f.RequestID, &wire.TopologyUpdateAck{Generation: gen})
 	if applied {
 		c.pool.prune(c.topo.ownedEndpoints())
+		c.topologyChanged()
 	}
 }
 
