@@ -189,6 +189,7 @@ func init() {
 		{"publish", "--topic T [...] [MESSAGE]", "publish a message (from the argument or stdin)", runPublish},
 		{"consume", "--topic T [...]", "print deliveries and settle them", runConsume},
 		{"queues", "ls | describe | messages | purge | delete | replay …", "see, inspect, purge, delete queues and streams; replay dead letters (admin API)", runQueues},
+		{"repartition", "--topic T [--group G] --partitions N", "change a queue's partition count, in a cluster (admin API)", runRepartition},
 		{"topology", "[--topic T] [--owners] [--json]", "show the broker's routing table (--owners: owner nodes, from the admin API)", runTopology},
 		{"cluster", "[--json]", "list the cluster's nodes (admin API)", runCluster},
 		{"peers", "[--json]", "probe every live peer over the inter-broker transport (admin API)", runPeers},

@@ -55,6 +55,9 @@ func TestCompletionSpecs(t *testing.T) {
 	if c := byName["drain"]; !has(c, "node") || !has(c, "grace") || has(c, "addr") {
 		t.Errorf("drain flags: %+v", c.flags)
 	}
+	if c := byName["repartition"]; !has(c, "topic") || !has(c, "group") || !has(c, "partitions") || len(c.subs) != 0 {
+		t.Errorf("repartition: %+v", c)
+	}
 	if got := strings.Join(byName["users"].subs, " "); got != "add passwd list remove allow permissions" {
 		t.Errorf("users subcommands: %q", got)
 	}
