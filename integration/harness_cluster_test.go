@@ -372,10 +372,11 @@ func startPrivateClusterOn(t *testing.T, be backend, tr string, flags ...string)
 }
 
 // client dials the public broker; its dialer fails the test on any attempt
-// to reach a private broker.
-func (pc *privateCluster) client(t *testing.T) *client.Client {
+// to reach a private broker. opts apply first (the guarded dialer wraps
+// whatever Dial they leave).
+func (pc *privateCluster) client(t *testing.T, opts ...clientOpt) *client.Client {
 	t.Helper()
-	return newClient(t, pc.nodes[0].Addr, func(o *client.Options) {
+	return newClient(t, pc.nodes[0].Addr, append(opts, func(o *client.Options) {
 		o.TLS = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // each broker has its own self-signed CA; this test is about routing
 		inner := o.Dial
 		o.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -385,5 +386,5 @@ func (pc *privateCluster) client(t *testing.T) *client.Client {
 			}
 			return inner(ctx, network, addr)
 		}
-	})
+	})...)
 }
