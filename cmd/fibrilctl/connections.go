@@ -42,11 +42,7 @@ func runConnections(ctx context.Context, g *globals, e *env, args []string) erro
 		return err
 	}
 	if *asJSON {
-		var v any
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return fmt.Errorf("admin API: malformed answer: %w", err)
-		}
-		return printJSON(e, v)
+		return printIndented(e, raw)
 	}
 	var v struct {
 		Connections []connInfo `json:"connections"`

@@ -39,11 +39,7 @@ func runRepartition(ctx context.Context, g *globals, e *env, args []string) erro
 		return err
 	}
 	if *asJSON {
-		var v any
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return fmt.Errorf("admin API: malformed answer: %w", err)
-		}
-		return printJSON(e, v)
+		return printIndented(e, raw)
 	}
 	var out struct {
 		Status         string `json:"status"`

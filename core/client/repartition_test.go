@@ -85,6 +85,16 @@ func (ab *autoBroker) subID(topic string, p uint32) uint64 {
 	return ab.subIDOf[subKey(topic, p)]
 }
 
+// deliverAndNext sends a DELIVER on the latest subscription of the
+// partition and checks that Next hands it out.
+func (ab *autoBroker) deliverAndNext(t *testing.T, sub *Subscription, topic string, p uint32, payload string) {
+	t.Helper()
+	sendDeliver(ab.fc, ab.subID(topic, p), topic, p, 1, payload)
+	if d := next(t, sub); d.Partition != p || string(d.Payload) != payload {
+		t.Fatalf("delivery %+v, want %q from partition %d", d, payload, p)
+	}
+}
+
 // set changes what the broker serves: its topology and its partitions.
 func (ab *autoBroker) set(topo wire.Topology, serves func(string, uint32) bool) {
 	ab.mu.Lock()
@@ -211,10 +221,7 @@ func TestSubscriptionFollowsGrowPush(t *testing.T) {
 	if got := explicit.Partitions(); !slices.Equal(got, []uint32{0, 1}) {
 		t.Fatalf("explicit partitions %v after the grow", got)
 	}
-	sendDeliver(fc, ab.subID("q", 3), "q", 3, 7, "new")
-	if d := next(t, sub); d.Partition != 3 || string(d.Payload) != "new" {
-		t.Fatalf("delivery %+v", d)
-	}
+	ab.deliverAndNext(t, sub, "q", 3, "new")
 }
 
 // Without any push, the periodic refresh (Options.TopologyRefresh) finds
@@ -264,10 +271,7 @@ func TestSubscriptionRetiredPartitionsEndQuietly(t *testing.T) {
 			Message: "partition retired: queue q now has 2 partitions"})
 	}
 	testkit.Eventually(t, stepTimeout, "partitions 0 and 1", func() bool { return slices.Equal(sortedParts(sub), []uint32{0, 1}) })
-	sendDeliver(fc, ab.subID("q", 0), "q", 0, 1, "still")
-	if d := next(t, sub); string(d.Payload) != "still" {
-		t.Fatalf("delivery %+v", d)
-	}
+	ab.deliverAndNext(t, sub, "q", 0, "still")
 	quiet(t, sub)
 
 	// Grown again 2 → 4: partitions 2 and 3 come back.
@@ -275,10 +279,7 @@ func TestSubscriptionRetiredPartitionsEndQuietly(t *testing.T) {
 	ab.push()
 	ab.expectSubscribes(t, "q", 2, 3)
 	testkit.Eventually(t, stepTimeout, "partitions 0 to 3", func() bool { return slices.Equal(sortedParts(sub), []uint32{0, 1, 2, 3}) })
-	sendDeliver(fc, ab.subID("q", 2), "q", 2, 1, "back")
-	if d := next(t, sub); d.Partition != 2 || string(d.Payload) != "back" {
-		t.Fatalf("delivery %+v", d)
-	}
+	ab.deliverAndNext(t, sub, "q", 2, "back")
 }
 
 // A subscription that named a retired partition hears about it: that
@@ -301,10 +302,7 @@ func TestSubscriptionExplicitRetiredPartitionErrors(t *testing.T) {
 	if !errors.Is(err, ErrPartitionRetired) || !errors.As(err, &sc) || sc.Partition != 3 || sc.Reason == wire.ReasonTopicDeleted {
 		t.Fatalf("Next = %v, want partition 3 retired", err)
 	}
-	sendDeliver(fc, ab.subID("q", 0), "q", 0, 1, "p0")
-	if d := next(t, sub); string(d.Payload) != "p0" {
-		t.Fatalf("delivery %+v", d)
-	}
+	ab.deliverAndNext(t, sub, "q", 0, "p0")
 	if err := sub.Err(); err != nil {
 		t.Fatalf("Err = %v while partition 0 lives", err)
 	}
@@ -323,9 +321,6 @@ func TestSubscribeSkipsRetiredPartitions(t *testing.T) {
 	if got := sortedParts(sub); !slices.Equal(got, []uint32{0, 1}) {
 		t.Fatalf("partitions %v, want [0 1]", got)
 	}
-	sendDeliver(fc, ab.subID("q", 1), "q", 1, 1, "p1")
-	if d := next(t, sub); string(d.Payload) != "p1" {
-		t.Fatalf("delivery %+v", d)
-	}
+	ab.deliverAndNext(t, sub, "q", 1, "p1")
 	quiet(t, sub)
 }
