@@ -40,6 +40,7 @@ type keyLedger struct {
 	closed    map[uint32]error  // partitions whose subscription ended for good
 	phase     string            // what the test is doing, for violations
 	late      map[string]string // payload → phase of its first delivery
+	where     map[string]string // payload → partition and offset of its first delivery
 	disorder  []string          // "phase: key k: 17 after 18"
 	healed    bool              // violations from here on fail the test
 	failed    int               // publishes answered with an error (retried)
@@ -56,7 +57,7 @@ type keyLedger struct {
 func newKeyLedger(t *testing.T, topic string) *keyLedger {
 	return &keyLedger{t: t, topic: topic, confirmed: map[string]bool{}, delivered: map[string]int{},
 		lastFirst: map[string]int{}, perPart: map[uint32]int{}, byPhase: map[string]map[uint32]int{}, closed: map[uint32]error{},
-		late: map[string]string{}, phase: "start", stop: make(chan struct{})}
+		late: map[string]string{}, where: map[string]string{}, phase: "start", stop: make(chan struct{})}
 }
 
 func (l *keyLedger) setPhase(p string) {
@@ -186,8 +187,9 @@ func (l *keyLedger) saw(d *client.Delivery) {
 	}
 	l.byPhase[l.phase][d.Partition]++
 	l.late[payload] = l.phase
+	l.where[payload] = fmt.Sprintf("partition %d, offset %d", d.Partition, d.Offset)
 	if prev := l.lastFirst[key]; seq < prev {
-		v := fmt.Sprintf("%s: key %s: %d (partition %d, offset %d) after %d", l.phase, key, seq, d.Partition, d.Offset, prev)
+		v := fmt.Sprintf("%s: key %s: %d (%s) after %d (%s)", l.phase, key, seq, l.where[payload], prev, l.where[fmt.Sprintf("%s %d", key, prev)])
 		l.disorder = append(l.disorder, v)
 		if l.healed {
 			l.t.Errorf("out of order: %s", v)
@@ -479,6 +481,7 @@ func TestRepartitionSurvivesKill(t *testing.T) {
 			return pc.node(owner)
 		}, true)
 	})
+	t.Run("retiring-owner", repartitionKillRetiring)
 	t.Run("controller", func(t *testing.T) {
 		repartitionKill(t, func(t *testing.T, pc *privateCluster, topic, owner string) *clusterNode {
 			return controller(t, pc.raftCluster)
@@ -533,6 +536,78 @@ func repartitionKill(t *testing.T, victim func(*testing.T, *privateCluster, stri
 	for p := range uint32(3) {
 		testkit.Eventually(t, waitTimeout, fmt.Sprintf("partition %d delivers after the heal", p), func() bool { return l.firstDeliveriesIn("healed", p) > 0 })
 	}
+	l.finish(2 * waitTimeout)
+	t.Logf("after %v: %s", time.Since(start).Round(time.Millisecond), l.report())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.disorder) > 0 {
+		t.Logf("out of order before the heal (reported, not failed): %v", l.disorder)
+	}
+}
+
+// repartitionKillRetiring grows a privately owned queue 1 → 3, then
+// shrinks it 3 → 1 under load and kills (SIGKILL) the private owner of a
+// partition the shrink retires right after the cutover, with a backlog on
+// it: the partition fails over, drains on its new owner, and is retired;
+// its subscription ends, nothing confirmed is lost, and keys delivered
+// after the heal come in order.
+//
+// Open: between the kill and the heal the survivor often delivers a key's
+// new-layout messages before that key's older messages of a retiring
+// partition (S-124 says it must not; the same shrink without a kill keeps
+// the order), on HEAD as of this test in 3 runs of 4. It is logged as
+// "out of order before the heal" and does not fail the test yet.
+func repartitionKillRetiring(t *testing.T) {
+	start := time.Now()
+	pc := startPrivateCluster(t, "tcp")
+	topic, _ := privateQueue(t, pc, pc.client(t), "orders")
+	l := newKeyLedger(t, topic)
+	cons, prod := pc.client(t), pc.client(t)
+	l.consume(subscribe(t, cons, topic, client.SubscribeOptions{Partitions: []uint32{0}, Prefetch: 16}))
+	l.produce(prod, 5*time.Millisecond, 2000, 50*time.Second)
+	l.progress(100, waitTimeout, "100 confirmed before the grow")
+	repartition(t, pc.nodes[0], topic, 3)
+	awaitCutover(t, cons, topic, 3, waitTimeout)
+	retiring := subscribe(t, cons, topic, client.SubscribeOptions{Partitions: []uint32{1, 2}, Prefetch: 16})
+	l.consume(retiring)
+	awaitFinalized(t, pc.raftCluster, topic, 3, 2*waitTimeout)
+	owners := pc.placed(pc.nodes[0], topic, 3)
+	var part uint32
+	for _, p := range []uint32{1, 2} {
+		if owners[p] != "node-1" {
+			part = p
+		}
+	}
+	if part == 0 {
+		t.Fatalf("the public broker owns both partitions the shrink retires (%v)", owners)
+	}
+	v := pc.node(owners[part])
+	pc.awaitInSync(t, topic, part, otherPrivate(v.id))
+	l.slow.Store(int64(5 * time.Millisecond)) // a backlog on the retiring partitions
+	l.progress(300, waitTimeout, "300 confirmed over three partitions")
+
+	l.setPhase("shrink 3→1")
+	repartition(t, pc.nodes[1], topic, 1)
+	awaitCutover(t, cons, topic, 1, waitTimeout)
+	v.kill()
+	// The consumer catches up at once: with its buffer still full when the
+	// re-subscribe's deliveries come, core/client counts the old
+	// subscription's buffered deliveries against the new one's prefetch
+	// (a PrefetchViolation; a client-side accounting issue, not the
+	// broker's).
+	l.slow.Store(0)
+	killed := time.Now()
+	l.setPhase("after the kill of " + v.id)
+	t.Logf("killed %s (owner of retiring partition %d; owners %v) %v after the start", v.id, part, owners, time.Since(start).Round(time.Millisecond))
+	l.progress(100, 4*testTTL+waitTimeout, "100 confirmed after the kill")
+	pc.restart(v)
+	awaitFinalized(t, pc.raftCluster, topic, 1, 3*waitTimeout)
+	t.Logf("shrink finished %v after the kill; %s", time.Since(killed).Round(time.Millisecond), l.report())
+	testkit.Eventually(t, waitTimeout, "the retired partitions' subscription ends", func() bool { return retiring.Err() != nil })
+	l.heal()
+	l.setPhase("healed")
+	l.progress(300, waitTimeout, "300 confirmed after the heal")
+	testkit.Eventually(t, waitTimeout, "partition 0 delivers after the heal", func() bool { return l.firstDeliveriesIn("healed", 0) > 0 })
 	l.finish(2 * waitTimeout)
 	t.Logf("after %v: %s", time.Since(start).Round(time.Millisecond), l.report())
 	l.mu.Lock()
