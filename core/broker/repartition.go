@@ -43,8 +43,17 @@ func (b *Broker) repartition(ctx context.Context, topic, group string, count uin
 // watches in flight, so that a view seen again starts none twice.
 type repartitioning struct {
 	mu        sync.Mutex
-	recording map[core.PartitionRef]bool   // a cutover or drain record being written
+	recording map[step]bool                // a cutover or drain record being written
 	watches   map[core.PartitionRef]func() // drain watches, by source: their cancel
+	// cutovers are the cutover offsets read and not yet in view: a retry
+	// records the same offset (run goroutine only).
+	cutovers map[core.PartitionRef]uint64
+}
+
+// step is one record of one source: its cutover or its drain.
+type step struct {
+	ref  core.PartitionRef
+	what string
 }
 
 // holdOf is queue.Options.Holds in a cluster: the hold a partition opens
@@ -87,6 +96,7 @@ func holdFor(q *cluster.Queue, n uint32, cutover func() (uint64, bool)) (uint64,
 func (c *coordinated) applyRepartitions(snap *cluster.Snapshot) {
 	qs := c.b.queues
 	live := map[core.PartitionRef]bool{}
+	cutovers := map[core.PartitionRef]uint64{}
 	for _, q := range snap.Queues {
 		r := q.Repartition
 		for _, p := range q.Parts {
@@ -109,15 +119,13 @@ func (c *coordinated) applyRepartitions(snap *cluster.Snapshot) {
 			// recorded once.
 			var fresh *uint64
 			source := n < r.From && r.CutOver(q.Info)
-			if n < r.From && !r.CutOver(q.Info) {
-				part.ExpectCutover()
-			}
-			if _, ok := r.Sources[n]; source && ok {
-				part.Cutover(false) // recorded by an earlier owner: only end ExpectCutover
-			}
 			if src, ok := r.Sources[n]; source && !ok {
-				shrinkSurvivor := !r.Grow() && len(r.SourcesOf(n)) > 0
-				off := part.Cutover(shrinkSurvivor)
+				off, read := c.repart.cutovers[p.Ref]
+				if !read {
+					shrinkSurvivor := !r.Grow() && len(r.SourcesOf(n)) > 0
+					off = part.Cutover(shrinkSurvivor)
+				}
+				cutovers[p.Ref] = off
 				fresh = &off
 				c.recordCutover(p.Ref, p.Epoch, off)
 			} else if source && !src.Drained {
@@ -139,6 +147,7 @@ func (c *coordinated) applyRepartitions(snap *cluster.Snapshot) {
 			}
 		}
 	}
+	c.repart.cutovers = cutovers
 	c.repart.mu.Lock()
 	for ref, cancel := range c.repart.watches {
 		if !live[ref] {
@@ -172,25 +181,26 @@ func (c *coordinated) watchDrain(ref core.PartitionRef, part *queue.Partition, c
 }
 
 // background runs one coordination write of a repartition, at most one
-// per partition at a time; a failure is logged and the next view retries
-// (the drain watch is dropped so that it fires again).
+// per source and step at a time; a failure is logged and the next view
+// retries (the drain watch is dropped so that it fires again).
 func (c *coordinated) background(ref core.PartitionRef, what string, write func(context.Context) error) {
+	key := step{ref, what}
 	c.repart.mu.Lock()
 	if c.repart.recording == nil {
-		c.repart.recording = make(map[core.PartitionRef]bool)
+		c.repart.recording = make(map[step]bool)
 	}
-	if c.repart.recording[ref] {
+	if c.repart.recording[key] {
 		c.repart.mu.Unlock()
 		return
 	}
-	c.repart.recording[ref] = true
+	c.repart.recording[key] = true
 	c.repart.mu.Unlock()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cl.Margin())
 		err := write(ctx)
 		cancel()
 		c.repart.mu.Lock()
-		delete(c.repart.recording, ref)
+		delete(c.repart.recording, key)
 		if err != nil {
 			delete(c.repart.watches, ref)
 		}

@@ -20,6 +20,9 @@ type keyOrder struct {
 	mu   sync.Mutex
 	last map[string]int
 	got  int
+	// paused holds the consumers (Lock) between deliveries; unacked
+	// deliveries stay with them, the rest waits on the broker.
+	paused sync.RWMutex
 }
 
 func (k *keyOrder) saw(t *testing.T, payload string) {
@@ -52,12 +55,17 @@ func (k *keyOrder) consume(ctx context.Context, t *testing.T, sub *client.Subscr
 		for {
 			d, err := sub.Next(ctx)
 			if err != nil {
+				if ctx.Err() == nil {
+					t.Logf("consumer ends: %v", err)
+				}
 				return
 			}
+			k.paused.RLock()
 			k.saw(t, string(d.Payload))
 			if err := d.Ack(ctx); err != nil && ctx.Err() == nil {
 				t.Errorf("ack: %v", err)
 			}
+			k.paused.RUnlock()
 		}
 	}()
 }
@@ -96,6 +104,13 @@ func TestRepartitionKeepsKeyOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitPlaced(t, bs[0], 10*time.Second, "jobs")
+	// A client connection that acknowledged an older topology holds the
+	// adoption floor; finalize then waits this long (S-125).
+	if code, body := editRuntimeSettings(t, bs[0], func(doc map[string]any) {
+		doc["routing"].(map[string]any)["repartition_adoption_timeout_ms"] = 500
+	}); code != http.StatusOK {
+		t.Fatalf("setting routing.repartition_adoption_timeout_ms: %d %s", code, body)
+	}
 	pub := c.Publisher("jobs", client.PublisherOptions{})
 	next := map[string]int{}
 	publishKeyed(ctx, t, pub, next, 100) // the backlog under the old layout
@@ -112,17 +127,19 @@ func TestRepartitionKeepsKeyOrder(t *testing.T) {
 	order := &keyOrder{last: map[string]int{}}
 	var wg sync.WaitGroup
 	c1 := dialClient(ctx, t, bs[0])
-	sub, err := c1.Subscribe(ctx, "jobs", client.SubscribeOptions{Partitions: []uint32{0, 1, 2, 3}, Prefetch: 8})
+	sub, err := c1.Subscribe(ctx, "jobs", client.SubscribeOptions{Prefetch: 8}) // every partition, following the count (S-126)
 	if err != nil {
 		t.Fatal(err)
 	}
 	order.consume(ctx, t, sub, &wg)
 	testkit.Eventually(t, 20*time.Second, "every message delivered", func() bool { return order.count() == 200 })
 	testkit.Eventually(t, 20*time.Second, "the grow finalized", repartitionDone(bs[0], 4))
-	_ = c1.Close()
-	wg.Wait()
 
-	publishKeyed(ctx, t, pub, next, 100) // a backlog on all four
+	// The same consumer stays through the shrink (a consumer that goes away
+	// with deliveries in hand has them redelivered later, out of order by
+	// nature); paused, so that every partition has a backlog at the cutover.
+	order.paused.Lock()
+	publishKeyed(ctx, t, pub, next, 100)
 	code, body = adminDo(t, bs[2], "POST", "/admin/api/repartition", `{"topic":"jobs","partition_count":2}`)
 	if code != http.StatusOK || !strings.Contains(body, `"started"`) {
 		t.Fatalf("shrink: %d %s", code, body)
@@ -131,17 +148,20 @@ func TestRepartitionKeepsKeyOrder(t *testing.T) {
 		return bs[0].cluster.cl.Snapshot().Queue("jobs", "").Info.PartitioningVersion == 2
 	})
 	publishKeyed(ctx, t, pub, next, 100)
-	order.last = map[string]int{}
-	order.got = 0
-	c2 := dialClient(ctx, t, bs[1])
-	sub, err = c2.Subscribe(ctx, "jobs", client.SubscribeOptions{Partitions: []uint32{0, 1, 2, 3}, Prefetch: 8})
-	if err != nil {
-		t.Fatal(err)
+	order.paused.Unlock()
+	for deadline := time.Now().Add(20 * time.Second); order.count() < 400; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			dumpRepartition(t, bs)
+			t.Fatalf("%d of 400 delivered", order.count())
+		}
 	}
-	order.consume(ctx, t, sub, &wg)
-	testkit.Eventually(t, 20*time.Second, "every message delivered", func() bool { return order.count() == 200 })
-	testkit.Eventually(t, 20*time.Second, "the shrink finalized", repartitionDone(bs[0], 2))
-	_ = c2.Close()
+	for deadline, done := time.Now().Add(20*time.Second), repartitionDone(bs[0], 2); !done(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			dumpRepartition(t, bs)
+			t.Fatal("the shrink did not finalize")
+		}
+	}
+	_ = c1.Close()
 	wg.Wait()
 }
 
@@ -177,5 +197,24 @@ func TestRepartitionRequestsOverAdmin(t *testing.T) {
 	if code, body := adminDo(t, bs[0], "POST", "/admin/api/repartition", `{"topic":"jobs","partition_count":8}`); code != http.StatusBadRequest ||
 		!strings.Contains(body, "still being repartitioned") {
 		t.Fatalf("a second transition: %d %s", code, body)
+	}
+}
+
+func dumpRepartition(t *testing.T, bs []*Broker) {
+	for _, b := range bs {
+		q := b.cluster.cl.Snapshot().Queue("jobs", "")
+		t.Logf("%s: count %d version %d marker %+v", b.nodeID, q.Info.PartitionCount, q.Info.PartitioningVersion, q.Repartition)
+		for _, p := range q.Parts {
+			if p.Node != b.nodeID {
+				continue
+			}
+			part, err := b.queues.Partition(q.Info.Key, p.Ref.Partition)
+			if err != nil {
+				t.Logf("  %d: %v", p.Ref.Partition, err)
+				continue
+			}
+			from, held := part.Hold()
+			t.Logf("  %d: end %d hold %d %v settled<end %v", p.Ref.Partition, part.End(), from, held, part.SettledBelow(part.End()))
+		}
 	}
 }

@@ -72,10 +72,10 @@ type Partition struct {
 	gate        ConfirmGate // nil: confirms need this broker's fsync only
 	deliverable uint64      // first deliveries stop below it (SetDeliverable)
 	holdFrom    uint64      // no delivery at or past it (SetHold); Unlimited: no hold
-	// awaitCutover: a newer partitioning version is refused until Cutover
-	// (fence.go).
-	awaitCutover bool
-	watches      []*settledWatch
+	// firstNewer is the first offset a newer partitioning version than
+	// the queue's took, until Cutover (fence.go); Unlimited: none.
+	firstNewer uint64
+	watches    []*settledWatch
 
 	timer    clock.Timer
 	timerAt  int64
@@ -104,17 +104,18 @@ func leaseLess(a, b *inflight) bool { return a.lease < b.lease }
 
 func (m *Manager) openPartition(q *queue, n uint32) (*Partition, error) {
 	p := &Partition{
-		m:        m,
-		q:        q,
-		index:    n,
-		name:     fmt.Sprintf("%s partition %d", q.key, n),
-		inReq:    map[uint64]struct{}{},
-		delayed:  map[uint64]int64{},
-		retries:  map[uint64]uint32{},
-		inflight: map[uint64]*inflight{},
-		pending:  map[uint64]*dlqPending{},
-		settling: map[uint64]int64{},
-		holdFrom: Unlimited,
+		m:          m,
+		q:          q,
+		index:      n,
+		name:       fmt.Sprintf("%s partition %d", q.key, n),
+		inReq:      map[uint64]struct{}{},
+		delayed:    map[uint64]int64{},
+		retries:    map[uint64]uint32{},
+		inflight:   map[uint64]*inflight{},
+		pending:    map[uint64]*dlqPending{},
+		settling:   map[uint64]int64{},
+		holdFrom:   Unlimited,
+		firstNewer: Unlimited,
 	}
 	p.requeued.less = offLess
 	p.delays.less = dueLess

@@ -135,6 +135,7 @@ func (p *Partition) appendFenced(r *record, version uint64, done func(uint64, er
 		return p.storageErr("publish", err)
 	}
 	p.end = off + 1
+	p.noteNewerLocked(version, off)
 	p.unsettled++
 	p.m.stats.published.Add(1)
 	p.counts.published.Add(1)
