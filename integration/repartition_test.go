@@ -556,7 +556,8 @@ func repartitionKill(t *testing.T, victim func(*testing.T, *privateCluster, stri
 // new-layout messages before that key's older messages of a retiring
 // partition (S-124 says it must not; the same shrink without a kill keeps
 // the order), on HEAD as of this test in 3 runs of 4. It is logged as
-// "out of order before the heal" and does not fail the test yet.
+// "out of order before the heal" and does not fail the test yet
+// (docs/repartition.md#known-limits).
 func repartitionKillRetiring(t *testing.T) {
 	start := time.Now()
 	pc := startPrivateCluster(t, "tcp")

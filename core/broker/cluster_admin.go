@@ -87,7 +87,12 @@ func (b *Broker) topologyView() any {
 		} `json:"replication"`
 		Nodes      []nodeView `json:"nodes"`
 		Partitions []partView `json:"partitions"`
-	}{Self: c.self.ID, Index: snap.Index, Generation: snap.Generation, Nodes: []nodeView{}, Partitions: []partView{}}
+		// Repartitions are the partition count changes in progress
+		// (docs/repartition.md): the marker as recorded, with whether the
+		// cutover happened.
+		Repartitions []repartitionView `json:"repartitions"`
+	}{Self: c.self.ID, Index: snap.Index, Generation: snap.Generation, Nodes: []nodeView{}, Partitions: []partView{},
+		Repartitions: []repartitionView{}}
 	if f, ok := snap.AdoptionFloor(); ok {
 		out.AdoptionFloor = &f
 	}
@@ -124,6 +129,9 @@ func (b *Broker) topologyView() any {
 	for _, q := range snap.Queues {
 		for _, p := range q.Parts {
 			add("queue", p)
+		}
+		if r := q.Repartition; r != nil {
+			out.Repartitions = append(out.Repartitions, repartitionView{Repartition: r, CutOver: r.CutOver(q.Info)})
 		}
 	}
 	for _, st := range snap.Streams {
@@ -280,4 +288,10 @@ func (c *coordinated) liftDrainFences(ctx context.Context) (lifted, handedOver, 
 		}
 	}
 	return lifted, handedOver, held
+}
+
+// repartitionView is one transition in GET /admin/api/topology.
+type repartitionView struct {
+	*cluster.Repartition
+	CutOver bool `json:"cut_over"`
 }

@@ -194,6 +194,10 @@ func TestRepartitionRequestsOverAdmin(t *testing.T) {
 	if code, body := adminDo(t, bs[0], "POST", "/admin/api/repartition", `{"topic":"jobs","partition_count":4}`); code != http.StatusOK {
 		t.Fatalf("grow: %d %s", code, body)
 	}
+	if code, body := adminDo(t, bs[0], "GET", "/admin/api/topology", ""); code != http.StatusOK ||
+		!strings.Contains(body, `"repartitions":[{"topic":"jobs","from":2,"to":4,`) {
+		t.Fatalf("the transition in the topology view: %d %s", code, body)
+	}
 	if code, body := adminDo(t, bs[0], "POST", "/admin/api/repartition", `{"topic":"jobs","partition_count":8}`); code != http.StatusBadRequest ||
 		!strings.Contains(body, "still being repartitioned") {
 		t.Fatalf("a second transition: %d %s", code, body)
