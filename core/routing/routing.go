@@ -70,6 +70,11 @@ var errCannotForward = core.Errorf(core.ErrUnavailable, "the partition's owner i
 func Decide(s *cluster.Snapshot, self Self, ref core.PartitionRef, forwarded bool) Decision {
 	p, ok := s.Partition(ref)
 	if !ok {
+		if q := s.Queue(ref.Topic, ref.Group); q != nil {
+			// Past the count: never there, or retired by a shrink.
+			return Decision{Action: Refuse, Err: core.Errorf(core.ErrNotFound, "queue %s has %d partitions; partition %d does not exist (a repartition may have retired it)",
+				queueName(ref), q.Info.PartitionCount, ref.Partition)}
+		}
 		return Decision{Action: Refuse, Err: core.Errorf(core.ErrNotFound, "%s is not declared in this cluster", describe(ref))}
 	}
 	d := Decision{Partition: p, Version: version(s, ref)}
@@ -286,4 +291,11 @@ func normGroup(g string) string {
 		return ""
 	}
 	return g
+}
+
+func queueName(ref core.PartitionRef) string {
+	if ref.Group != "" {
+		return ref.Topic + "/" + ref.Group
+	}
+	return ref.Topic
 }

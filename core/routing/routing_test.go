@@ -101,6 +101,11 @@ func TestDecide(t *testing.T) {
 		{ref(8), Refuse, wire.CodeNotFound, ""}, // beyond the count
 		{core.PartitionRef{Topic: "nope"}, Refuse, wire.CodeNotFound, ""},
 	})
+	// Past the count, the answer says the queue exists and how many
+	// partitions it has (a client after a shrink), not "not declared".
+	if d := Decide(s, self, ref(8), false); d.Err == nil || !strings.Contains(d.Err.Error(), "orders has 8 partitions; partition 8 does not exist") {
+		t.Fatalf("partition 8 of 8: %v", d.Err)
+	}
 	// A private broker never forwards: the gateway's endpoints, or 409
 	// when it has none of its own to avoid.
 	priv := Self{ID: "d", Private: true}
