@@ -114,17 +114,11 @@ func (s *Server) deleteTopic(kind string) http.HandlerFunc {
 			Group string `json:"group"`
 			Force bool   `json:"force"`
 		}
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil || req.Topic == "" || (kind == "stream" && (req.Group != "" || req.Force)) {
-			msg := "body must be JSON {topic, group?, force?}"
-			if kind == "stream" {
-				msg = "body must be JSON {topic}"
-			}
-			if err != nil {
-				msg += ": " + err.Error()
-			}
-			writeError(w, http.StatusBadRequest, "bad_request", msg)
+		shape := "{topic, group?, force?}"
+		if kind == "stream" {
+			shape = "{topic}"
+		}
+		if !readBody(w, r, &req, shape, func() bool { return req.Topic != "" && (kind != "stream" || req.Group == "" && !req.Force) }) {
 			return
 		}
 		answer(w, r, adminCallTimeout, func(ctx context.Context) (any, error) {
@@ -141,14 +135,7 @@ func (s *Server) repartition(w http.ResponseWriter, r *http.Request) {
 		Group          string  `json:"group"`
 		PartitionCount *uint32 `json:"partition_count"`
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || req.Topic == "" || req.PartitionCount == nil {
-		msg := "body must be JSON {topic, group?, partition_count}"
-		if err != nil {
-			msg += ": " + err.Error()
-		}
-		writeError(w, http.StatusBadRequest, "bad_request", msg)
+	if !readBody(w, r, &req, "{topic, group?, partition_count}", func() bool { return req.Topic != "" && req.PartitionCount != nil }) {
 		return
 	}
 	answer(w, r, adminCallTimeout, func(ctx context.Context) (any, error) {
@@ -218,10 +205,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 // replay is POST /admin/api/dlq/replay (S-68).
 func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	var req ReplayRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", "body must be JSON {dlq_topic, dlq_group?, partition?, offsets[] | all, settle?}: "+err.Error())
+	if !readBody(w, r, &req, "{dlq_topic, dlq_group?, partition?, offsets[] | all, settle?}", func() bool { return true }) {
 		return
 	}
 	// A replay of everything may take a while: the copies wait for their
@@ -245,14 +229,7 @@ func (s *Server) purgeQueue(w http.ResponseWriter, r *http.Request) {
 		Topic string `json:"topic"`
 		Group string `json:"group"`
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || strings.TrimSpace(req.Topic) == "" {
-		msg := "body must be JSON {topic, group?}"
-		if err != nil {
-			msg += ": " + err.Error()
-		}
-		writeError(w, http.StatusBadRequest, "bad_request", msg)
+	if !readBody(w, r, &req, "{topic, group?}", func() bool { return strings.TrimSpace(req.Topic) != "" }) {
 		return
 	}
 	answer(w, r, adminCallTimeout, func(ctx context.Context) (any, error) {
@@ -267,4 +244,22 @@ func (s *Server) user(r *http.Request) string {
 		return u
 	}
 	return "anonymous"
+}
+
+// readBody decodes r's JSON body (at most 64 KiB, no unknown fields) into
+// v. When that fails, or valid reports false, it answers 400 with the
+// shape the body must have and returns false.
+func readBody(w http.ResponseWriter, r *http.Request, v any, shape string, valid func() bool) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && valid() {
+		return true
+	}
+	msg := "body must be JSON " + shape
+	if err != nil {
+		msg += ": " + err.Error()
+	}
+	writeError(w, http.StatusBadRequest, "bad_request", msg)
+	return false
 }
