@@ -196,10 +196,7 @@ func parseAssignRef(k string) (topic, group string, partition uint32, ok bool) {
 	if err != nil {
 		return "", "", 0, false
 	}
-	if group == defaultGroup {
-		group = ""
-	}
-	return topic, group, uint32(n), true
+	return topic, groupOf(group), uint32(n), true
 }
 
 // builder turns watch results into snapshots. It keeps the previous state

@@ -65,11 +65,7 @@ func parseCohortKey(key string) (CohortRef, bool) {
 	if err != nil {
 		return CohortRef{}, false
 	}
-	g := f[1]
-	if g == defaultGroup {
-		g = ""
-	}
-	return CohortRef{Topic: f[0], Group: g, ID: id}, true
+	return CohortRef{Topic: f[0], Group: groupOf(f[1]), ID: id}, true
 }
 
 // cohortReport is the JSON form of one cohort in a LabelCohorts value.

@@ -50,6 +50,15 @@ func groupSeg(group string) string {
 	return group
 }
 
+// groupOf is groupSeg's inverse: a key segment back to the group ("" for
+// the default group).
+func groupOf(seg string) string {
+	if seg == defaultGroup {
+		return ""
+	}
+	return seg
+}
+
 func queueKey(topic, group string) string { return prefixQueues + topic + "/" + groupSeg(group) }
 func streamKey(topic string) string       { return prefixStreams + topic }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fibrilgo/fibril/core"
@@ -436,27 +437,15 @@ func (s *Snapshot) RepartitionOf(topic, group string) *Repartition {
 
 // parseRepartitionKey splits repartition/<topic>/<group|@default>.
 func parseRepartitionKey(k string) (topic, group string, ok bool) {
-	rest, ok := cutPrefix(k, prefixRepartition)
+	rest, ok := strings.CutPrefix(k, prefixRepartition)
 	if !ok {
 		return "", "", false
 	}
-	for i := 0; i < len(rest); i++ {
-		if rest[i] == '/' {
-			group = rest[i+1:]
-			if group == defaultGroup {
-				group = ""
-			}
-			return rest[:i], group, rest[:i] != ""
-		}
+	topic, seg, ok := strings.Cut(rest, "/")
+	if !ok || topic == "" {
+		return "", "", false
 	}
-	return "", "", false
-}
-
-func cutPrefix(s, prefix string) (string, bool) {
-	if len(s) < len(prefix) || s[:len(prefix)] != prefix {
-		return s, false
-	}
-	return s[len(prefix):], true
+	return topic, groupOf(seg), true
 }
 
 // attachRepartitions hangs each marker on its queue and widens the
