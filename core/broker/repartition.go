@@ -59,20 +59,18 @@ type step struct {
 // holdOf is queue.Options.Holds in a cluster: the hold a partition opens
 // with (before it can deliver anything) while its queue is in transition.
 func (c *coordinated) holdOf(key queue.Key, n uint32) (uint64, bool) {
-	snap := c.cl.Snapshot()
-	q := snap.Queue(key.Topic, key.Group.Value)
-	if q == nil || q.Repartition == nil {
+	r := c.cl.Snapshot().RepartitionOf(key.Topic, key.Group.Value)
+	if r == nil {
 		return 0, false
 	}
-	return holdFor(q, n, nil)
+	return holdFor(r, n, 0, false)
 }
 
-// holdFor is the hold partition n of q needs, its own cutover (for a
-// shrink survivor) read from the marker or, when end is not nil and none
-// is recorded yet, from there. Held from 0 when the cutover is not known:
-// the run goroutine records it and lowers the hold to it.
-func holdFor(q *cluster.Queue, n uint32, cutover func() (uint64, bool)) (uint64, bool) {
-	r := q.Repartition
+// holdFor is the hold partition n needs while r runs. A shrink survivor
+// holds from its own cutover: the recorded one, else cut when haveCut (read
+// by this node and not in view yet), else from 0 until the run goroutine
+// reads it and lowers the hold to it.
+func holdFor(r *cluster.Repartition, n uint32, cut uint64, haveCut bool) (uint64, bool) {
 	srcs := r.SourcesOf(n)
 	if len(srcs) == 0 || r.Drained(srcs) {
 		return 0, false
@@ -83,10 +81,8 @@ func holdFor(q *cluster.Queue, n uint32, cutover func() (uint64, bool)) (uint64,
 	if s, ok := r.Sources[n]; ok {
 		return s.Cutover, true
 	}
-	if cutover != nil {
-		if off, ok := cutover(); ok {
-			return off, true
-		}
+	if haveCut {
+		return cut, true
 	}
 	return 0, true
 }
@@ -108,36 +104,28 @@ func (c *coordinated) applyRepartitions(snap *cluster.Snapshot) {
 			if err != nil {
 				continue
 			}
-			if r == nil {
-				if _, held := part.Hold(); held {
-					part.ReleaseHold()
+			var from uint64
+			var held bool
+			if r != nil {
+				// A source of a cut-over transition: its cutover, read
+				// exactly where the engine's fence turned
+				// (Partition.Cutover), and recorded once.
+				var cut uint64
+				var haveCut bool
+				source := n < r.From && r.CutOver(q.Info)
+				if src, ok := r.Sources[n]; source && !ok {
+					if cut, haveCut = c.repart.cutovers[p.Ref]; !haveCut {
+						shrinkSurvivor := !r.Grow() && len(r.SourcesOf(n)) > 0
+						cut, haveCut = part.Cutover(shrinkSurvivor), true
+					}
+					cutovers[p.Ref] = cut
+					c.recordCutover(p.Ref, p.Epoch, cut)
+				} else if source && !src.Drained {
+					live[p.Ref] = true
+					c.watchDrain(p.Ref, part, src.Cutover)
 				}
-				continue
+				from, held = holdFor(r, n, cut, haveCut)
 			}
-			// A source of a cut-over transition: its cutover, read exactly
-			// where the engine's fence turned (Partition.Cutover), and
-			// recorded once.
-			var fresh *uint64
-			source := n < r.From && r.CutOver(q.Info)
-			if src, ok := r.Sources[n]; source && !ok {
-				off, read := c.repart.cutovers[p.Ref]
-				if !read {
-					shrinkSurvivor := !r.Grow() && len(r.SourcesOf(n)) > 0
-					off = part.Cutover(shrinkSurvivor)
-				}
-				cutovers[p.Ref] = off
-				fresh = &off
-				c.recordCutover(p.Ref, p.Epoch, off)
-			} else if source && !src.Drained {
-				live[p.Ref] = true
-				c.watchDrain(p.Ref, part, src.Cutover)
-			}
-			from, held := holdFor(q, n, func() (uint64, bool) {
-				if fresh != nil {
-					return *fresh, true
-				}
-				return 0, false
-			})
 			cur, isHeld := part.Hold()
 			switch {
 			case held && (!isHeld || cur != from):
