@@ -28,10 +28,16 @@ const fenceNone = math.MaxUint64
 // REDIRECT carrying PartitioningVersion (S-118).
 var ErrStalePartitioning = errors.New("routed by an older partitioning version")
 
+// PartitioningVersion is the partitioning version of the partition's queue
+// (docs/protocol.md#topology): 0 until a repartition raises it (in a
+// cluster only, S-122). Read on every publish, so straight from the
+// queue's settings, not through its whole QueueInfo.
+func (p *Partition) PartitioningVersion() uint64 { return p.q.cfg.Load().version }
+
 // fenceLocked refuses version when it is below the queue's. Caller holds
 // p.mu.
 func (p *Partition) fenceLocked(version uint64) error {
-	if version != fenceNone && version < p.q.cfg.Load().version {
+	if version != fenceNone && version < p.PartitioningVersion() {
 		return ErrStalePartitioning
 	}
 	return nil
@@ -40,7 +46,7 @@ func (p *Partition) fenceLocked(version uint64) error {
 // noteNewerLocked remembers off as the first offset routed by a newer
 // partitioning version than the queue's (see above). Caller holds p.mu.
 func (p *Partition) noteNewerLocked(version, off uint64) {
-	if version != fenceNone && version > p.q.cfg.Load().version && off < p.firstNewer {
+	if version != fenceNone && version > p.PartitioningVersion() && off < p.firstNewer {
 		p.firstNewer = off
 	}
 }
