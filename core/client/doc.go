@@ -109,6 +109,9 @@
 // RECONCILE_CLIENT for the endpoint's subscriptions and applies the
 // verdicts (docs/protocol.md#reconcile): kept subscriptions are re-keyed to the broker's sub_id;
 // the others re-subscribe unless their reason is terminal (docs/protocol.md#reason-codes).
+// A manual-ack partition that subscribes again drops what it still buffered
+// from the broker-side subscription that ended (the broker delivers it
+// again), so the new one starts with its whole prefetch.
 //
 // # Repartition
 //

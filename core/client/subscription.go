@@ -62,7 +62,10 @@ type Assignment struct {
 // broker closes it for a non-terminal reason, when reconcile does not keep
 // it, or when its connection is lost and not restored, it re-subscribes
 // with backoff until the Subscription is closed. Terminal reasons end the
-// partition with a *SubscriptionClosedError returned by Next.
+// partition with a *SubscriptionClosedError returned by Next. When a
+// manual-ack partition subscribes again, the deliveries it still buffered
+// from the subscription that ended are dropped: the broker delivers them
+// again, and the new subscription starts with its whole prefetch.
 //
 // A queue subscription made without SubscribeOptions.Partitions follows
 // the queue's partition count (S-126, docs/repartition.md). When the
@@ -551,6 +554,18 @@ func (ps *partSub) onSubscribeOK(ep *endpoint, conn *Conn, f Frame) error {
 	ps.ep = ep
 	ps.attached = true
 	ps.bufCap = max(1, int(ok.Prefetch)) // the Go SDK buffers exactly prefetch (minimum 1)
+	if s.credited() {
+		// Anything still buffered came from a broker-side subscription that
+		// ended (this is a re-subscribe). Those deliveries come again (the
+		// broker released their leases, or does when the old session ends;
+		// a named stream restarts at its cursor, at or before them), and
+		// this subscription gets a whole prefetch: kept, they would count
+		// against it, its first DELIVERs counted as violations and queued
+		// behind deliveries whose tags are void. Dropped as purge drops a
+		// non-resumed session's. Auto-ack deliveries and an unnamed
+		// stream's records do not come again: they stay.
+		ps.buf = nil
+	}
 	ep.subs[ps] = struct{}{}
 	return nil
 }
@@ -737,7 +752,7 @@ func (ps *partSub) deliver(ep *endpoint, conn *Conn, sess *session, frameID uint
 		ps.next, ps.seen = d.Offset+1, true
 	}
 	if len(ps.buf) >= ps.bufCap {
-		if s.opts.AutoAck || !s.streamCredit() {
+		if !s.credited() {
 			unpark := conn.parkReader()
 			for len(ps.buf) >= ps.bufCap && !ps.ended {
 				ps.mu.Unlock()
@@ -767,6 +782,11 @@ func (ps *partSub) deliver(ep *endpoint, conn *Conn, sess *session, frameID uint
 	ps.mu.Unlock()
 	s.signal()
 }
+
+// credited reports whether the broker bounds the subscription by prefetch
+// (a manual-ack queue subscription, or a named stream one without
+// auto-ack); the others rely on the connection's backpressure.
+func (s *Subscription) credited() bool { return !s.opts.AutoAck && s.streamCredit() }
 
 // buffered is the number of deliveries waiting for Next.
 func (ps *partSub) buffered() int {

@@ -461,3 +461,190 @@ func TestSubscribeTwiceFailsFast(t *testing.T) {
 		t.Fatal("a different group counted as taken")
 	}
 }
+
+// When the broker ends a partition's subscription and the client
+// subscribes again, what is still buffered from the old one belongs to a
+// window the broker gave back: it released those leases (or, for a
+// named stream, restarts at its cursor) and gives the new subscription a
+// full prefetch. A manual-ack subscription drops them instead of counting
+// them against the new prefetch, where the new subscription's first
+// DELIVERs would count as prefetch violations, behind deliveries whose
+// tags are void (and which come again). A delivery of the old
+// subscription that the application holds settles as before and leaves
+// the new one's accounting alone: a DELIVER past its window is still
+// caught. The old subscription ends either way: SUBSCRIPTION_CLOSED
+// owner_moved, or a reconcile verdict after a resumed reconnect.
+func TestResubscribeDropsOldBufferedDeliveries(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, fb *fakeBroker, fc *fakeConn) *fakeConn // ends sub 1; returns the connection of the new SUBSCRIBE
+	}{
+		{"subscription closed", func(t *testing.T, _ *fakeBroker, fc *fakeConn) *fakeConn {
+			fc.send(wire.OpSubscriptionClosed, 0, &wire.SubscriptionClosed{SubID: 1, Code: wire.ReasonOwnerMoved,
+				Message: "the upstream session to the partition's owner ended; subscribe again"})
+			return fc
+		}},
+		{"reconcile", func(t *testing.T, fb *fakeBroker, fc *fakeConn) *fakeConn {
+			fc.close()
+			fc2 := fb.next(t)
+			fc2.acceptHello(t, identityA, wire.ResumeResumed)
+			fc2.standing = fc.standing
+			f := fc2.expect(t, wire.OpReconcileClient)
+			s := f.body.(*wire.ReconcileClient).Subscriptions[0]
+			fc2.send(wire.OpReconcileResult, f.hdr.RequestID, &wire.ReconcileResult{Entries: []wire.ReconcileEntry{{
+				Client: wire.Some(s), Server: wire.Some(wire.ReconcileSub{SubID: 9, Topic: "q", Prefetch: 2}),
+				Action: wire.ActionCloseClientSide, Reason: "server_mismatch", Code: wire.ReasonServerMismatch,
+			}}})
+			return fc2
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fb := newFake(t, nil)
+			c, fc := dialScripted(t, fb, testOptions(t, fb.addr), wire.Topology{})
+			sub := subscribeScripted(t, c, fc, "q", SubscribeOptions{Prefetch: 2}, 1)
+			sendDeliver(fc, 1, "q", 0, 1, "old")
+			held := next(t, sub) // the application holds tag 1; 2 and 3 stay buffered
+			sendDeliver(fc, 1, "q", 0, 2, "old")
+			sendDeliver(fc, 1, "q", 0, 3, "old")
+			testkit.Eventually(t, stepTimeout, "old deliveries buffered", func() bool { return sub.parts[0].buffered() == 2 })
+			if n := c.Stats().PrefetchViolations; n != 0 {
+				t.Fatalf("violations = %d before the re-subscribe", n)
+			}
+
+			fc = tc.end(t, fb, fc)
+			answerSubscribe(t, fc, 3)
+			sendDeliver(fc, 3, "q", 0, 11, "new")
+			sendDeliver(fc, 3, "q", 0, 12, "new")
+			caughtUp := func() { // a reply read after the DELIVERs: the reader handled them
+				t.Helper()
+				ch := async(func() error { _, err := c.Topology(context.Background(), "q"); return err })
+				fc.answerTopology(t, wire.Topology{})
+				if err := wait(t, ch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			caughtUp()
+			if s := c.Stats(); s.PrefetchViolations != 0 || s.ProtocolViolations != 0 {
+				t.Fatalf("stats %+v: the new subscription's window was counted with the old one's deliveries", s)
+			}
+			if n := sub.parts[0].buffered(); n != 2 {
+				t.Fatalf("%d deliveries buffered, want the new subscription's 2 (prefetch)", n)
+			}
+
+			// The held delivery of the old subscription settles as before
+			// (its ACK carries its own tag; the broker ignores what it does
+			// not know) and frees nothing in the new window.
+			if err := held.Ack(context.Background()); err != nil {
+				t.Fatalf("Ack of the held old delivery: %v", err)
+			}
+			if a := fc.expect(t, wire.OpAck).body.(*wire.Ack); len(a.Tags) != 1 || a.Tags[0] != 1 {
+				t.Fatalf("ACK %+v, want tag 1", a)
+			}
+			sendDeliver(fc, 3, "q", 0, 13, "past the window")
+			caughtUp()
+			if n := c.Stats().PrefetchViolations; n != 1 {
+				t.Fatalf("violations = %d, want 1: a DELIVER past the new window", n)
+			}
+			for _, want := range []uint64{11, 12, 13} {
+				d := next(t, sub)
+				if d.Tag != want || string(d.Payload) == "old" {
+					t.Fatalf("delivery tag %d %q, want tag %d of the new subscription", d.Tag, d.Payload, want)
+				}
+				if err := d.Ack(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// An auto-ack subscription keeps what it buffered from a subscription the
+// broker ended: the broker settled those deliveries when it sent them,
+// so they are handed out (before the new subscription's), not dropped.
+// The buffer bound stays the reader's backpressure, not a violation.
+func TestResubscribeAutoAckKeepsOldBufferedDeliveries(t *testing.T) {
+	fb := newFake(t, nil)
+	c, fc := dialScripted(t, fb, testOptions(t, fb.addr), wire.Topology{})
+	sub := subscribeScripted(t, c, fc, "q", SubscribeOptions{Prefetch: 2, AutoAck: true}, 1)
+	sendDeliver(fc, 1, "q", 0, 1, "old")
+	sendDeliver(fc, 1, "q", 0, 2, "old")
+	testkit.Eventually(t, stepTimeout, "old deliveries buffered", func() bool { return sub.parts[0].buffered() == 2 })
+	fc.send(wire.OpSubscriptionClosed, 0, &wire.SubscriptionClosed{SubID: 1, Code: wire.ReasonOwnerMoved, Message: "moved"})
+	answerSubscribe(t, fc, 3)
+	sendDeliver(fc, 3, "q", 0, 11, "new")
+	sendDeliver(fc, 3, "q", 0, 12, "new")
+	for _, want := range []uint64{1, 2, 11, 12} {
+		if d := next(t, sub); d.Tag != want {
+			t.Fatalf("delivery tag %d %q, want %d", d.Tag, d.Payload, want)
+		}
+	}
+	if s := c.Stats(); s.PrefetchViolations != 0 || s.DroppedDeliveries != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// The same for stream subscriptions: a named one without auto-ack is
+// bounded by prefetch and subscribes again at its cursor, at or before
+// what it buffered, so that is dropped (the records come again, without
+// counting as prefetch violations); an unnamed one continues after the
+// last record it received, so it keeps and hands out what it buffered.
+func TestResubscribeStreamBufferedRecords(t *testing.T) {
+	for _, tc := range []struct {
+		durable string
+		again   []uint64 // offsets the new subscription sends
+		want    []string // what Next hands out, "offset payload"
+	}{
+		{"audit", []uint64{5, 6}, []string{"5 new", "6 new"}},
+		{"", []uint64{7}, []string{"5 old", "6 old", "7 new"}},
+	} {
+		t.Run(fmt.Sprintf("durable=%q", tc.durable), func(t *testing.T) {
+			fb := newFake(t, nil)
+			c, fc := dialScripted(t, fb, testOptions(t, fb.addr), wire.Topology{})
+			answer := func(subID uint64) *wire.SubscribeStream {
+				t.Helper()
+				f := fc.expect(t, wire.OpSubscribeStream)
+				s := f.body.(*wire.SubscribeStream)
+				fc.send(wire.OpSubscribeOK, f.hdr.RequestID, &wire.SubscribeOK{SubID: subID, Topic: s.Topic, Partition: s.Partition, Prefetch: s.Prefetch})
+				return s
+			}
+			var sub *Subscription
+			ch := async(func() error {
+				var err error
+				sub, err = c.SubscribeStream(context.Background(), "s", StreamOptions{Partitions: []uint32{0}, Prefetch: 2, DurableName: tc.durable})
+				return err
+			})
+			answer(1)
+			if err := wait(t, ch); err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			sendDeliver(fc, 1, "s", 0, 5, "old")
+			sendDeliver(fc, 1, "s", 0, 6, "old")
+			testkit.Eventually(t, stepTimeout, "records buffered", func() bool { return sub.parts[0].buffered() == 2 })
+
+			fc.send(wire.OpSubscriptionClosed, 0, &wire.SubscriptionClosed{SubID: 1, Code: wire.ReasonOwnerMoved, Message: "moved"})
+			s := answer(2)
+			testkit.Eventually(t, stepTimeout, "subscribed again", sub.parts[0].isAttached)
+			if tc.durable == "" && s.Start != StartAt(7) {
+				t.Fatalf("unnamed re-subscribe starts at %+v, want after the last record received", s.Start)
+			}
+			for _, off := range tc.again {
+				sendDeliver(fc, 2, "s", 0, off, "new")
+			}
+			for _, want := range tc.want {
+				d := next(t, sub)
+				if got := fmt.Sprintf("%d %s", d.Offset, d.Payload); got != want {
+					t.Fatalf("record %q, want %q", got, want)
+				}
+			}
+			quietCtx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			if d, err := sub.Next(quietCtx); err == nil {
+				t.Fatalf("extra record %d %q", d.Offset, d.Payload)
+			}
+			if s := c.Stats(); s.PrefetchViolations != 0 || s.ProtocolViolations != 0 {
+				t.Fatalf("stats %+v", s)
+			}
+		})
+	}
+}
