@@ -13,7 +13,7 @@ import (
 	"github.com/fibrilgo/fibril/core/client"
 )
 
-const benchArgs = `--topic T [--queues Q] [--partitions N] [--stream] [--size BYTES] [--producers P] [--consumers C] [--window W] [--confirmed]
+const benchArgs = `--topic T [--queues Q] [--partitions N] [--keys N] [--stream] [--size BYTES] [--producers P] [--consumers C] [--window W] [--confirmed]
        [--prefetch N] [--auto-ack] [--duration D] [--warmup D] [--drain D] [--rate R] [--max-ahead N]
        [--mode throughput|rtt|fsync] [--fsync-dir DIR] [--server-pid PID] [--json] [--progress=false]`
 
@@ -35,6 +35,7 @@ func runBench(ctx context.Context, g *globals, e *env, args []string) error {
 	fs.StringVar(&drv.Group, "group", "", "queue namespace inside the topic")
 	fs.IntVar(&drv.Queues, "queues", 1, "queues to declare and spread messages over: <topic>-0 … <topic>-(Q-1) when Q > 1")
 	fs.IntVar(&drv.Partitions, "partitions", 1, "partitions to declare each queue with and spread messages over")
+	fs.IntVar(&drv.Keys, "keys", 0, "publish with one of N keys (k0 …) instead of naming partitions, and subscribe to all partitions, following the count (for runs across a repartition)")
 	fs.BoolVar(&drv.Stream, "stream", false, "declare streams instead of queues: every consumer reads every record from the earliest (fan-out; delivered msgs/s is the total over the consumers)")
 	coalesce := fs.Bool("coalesce", false, "deprecated, no effect: the client always batches its writes")
 	fsyncDir := fs.String("fsync-dir", os.TempDir(), "--mode fsync: directory to write in (use the broker's data_dir file system)")

@@ -539,6 +539,9 @@ func TestPublishAsyncResends(t *testing.T) {
 	if off, err := res.get(0); err != nil || off != 7 {
 		t.Fatalf("redirected: offset %d err %v", off, err)
 	}
+	if n := c.Stats().Fenced; n != 1 {
+		t.Fatalf("Stats().Fenced = %d, want 1", n)
+	}
 
 	// 503, then 409 (topology refresh), then OK.
 	if err := pub.PublishAsync(ctx, Message{Payload: seqPayload(1)}, res.cb(1)); err != nil {

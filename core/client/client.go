@@ -66,6 +66,11 @@ type Stats struct {
 	IgnoredFrames uint64
 	// Reconnects counts successful connects after the first, per endpoint.
 	Reconnects uint64
+	// Fenced counts publishes a REDIRECT with a newer partitioning version
+	// sent back (the queue was repartitioned, docs/repartition.md): each was
+	// routed again by the new count. Not a broker mistake: a producer
+	// meets the fence once per repartition per publish in flight.
+	Fenced uint64
 
 	// Write batching (not broker behaviour): frames queued on the
 	// connections (a merged ACK counts once), Write calls that carried them
@@ -76,7 +81,7 @@ type Stats struct {
 
 type statCounters struct {
 	prefetchViolations, protocolViolations, uncorrelatedErrors, unmatchedReplies,
-	unknownSubDeliveries, droppedDeliveries, staleSettles, ignoredFrames, reconnects atomic.Uint64
+	unknownSubDeliveries, droppedDeliveries, staleSettles, ignoredFrames, reconnects, fenced atomic.Uint64
 
 	framesQueued, writeCalls, bytesWritten, acksMerged atomic.Uint64
 }
@@ -94,6 +99,7 @@ func (c *Client) Stats() Stats {
 		StaleSettles:         s.staleSettles.Load(),
 		IgnoredFrames:        s.ignoredFrames.Load(),
 		Reconnects:           s.reconnects.Load(),
+		Fenced:               s.fenced.Load(),
 		FramesQueued:         s.framesQueued.Load(),
 		WriteCalls:           s.writeCalls.Load(),
 		BytesWritten:         s.bytesWritten.Load(),

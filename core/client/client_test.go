@@ -142,6 +142,9 @@ func TestRedirects(t *testing.T) {
 	if got := c.topo.owner(routeKey{topic: "t"}); got != b.addr {
 		t.Fatalf("cached owner %q, want %q", got, b.addr)
 	}
+	if n := c.Stats().Fenced; n != 1 {
+		t.Fatalf("Stats().Fenced = %d after one REDIRECT with a newer version, want 1", n)
+	}
 
 	// B keeps redirecting to itself: 3 redirects are followed, the 4th fails.
 	ch, _ = publishAsync(pub, Message{})
@@ -161,6 +164,10 @@ func TestRedirects(t *testing.T) {
 	afc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{})
 	if err := wait(t, ch); err != nil {
 		t.Fatal(err)
+	}
+	// Redirects at the version already known are owner moves, not fences.
+	if n := c.Stats().Fenced; n != 1 {
+		t.Fatalf("Stats().Fenced = %d, want still 1", n)
 	}
 }
 
@@ -372,5 +379,41 @@ func TestErrorMatching(t *testing.T) {
 	}
 	if !Retryable(&OutcomeUnknownError{Op: wire.OpPublish, Cause: ErrConnectionLost}) || Retryable(protocolErrorf("x")) {
 		t.Fatal("Retryable")
+	}
+}
+
+// Every publish in flight meets the same fence: the first one's refresh
+// teaches the cache the new count, and the others route again by it
+// without a TOPOLOGY round trip of their own.
+func TestFenceRefreshesOnce(t *testing.T) {
+	boot := newFake(t, nil)
+	c, bfc := dialScripted(t, boot, testOptions(t, boot.addr),
+		wire.Topology{Generation: 1, Queues: []wire.QueueEntry{queueEntry("t", 0, 1, 1)}})
+	bfc.standing = nil // every TOPOLOGY request is answered below, or fails expect
+	pub := c.Publisher("t", PublisherOptions{})
+	ch1, _ := publishAsync(pub, Message{Key: []byte("a")})
+	f1 := bfc.expect(t, wire.OpPublish)
+	ch2, _ := publishAsync(pub, Message{Key: []byte("b")})
+	f2 := bfc.expect(t, wire.OpPublish)
+	resent := func() {
+		t.Helper()
+		f := bfc.expect(t, wire.OpPublish)
+		if pb := f.body.(*wire.Publish); pb.PartitioningVersion != 2 {
+			t.Fatalf("re-sent PUBLISH carries version %d, want 2", pb.PartitioningVersion)
+		}
+		bfc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{})
+	}
+	bfc.send(wire.OpRedirect, f1.hdr.RequestID, &wire.Redirect{Topic: "t", PartitioningVersion: 2})
+	bfc.answerTopology(t, wire.Topology{Generation: 2, Queues: []wire.QueueEntry{queueEntry("t", 0, 2, 2), queueEntry("t", 1, 2, 2)}})
+	resent()
+	bfc.send(wire.OpRedirect, f2.hdr.RequestID, &wire.Redirect{Topic: "t", PartitioningVersion: 2})
+	resent() // a TOPOLOGY request here fails expect
+	for _, ch := range []<-chan error{ch1, ch2} {
+		if err := wait(t, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.Stats().Fenced; n != 2 {
+		t.Fatalf("Stats().Fenced = %d, want 2", n)
 	}
 }

@@ -66,6 +66,22 @@ func (p *Publisher) choose(m *Message) (uint32, uint64) {
 	return (p.rr.Add(1) - 1) % n, version
 }
 
+// afterFence runs on a REDIRECT answering a publish sent with partitioning
+// version sent: a newer version means the queue was repartitioned, so the
+// new count is learnt before the publish chooses its partition again,
+// unless the cache has learnt it already (every publish in flight meets
+// the same fence, and one TOPOLOGY round trip serves them all).
+func (p *Publisher) afterFence(ctx context.Context, r *wire.Redirect, sent uint64) {
+	if r.PartitioningVersion <= sent {
+		return
+	}
+	p.cl.stats.fenced.Add(1)
+	if _, v, ok := p.cl.topo.count(p.topic, p.group); ok && v >= r.PartitioningVersion {
+		return
+	}
+	p.cl.refreshTopology(ctx, p.topic, p.group)
+}
+
 func contentType(mime string) wire.ContentType {
 	switch mime {
 	case "":
@@ -146,12 +162,7 @@ func (p *Publisher) confirmed(ctx context.Context, m *Message, notBefore *time.T
 			sentVersion = v
 			return k, body
 		},
-		afterRedirect: func(ctx context.Context, r *wire.Redirect) {
-			if r.PartitioningVersion > sentVersion {
-				// Repartitioned: learn the new count before choosing again.
-				p.cl.refreshTopology(ctx, p.topic, p.group)
-			}
-		},
+		afterRedirect: func(ctx context.Context, r *wire.Redirect) { p.afterFence(ctx, r, sentVersion) },
 	}
 	f, err := p.cl.roundTrip(ctx, spec)
 	if err != nil {
@@ -402,14 +413,9 @@ func (op *pubOp) send() error {
 
 func (op *pubOp) spec() *opSpec {
 	return &opSpec{
-		op:       wire.OpPublish,
-		retry409: true,
-		afterRedirect: func(ctx context.Context, r *wire.Redirect) {
-			if r.PartitioningVersion > op.version {
-				// Repartitioned: learn the new count before choosing again.
-				op.p.cl.refreshTopology(ctx, op.p.topic, op.p.group)
-			}
-		},
+		op:            wire.OpPublish,
+		retry409:      true,
+		afterRedirect: func(ctx context.Context, r *wire.Redirect) { op.p.afterFence(ctx, r, op.version) },
 	}
 }
 

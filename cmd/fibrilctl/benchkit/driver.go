@@ -79,6 +79,12 @@ type Slot struct {
 	// Data is the driver's, kept with the slot across its publishes (to
 	// keep per-publish state without allocating).
 	Data any
+	// Fenced is for the driver to set before Done when this publish met a
+	// repartition fence on its way (the system sent it back to be routed
+	// by a newer partition count). Run records the confirm latencies of
+	// those publishes apart as well (Result.FenceN …): the pause a
+	// producer sees at the fence. Run clears it when the slot comes back.
+	Fenced bool
 
 	stamp  int64
 	sentAt int64      // --rate only: when the publish was actually made

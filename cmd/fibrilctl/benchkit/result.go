@@ -102,6 +102,14 @@ type Result struct {
 	E2EFromSendP50     float64 `json:"e2e_from_send_p50_us,omitempty"`
 	E2EFromSendP99     float64 `json:"e2e_from_send_p99_us,omitempty"`
 
+	// Publish → confirm of the publishes that met a repartition fence
+	// (Slot.Fenced; warmup included): the pause a producer sees while the
+	// system re-routes it to a new partition count. Absent when none did.
+	FenceN   uint64  `json:"fence_samples,omitempty"`
+	FenceP50 float64 `json:"fence_confirm_p50_us,omitempty"`
+	FenceP99 float64 `json:"fence_confirm_p99_us,omitempty"`
+	FenceMax float64 `json:"fence_confirm_max_us,omitempty"`
+
 	// --mode rtt only: ACK write, and publish → (confirm and ack) done.
 	AckP50  float64 `json:"ack_p50_us,omitempty"`
 	AckP99  float64 `json:"ack_p99_us,omitempty"`
@@ -225,6 +233,9 @@ func (r *Result) WriteTable(w io.Writer) {
 	}
 	if r.ConfirmN > 0 {
 		row("confirm", latency{r.ConfirmP50, r.ConfirmP90, r.ConfirmP99, r.ConfirmP999, r.ConfirmMax, r.ConfirmMean}, r.ConfirmN)
+	}
+	if r.FenceN > 0 {
+		p("  confirm at a fence\t%.1f\t\t%.1f\t\t%.1f\t\t%d", r.FenceP50, r.FenceP99, r.FenceMax, r.FenceN)
 	}
 	if r.E2EN > 0 {
 		row("publish→deliver", latency{r.E2EP50, r.E2EP90, r.E2EP99, r.E2EP999, r.E2EMax, r.E2EMean}, r.E2EN)

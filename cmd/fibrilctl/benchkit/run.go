@@ -164,17 +164,18 @@ func newPayload(size int) []byte {
 // worker with --window slots for a pipelined driver, else --window
 // workers with one slot each.
 type worker struct {
-	r    *run
-	pub  Publisher
-	idx  uint32         // producer index
-	seq  *atomic.Uint64 // the producer's next sequence number, shared by its workers
-	ctx  context.Context
-	free chan *Slot
-	n    int           // slots
-	errs atomic.Uint64 // failed publishes, to back off a failing system
-	conf *Histogram    // confirm latency, recorded by Done
-	lag  *Histogram    // send lag (--rate only), recorded by the worker
-	svc  *Histogram    // confirm latency from the actual send (--rate only), recorded by Done
+	r     *run
+	pub   Publisher
+	idx   uint32         // producer index
+	seq   *atomic.Uint64 // the producer's next sequence number, shared by its workers
+	ctx   context.Context
+	free  chan *Slot
+	n     int           // slots
+	errs  atomic.Uint64 // failed publishes, to back off a failing system
+	conf  *Histogram    // confirm latency, recorded by Done
+	fence *Histogram    // confirm latency of the publishes that met a fence (Slot.Fenced), recorded by Done
+	lag   *Histogram    // send lag (--rate only), recorded by the worker
+	svc   *Histogram    // confirm latency from the actual send (--rate only), recorded by Done
 }
 
 func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
@@ -220,7 +221,7 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 		}
 		seq := new(atomic.Uint64)
 		for range perProducer {
-			w := &worker{r: r, pub: pub, idx: uint32(i), seq: seq, n: slots, conf: new(Histogram)}
+			w := &worker{r: r, pub: pub, idx: uint32(i), seq: seq, n: slots, conf: new(Histogram), fence: new(Histogram)}
 			if cfg.Rate > 0 {
 				w.lag, w.svc = new(Histogram), new(Histogram)
 			}
@@ -283,9 +284,10 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 
 	// Merge the histograms: the handlers are done (Close), and so are the
 	// workers' Done calls (every slot came back).
-	var conf, lag, svc, e2e, e2eAct Histogram
+	var conf, fence, lag, svc, e2e, e2eAct Histogram
 	for _, w := range workers {
 		conf.Merge(w.conf)
+		fence.Merge(w.fence)
 		if w.lag != nil {
 			lag.Merge(w.lag)
 			svc.Merge(w.svc)
@@ -298,6 +300,10 @@ func (r *run) runThroughput(ctx, setupCtx context.Context, res *Result) error {
 		}
 	}
 	r.fillLatencies(res, &conf, &e2e)
+	if res.FenceN = fence.Count(); res.FenceN > 0 {
+		f := summarize(&fence)
+		res.FenceP50, res.FenceP99, res.FenceMax = f.p50, f.p99, f.max
+	}
 	if cfg.Rate > 0 {
 		l := summarize(&lag)
 		res.SendLagP50, res.SendLagP99, res.SendLagMax = l.p50, l.p99, l.max
@@ -411,6 +417,12 @@ func (w *worker) done(s *Slot, err error) {
 		t := Now()
 		r.tr.Accept(s.Producer, s.Seq)
 		r.accepted.Add(1)
+		if s.Fenced {
+			// Warmup included: a fence comes when it comes, and this
+			// histogram holds only the publishes it held up.
+			w.fence.Record(t - s.stamp)
+			s.Fenced = false
+		}
 		if s.stamp >= r.warmEnd.Load() {
 			w.conf.Record(t - s.stamp)
 			if w.svc != nil {

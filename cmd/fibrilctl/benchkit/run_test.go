@@ -20,10 +20,12 @@ import (
 // PublishAsync, blocking like jsbench's), and can lose, duplicate and
 // inject messages to show that Run counts them.
 type fake struct {
-	pipelined bool
-	drop, dup int64 // seq of producer 0 to confirm but not enqueue / enqueue twice (-1: none)
-	foreign   bool  // enqueue one message that is not of this run
-	orphan    int   // queue that no consumer subscribes to (-1: none)
+	pipelined  bool
+	drop, dup  int64        // seq of producer 0 to confirm but not enqueue / enqueue twice (-1: none)
+	foreign    bool         // enqueue one message that is not of this run
+	orphan     int          // queue that no consumer subscribes to (-1: none)
+	fenceEvery uint64       // > 0: every such message of producer 0 is marked Fenced
+	fenced     atomic.Int64 // messages marked Fenced and accepted
 
 	qs        []chan []byte
 	cfg       Config
@@ -65,7 +67,9 @@ func (f *fake) Producer(context.Context, string) (Publisher, error) {
 		go func() {
 			defer p.wg.Done()
 			for s := range p.jobs {
-				s.Done(p.send(context.Background(), s))
+				err := p.send(context.Background(), s)
+				p.markFence(s, err)
+				s.Done(err)
 			}
 		}()
 	}
@@ -85,6 +89,17 @@ func (p *fakePub) Publish(ctx context.Context, s *Slot) {
 		return
 	}
 	s.Done(p.send(ctx, s))
+}
+
+// markFence marks the slot Fenced as a driver would, when the fake's
+// fenceEvery picks it, and counts it once it is accepted.
+func (p *fakePub) markFence(s *Slot, err error) {
+	if n := p.f.fenceEvery; n > 0 && s.Producer == 0 && s.Seq%n == 0 {
+		s.Fenced = true
+		if err == nil {
+			p.f.fenced.Add(1)
+		}
+	}
 }
 
 // send enqueues a copy of the payload (the slot is reused after Done).
@@ -324,6 +339,7 @@ func TestRunAcrossQueues(t *testing.T) {
 // (compare.sh, benchsum) and users' scripts read.
 func TestResultJSONNames(t *testing.T) {
 	res := &Result{SendLagP99: 1, RTTP50: 1, RTTP99: 1, AckP50: 1, LoadAvgStart: "0 0 0", Timeouts: 1,
+		FenceN: 1, FenceP50: 1, FenceP99: 1, FenceMax: 1,
 		ErrorSamples: []string{"x"}, ClientStats: map[string]uint64{"reconnects": 1}, Interrupted: true}
 	b, err := json.Marshal(res)
 	if err != nil {
@@ -341,7 +357,8 @@ func TestResultJSONNames(t *testing.T) {
 		"confirm_p50_us", "confirm_p99_us", "confirm_p999_us", "confirm_samples",
 		"e2e_p50_us", "e2e_p99_us", "e2e_p999_us", "e2e_samples", "send_lag_p99_us",
 		"ack_p50_us", "rtt_p50_us", "rtt_p99_us", "loadavg_start", "cpu_pressure_pct", "io_pressure_pct",
-		"client_stats", "cpu_user_s", "cpu_sys_s", "cpu_per_msg_us", "server_cpu_s", "server_cpu_per_msg_us"} {
+		"client_stats", "cpu_user_s", "cpu_sys_s", "cpu_per_msg_us", "server_cpu_s", "server_cpu_per_msg_us",
+		"fence_samples", "fence_confirm_p50_us", "fence_confirm_p99_us", "fence_confirm_max_us"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON lacks %q", k)
 		}
@@ -376,5 +393,23 @@ func TestRunFanOut(t *testing.T) {
 	}
 	if err := (&Config{Size: 64, FanOut: true, MaxAhead: 10}).Validate(); err == nil {
 		t.Fatal("--max-ahead with fan-out was accepted")
+	}
+}
+
+// The confirms of publishes the driver marks Fenced are recorded apart as
+// well (the pause at a repartition fence), every one of them.
+func TestRunRecordsFencedConfirms(t *testing.T) {
+	f := newFake(true)
+	f.fenceEvery = 7
+	res, err := Run(context.Background(), Config{Size: 64, Producers: 2, Consumers: 1, Window: 8, Confirmed: true,
+		Duration: 200 * time.Millisecond, Warmup: 50 * time.Millisecond, Drain: 5 * time.Second}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(f.fenced.Load()); want == 0 || res.FenceN != want {
+		t.Fatalf("fence samples %d, want %d (marked and confirmed)", res.FenceN, want)
+	}
+	if res.FenceP50 <= 0 || res.FenceP50 > res.FenceP99 || res.FenceP99 > res.FenceMax {
+		t.Fatalf("fence p50 %.1f p99 %.1f max %.1f", res.FenceP50, res.FenceP99, res.FenceMax)
 	}
 }

@@ -35,10 +35,16 @@ type Driver struct {
 	// SubscribeStream from the earliest record (every consumer receives
 	// every record; run with Config.FanOut).
 	Stream bool
+	// Keys > 0: messages carry one of Keys keys and no partition, so the
+	// client routes them by the queue's partition count at the time, and
+	// consumers subscribe without naming partitions, so they follow the
+	// count (S-126). What a run across a repartition needs; queues only.
+	Keys int
 
 	cfg       benchkit.Config
 	queues    []benchQueue
-	targets   []target // every partition of every queue, queue by queue
+	targets   []target // every partition of every queue, queue by queue (with Keys: one per queue)
+	keys      [][]byte // with Keys: the keys, k0 … k(Keys-1)
 	consumers int      // Consumer calls so far
 	clients   []*client.Client
 }
@@ -78,6 +84,12 @@ func (d *Driver) Setup(ctx context.Context, cfg benchkit.Config, _ *benchkit.Rep
 	if d.Topic == "" {
 		return errors.New("--topic is required")
 	}
+	if d.Keys > 0 && d.Stream {
+		return errors.New("--keys is for queues: a stream's consumers name their partitions")
+	}
+	for i := range d.Keys {
+		d.keys = append(d.keys, fmt.Appendf(nil, "k%d", i))
+	}
 	d.Queues, d.Partitions = max(d.Queues, 1), max(d.Partitions, 1)
 	admin, err := d.dial(ctx, "setup")
 	if err != nil {
@@ -92,7 +104,12 @@ func (d *Driver) Setup(ctx context.Context, cfg benchkit.Config, _ *benchkit.Rep
 		q := benchQueue{topic: topic}
 		for i := range n {
 			q.parts = append(q.parts, uint32(i))
-			d.targets = append(d.targets, target{queue: qi, part: uint32(i)})
+			if d.Keys == 0 {
+				d.targets = append(d.targets, target{queue: qi, part: uint32(i)})
+			}
+		}
+		if d.Keys > 0 {
+			d.targets = append(d.targets, target{queue: qi})
 		}
 		d.queues = append(d.queues, q)
 		same = same && n == len(d.queues[0].parts)
@@ -151,20 +168,22 @@ func (d *Driver) Producer(ctx context.Context, name string) (benchkit.Publisher,
 	for i, q := range d.queues {
 		pubs[i] = c.Publisher(q.topic, client.PublisherOptions{Group: d.Group})
 	}
-	return &publisher{d: d, pubs: pubs}, nil
+	return &publisher{d: d, c: c, pubs: pubs}, nil
 }
 
 type publisher struct {
 	d    *Driver
+	c    *client.Client
 	pubs []*client.Publisher // one per queue, on the producer's client
 }
 
 // slotMsg is a slot's message and callback, made on its first publish
 // and kept in Slot.Data, so that a publish allocates nothing.
 type slotMsg struct {
-	part uint32
-	msg  client.Message
-	cb   func(uint64, error)
+	part   uint32
+	msg    client.Message
+	cb     func(uint64, error)
+	fences uint64 // the client's Stats().Fenced when the publish was made
 }
 
 // Publish sends message i of producer p to target (i+p) mod N of the N
@@ -175,18 +194,31 @@ type slotMsg struct {
 func (p *publisher) Publish(ctx context.Context, s *benchkit.Slot) {
 	m, _ := s.Data.(*slotMsg)
 	if m == nil {
-		m = &slotMsg{cb: func(_ uint64, err error) { s.Done(err) }}
+		m = &slotMsg{}
+		m.cb = func(_ uint64, err error) {
+			// The client met a fence while this publish was in flight: it
+			// is one of those re-routed, or waited beside them.
+			s.Fenced = p.c.Stats().Fenced != m.fences
+			s.Done(err)
+		}
 		m.msg = client.Message{Partition: &m.part, Payload: s.Payload}
+		if p.d.Keys > 0 {
+			m.msg.Partition = nil
+		}
 		s.Data = m
 	}
 	t := p.d.targets[benchkit.TargetIndex(s.Producer, s.Seq, len(p.d.targets))]
 	m.part = t.part
+	if p.d.Keys > 0 {
+		m.msg.Key = p.d.keys[(s.Seq+uint64(s.Producer))%uint64(p.d.Keys)]
+	}
 	pub := p.pubs[t.queue]
 	switch {
 	case p.d.cfg.Mode == benchkit.ModeRTT:
 		_, err := pub.PublishConfirmed(ctx, m.msg)
 		s.Done(err)
 	case p.d.cfg.Confirmed:
+		m.fences = p.c.Stats().Fenced
 		if err := pub.PublishAsync(ctx, m.msg, m.cb); err != nil {
 			s.Done(err) // refused: no callback will come
 		}
@@ -215,8 +247,12 @@ func (d *Driver) Consumer(ctx context.Context, name string, h *benchkit.Handler)
 				Partitions: q.parts, Start: client.StartEarliest(), Prefetch: uint32(d.cfg.Prefetch), AutoAck: d.cfg.AutoAck,
 			})
 		} else {
+			parts := q.parts
+			if d.Keys > 0 {
+				parts = nil // every partition, also those a repartition adds
+			}
 			sub, err = c.Subscribe(ctx, q.topic, client.SubscribeOptions{
-				Group: d.Group, Partitions: q.parts, Prefetch: uint32(d.cfg.Prefetch), AutoAck: d.cfg.AutoAck,
+				Group: d.Group, Partitions: parts, Prefetch: uint32(d.cfg.Prefetch), AutoAck: d.cfg.AutoAck,
 			})
 		}
 		if err != nil {
@@ -309,6 +345,7 @@ func (d *Driver) Finish(res *benchkit.Result) {
 		add("dropped_deliveries", s.DroppedDeliveries)
 		add("stale_settles", s.StaleSettles)
 		add("reconnects", s.Reconnects)
+		add("fenced", s.Fenced)
 		add("acks_merged", s.AcksMerged)
 		// Write batching inside the client: frames asked for (each merged
 		// ACK counted), the write(2) calls that carried them, and bytes.
