@@ -389,12 +389,16 @@ func (b *Broker) dialer() forward.Dialer {
 }
 
 // heartbeatLabels are the labels this node publishes as they change: its
-// topology adoption level (S-120), while non-zero its forwarding
+// topology adoption level (S-120) while a client connection has
+// acknowledged one, while non-zero its forwarding
 // session counts (core/forward/README.md#observability), and on a private
 // broker while routing.expose_private_endpoints is on its client
 // addresses (core/routing/README.md#private-endpoints).
 func (b *Broker) heartbeatLabels() core.Labels {
-	l := core.Labels{core.LabelUpstreamSessions: "", core.LabelForwardedSessions: "",
+	// Every key is listed, "" for none: a key left out keeps the value
+	// published last, and a level left behind by clients that went away
+	// would hold the cluster's floor (and each finalize) back.
+	l := core.Labels{core.LabelAdoption: "", core.LabelUpstreamSessions: "", core.LabelForwardedSessions: "",
 		core.LabelPrivateAdvertise: b.cluster.privateAdvertiseLabel()}
 	if gen, ok := b.sessions.AdoptionLevel(); ok {
 		l[core.LabelAdoption] = strconv.FormatUint(gen, 10)

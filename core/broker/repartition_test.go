@@ -222,3 +222,28 @@ func dumpRepartition(t *testing.T, bs []*Broker) {
 		}
 	}
 }
+
+// A node whose last acknowledging client connection went away publishes
+// no adoption level any more (S-120): a stale one held the cluster's
+// floor at an old generation, so that every finalize waited out
+// routing.repartition_adoption_timeout_ms.
+func TestAdoptionLevelGoesWithTheLastClient(t *testing.T) {
+	bs := startMemCluster(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := dialClient(ctx, t, bs[0])
+	floor := func() (uint64, bool) { return bs[1].cluster.cl.Snapshot().AdoptionFloor() }
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "jobs", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	awaitPlaced(t, bs[0], 10*time.Second, "jobs")
+	testkit.Eventually(t, 10*time.Second, "node 1 publishes its client's adoption level", func() bool {
+		_, ok := floor()
+		return ok
+	})
+	c.Close()
+	testkit.Eventually(t, 10*time.Second, "node 1's adoption level withdrawn", func() bool {
+		_, ok := floor()
+		return !ok
+	})
+}
