@@ -17,8 +17,12 @@ import (
 // broker whose view is ahead) and publish by it while this partition's
 // queue still has the old version. Such a message passes (a newer version
 // always does, S-118), and the partition remembers the first offset one
-// took: the cutover is then that offset, so a message of the new layout
-// never counts as part of the old backlog.
+// took, by the version it was routed by: the cutover is then that offset,
+// so a message of the new layout never counts as part of the old backlog.
+// A note is for the transition to its version only. A grow's new
+// partitions are no sources of the grow, so nothing asks them for its
+// cutover, and what they noted then is old backlog by the time the next
+// transition asks them.
 
 // fenceNone marks an append no producer routed (a dead letter's copy).
 const fenceNone = math.MaxUint64
@@ -43,26 +47,39 @@ func (p *Partition) fenceLocked(version uint64) error {
 	return nil
 }
 
-// noteNewerLocked remembers off as the first offset routed by a newer
-// partitioning version than the queue's (see above). Caller holds p.mu.
+// noteNewerLocked remembers off as the first offset routed by version
+// when that is newer than the queue's partitioning version (see above).
+// Caller holds p.mu.
 func (p *Partition) noteNewerLocked(version, off uint64) {
-	if version != fenceNone && version > p.PartitioningVersion() && off < p.firstNewer {
-		p.firstNewer = off
+	if version == fenceNone || version <= p.PartitioningVersion() {
+		return
+	}
+	if _, ok := p.firstNewer[version]; !ok {
+		p.firstNewer[version] = off
 	}
 }
 
 // Cutover returns the partition's cutover offset: its end, read under
-// the lock every append takes, or the first offset a newer version took
-// before, if lower. Call it after the queue's partitioning version was
-// raised (ApplyQueue, GrowQueue or ShrinkQueue). With hold, deliveries
-// from that offset on are held in the same step (a shrink's survivor,
-// whose new messages wait for its merge sources), so that no message of
-// the new layout is handed out in between.
+// the lock every append takes, or the first offset a message routed by
+// the queue's version (or a later one) took before the raise, if lower.
+// Call it after the queue's partitioning version was raised (ApplyQueue,
+// GrowQueue or ShrinkQueue). It forgets the notes of that version and of
+// earlier ones. With hold, deliveries from that offset on are held in the
+// same step (a shrink's survivor, whose new messages wait for its merge
+// sources), so that no message of the new layout is handed out in
+// between.
 func (p *Partition) Cutover(hold bool) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cut := min(p.end, p.firstNewer)
-	p.firstNewer = Unlimited
+	cut, version := p.end, p.PartitioningVersion()
+	for v, off := range p.firstNewer {
+		if v >= version {
+			cut = min(cut, off)
+		}
+		if v <= version {
+			delete(p.firstNewer, v)
+		}
+	}
 	if hold && cut < p.holdFrom {
 		p.holdFrom = cut
 	}

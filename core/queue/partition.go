@@ -72,9 +72,10 @@ type Partition struct {
 	gate        ConfirmGate // nil: confirms need this broker's fsync only
 	deliverable uint64      // first deliveries stop below it (SetDeliverable)
 	holdFrom    uint64      // no delivery at or past it (SetHold); Unlimited: no hold
-	// firstNewer is the first offset a newer partitioning version than
-	// the queue's took, until Cutover (fence.go); Unlimited: none.
-	firstNewer uint64
+	// firstNewer is, by partitioning version newer than the queue's was
+	// then, the first offset a message routed by it took, until a Cutover
+	// at that version or a later one (fence.go).
+	firstNewer map[uint64]uint64
 	watches    []*settledWatch
 
 	timer    clock.Timer
@@ -115,7 +116,7 @@ func (m *Manager) openPartition(q *queue, n uint32) (*Partition, error) {
 		pending:    map[uint64]*dlqPending{},
 		settling:   map[uint64]int64{},
 		holdFrom:   Unlimited,
-		firstNewer: Unlimited,
+		firstNewer: map[uint64]uint64{},
 	}
 	p.requeued.less = offLess
 	p.delays.less = dueLess
