@@ -10,6 +10,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,13 +38,13 @@ type keyLedger struct {
 	lastFirst map[string]int  // key → highest sequence delivered for the first time
 	perPart   map[uint32]int  // first deliveries per partition
 	byPhase   map[string]map[uint32]int
-	closed    map[uint32]error  // partitions whose subscription ended for good
-	phase     string            // what the test is doing, for violations
-	late      map[string]string // payload → phase of its first delivery
-	where     map[string]string // payload → partition and offset of its first delivery
-	disorder  []string          // "phase: key k: 17 after 18"
-	healed    bool              // violations from here on fail the test
-	failed    int               // publishes answered with an error (retried)
+	closed    map[uint32]error         // partitions whose subscription ended for good
+	phase     string                   // what the test is doing, for violations
+	late      map[string]string        // payload → phase of its first delivery
+	where     map[string]firstDelivery // payload → where it was first delivered
+	disorder  []string                 // "phase: key k: 17 after 18"
+	healed    bool                     // violations from here on fail the test
+	failed    int                      // publishes answered with an error (retried)
 	dups      int
 
 	slow atomic.Int64 // the consumers' pause per delivery (ns): a backlog builds up
@@ -54,10 +55,18 @@ type keyLedger struct {
 	consumed sync.WaitGroup
 }
 
+// firstDelivery is where a payload was first delivered from.
+type firstDelivery struct {
+	part uint32
+	off  uint64
+}
+
+func (f firstDelivery) String() string { return fmt.Sprintf("partition %d, offset %d", f.part, f.off) }
+
 func newKeyLedger(t *testing.T, topic string) *keyLedger {
 	return &keyLedger{t: t, topic: topic, confirmed: map[string]bool{}, delivered: map[string]int{},
 		lastFirst: map[string]int{}, perPart: map[uint32]int{}, byPhase: map[string]map[uint32]int{}, closed: map[uint32]error{},
-		late: map[string]string{}, where: map[string]string{}, phase: "start", stop: make(chan struct{})}
+		late: map[string]string{}, where: map[string]firstDelivery{}, phase: "start", stop: make(chan struct{})}
 }
 
 func (l *keyLedger) setPhase(p string) {
@@ -187,7 +196,7 @@ func (l *keyLedger) saw(d *client.Delivery) {
 	}
 	l.byPhase[l.phase][d.Partition]++
 	l.late[payload] = l.phase
-	l.where[payload] = fmt.Sprintf("partition %d, offset %d", d.Partition, d.Offset)
+	l.where[payload] = firstDelivery{d.Partition, d.Offset}
 	if prev := l.lastFirst[key]; seq < prev {
 		v := fmt.Sprintf("%s: key %s: %d (%s) after %d (%s)", l.phase, key, seq, l.where[payload], prev, l.where[fmt.Sprintf("%s %d", key, prev)])
 		l.disorder = append(l.disorder, v)
@@ -211,6 +220,44 @@ func (l *keyLedger) missing() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// confirmedSoFar is the payloads confirmed until now.
+func (l *keyLedger) confirmedSoFar() map[string]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]bool, len(l.confirmed))
+	for p := range l.confirmed {
+		out[p] = true
+	}
+	return out
+}
+
+// checkCutovers fails the test where a source partition's cutover
+// recorded in m is not above every message of it confirmed before the
+// transition was requested (old): those were all routed by the old
+// layout, which everything below the cutover is and nothing from it on.
+// Call it once they were delivered (where they were stored is where they
+// were first delivered from).
+func (l *keyLedger) checkCutovers(old map[string]bool, m markerView) {
+	l.t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var bad []string
+	for payload := range old {
+		at, ok := l.where[payload]
+		if !ok {
+			continue // never delivered: finish reports it
+		}
+		if src, ok := m.Sources[at.part]; ok && at.off >= src.Cutover {
+			bad = append(bad, fmt.Sprintf("%q at %s (cutover %d)", payload, at, src.Cutover))
+		}
+	}
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		l.t.Errorf("%d messages confirmed before the transition was requested lie at or above their partition's recorded cutover, so they count as routed by the new layout, e.g. %v; the marker: %s",
+			len(bad), bad[:min(len(bad), 10)], m.raw)
+	}
 }
 
 // progress waits until n more publishes are confirmed.
@@ -252,16 +299,23 @@ func (l *keyLedger) report() string {
 // returns its topic and owner.
 func privateQueue(t *testing.T, pc *privateCluster, c *client.Client, name string) (topic, owner string) {
 	t.Helper()
+	return privateQueueAvoiding(t, pc, c, name, "")
+}
+
+// privateQueueAvoiding is privateQueue for a queue that must land on a
+// private broker other than avoid.
+func privateQueueAvoiding(t *testing.T, pc *privateCluster, c *client.Client, name, avoid string) (topic, owner string) {
+	t.Helper()
 	for i := range 6 {
 		topic = fmt.Sprintf("%s-%d", name, i)
 		if _, err := c.DeclareQueue(ctxT(t, opTimeout), client.QueueSpec{Topic: topic, Partitions: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if o := pc.placed(pc.nodes[0], topic, 1)[0]; o != "node-1" {
+		if o := pc.placed(pc.nodes[0], topic, 1)[0]; o != "node-1" && o != avoid {
 			return topic, o
 		}
 	}
-	t.Fatal("no single-partition queue landed on a private broker in 6 tries")
+	t.Fatalf("no single-partition queue landed on a private broker other than %q in 6 tries", avoid)
 	return "", ""
 }
 
@@ -327,6 +381,44 @@ func awaitFinalized(t *testing.T, rc *raftCluster, topic string, count int, with
 		}
 		return true
 	}, func() string { return fmt.Sprintf("the transition of %s to %d did not finish: %s", topic, count, last) })
+}
+
+// markerView is a repartition marker as GET /admin/api/topology shows it.
+type markerView struct {
+	raw     string // as shown, for the log; "none" without a transition
+	CutOver bool   `json:"cut_over"`
+	Sources map[uint32]struct {
+		Cutover uint64 `json:"cutover"`
+		Drained bool   `json:"drained"`
+	} `json:"sources"`
+}
+
+// marker is topic's repartition marker as nd's topology shows it.
+func marker(t *testing.T, nd *clusterNode, topic string) markerView {
+	t.Helper()
+	code, body := httpGet(t, nd.Admin, "/admin/api/topology", nil)
+	if code != 200 {
+		t.Fatalf("%s topology: %d %s", nd.id, code, body)
+	}
+	var v struct {
+		Repartitions []json.RawMessage `json:"repartitions"`
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("topology: %v", err)
+	}
+	for _, r := range v.Repartitions {
+		var m struct {
+			Topic string `json:"topic"`
+		}
+		if json.Unmarshal(r, &m) == nil && m.Topic == topic {
+			mv := markerView{raw: string(r)}
+			if err := json.Unmarshal(r, &mv); err != nil {
+				t.Fatalf("marker: %v: %s", err, r)
+			}
+			return mv
+		}
+	}
+	return markerView{raw: "none"}
 }
 
 // logBuffer is a client logger whose lines the test can search (and
@@ -463,40 +555,112 @@ func TestRepartitionSourceKeepsDelivering(t *testing.T) {
 	}
 }
 
-// kill -9 in the middle of a transition, one broker at a time: the owner
-// of the source partition right after the cutover (it fails over to an
-// in-sync follower, replication being on by default, then comes back),
-// and the placement controller right after the marker was written (the
-// next controller goes on; the killed one comes back). The transition
-// completes, nothing confirmed is lost, and the keys' messages delivered
-// after the heal come in order. Before it, a key can come out of order
-// without any repartition fault: deliveries a killed gateway had in
-// transit stay leased to its upstream session on the owner until that
-// session's reconnect grace runs out, and reach the consumer after newer
-// ones (they are below the source's cutover, so the transition cannot
-// finish before they are settled).
+// kill -9 in the middle of a transition, one broker at a time, under keyed
+// confirmed load through the public broker:
+//   - source-owner: the owner of a grow's source partition, right after
+//     the cutover;
+//   - retiring-owner: the private owner of a partition a shrink retires,
+//     right after the cutover;
+//   - shrink-survivor-owner: the private owner of the partition a shrink
+//     keeps (partition 0, the one the retired partitions drain into),
+//     right after the cutover, once every source recorded its cutover
+//     offset: the next owner inherits the offset and holds back what lies
+//     above it until the retiring partitions drained (in the runs so far
+//     they had not yet when the kill came; the log shows the marker);
+//   - controller: the placement controller, right after a grow's marker
+//     was written (the next controller goes on);
+//   - private-controller: the same, with a private broker as the placement
+//     controller and the raft leader at once (privateController), and the
+//     queue's partition on the other private broker.
+//
+// A killed owner's partitions fail over to in-sync followers (replication
+// is on by default); every killed broker comes back. The transition
+// completes, nothing confirmed is lost, every source's cutover recorded
+// before the kill lies above all of its messages confirmed before the
+// transition was requested, and the keys' first deliveries come in
+// order. Where the killed broker is the public one (the
+// controller subtest, when the public broker happens to lead), a key out
+// of order before the heal is reported and not failed: deliveries a
+// killed gateway had in transit stay leased to its upstream session on the
+// owner until that session's reconnect grace runs out, and reach the
+// consumer after newer ones (they are below the source's cutover, so the
+// transition cannot finish before they are settled). Nowhere else can a
+// key come out of order, so there it fails the test from the start.
 func TestRepartitionSurvivesKill(t *testing.T) {
 	t.Run("source-owner", func(t *testing.T) {
-		repartitionKill(t, func(t *testing.T, pc *privateCluster, topic, owner string) *clusterNode {
+		repartitionKill(t, growKill{afterCutover: true, victim: func(t *testing.T, pc *privateCluster, owner string) *clusterNode {
 			return pc.node(owner)
-		}, true)
+		}})
 	})
-	t.Run("retiring-owner", repartitionKillRetiring)
+	t.Run("retiring-owner", func(t *testing.T) {
+		repartitionKillShrink(t, shrinkKill{pick: func(t *testing.T, owners map[uint32]string) uint32 {
+			var part uint32
+			for _, p := range []uint32{1, 2} {
+				if owners[p] != "node-1" {
+					part = p
+				}
+			}
+			if part == 0 {
+				t.Fatalf("the public broker owns both partitions the shrink retires (%v)", owners)
+			}
+			return part
+		}})
+	})
+	t.Run("shrink-survivor-owner", func(t *testing.T) {
+		repartitionKillShrink(t, shrinkKill{recorded: true, pick: func(t *testing.T, owners map[uint32]string) uint32 {
+			if owners[0] == "node-1" {
+				t.Fatalf("the public broker owns the surviving partition 0 after the grow (%v)", owners)
+			}
+			return 0
+		}})
+	})
 	t.Run("controller", func(t *testing.T) {
-		repartitionKill(t, func(t *testing.T, pc *privateCluster, topic, owner string) *clusterNode {
+		repartitionKill(t, growKill{victim: func(t *testing.T, pc *privateCluster, _ string) *clusterNode {
 			return controller(t, pc.raftCluster)
-		}, false)
+		}})
+	})
+	t.Run("private-controller", func(t *testing.T) {
+		var ctl *clusterNode
+		repartitionKill(t, growKill{
+			arrange: func(t *testing.T, pc *privateCluster) string {
+				ctl = privateController(t, pc)
+				return ctl.id // the queue's partition on the other private broker: a kill of the controller only
+			},
+			victim: func(t *testing.T, pc *privateCluster, _ string) *clusterNode {
+				if now, leader := controller(t, pc.raftCluster), raftLeader(t, ctl); now != ctl || leader != ctl.id {
+					t.Fatalf("the placement controller (%s) and the raft leader (%s) are no longer %s", now.id, leader, ctl.id)
+				}
+				return ctl
+			},
+		})
 	})
 }
 
+// growKill says whom repartitionKill kills, and when.
+type growKill struct {
+	// arrange, when set, runs once the cluster is up, before the queue is
+	// declared, and names a private broker the queue's partition must not
+	// land on ("" for none).
+	arrange func(t *testing.T, pc *privateCluster) (avoid string)
+	// victim picks the broker to kill, given the source partition's owner,
+	// right before the transition starts.
+	victim       func(t *testing.T, pc *privateCluster, owner string) *clusterNode
+	afterCutover bool // kill right after the cutover, else right after the marker was written
+}
+
 // repartitionKill grows a privately owned single-partition queue 1 → 3
-// under load and kills victim's pick with SIGKILL right after the cutover
-// (afterCutover) or right after the marker was written, restarts it, and
-// checks that the transition completes without a confirmed message lost.
-func repartitionKill(t *testing.T, victim func(*testing.T, *privateCluster, string, string) *clusterNode, afterCutover bool) {
+// under load and kills k's victim with SIGKILL right after the cutover
+// or right after the marker was written, restarts it, and checks that the
+// transition completes without a confirmed message lost and, unless the
+// victim is the public broker, without a key out of order.
+func repartitionKill(t *testing.T, k growKill) {
 	start := time.Now()
 	pc := startPrivateCluster(t, "tcp")
-	topic, owner := privateQueue(t, pc, pc.client(t), "orders")
+	var avoid string
+	if k.arrange != nil {
+		avoid = k.arrange(t, pc)
+	}
+	topic, owner := privateQueueAvoiding(t, pc, pc.client(t), "orders", avoid)
 	pc.awaitInSync(t, topic, 0, otherPrivate(owner))
 	l := newKeyLedger(t, topic)
 	cons, prod := pc.client(t), pc.client(t)
@@ -505,16 +669,22 @@ func repartitionKill(t *testing.T, victim func(*testing.T, *privateCluster, stri
 	l.slow.Store(int64(5 * time.Millisecond)) // a backlog on the source when the kill comes
 	l.progress(300, waitTimeout, "300 confirmed before the grow")
 
-	v := victim(t, pc, topic, owner)
+	v := k.victim(t, pc, owner)
+	strict := v.id != "node-1" // see TestRepartitionSurvivesKill
+	if strict {
+		l.heal()
+	}
 	l.setPhase("grow 1→3")
+	old := l.confirmedSoFar()
 	repartition(t, pc.nodes[1], topic, 3)
-	if afterCutover {
+	if k.afterCutover {
 		awaitCutover(t, cons, topic, 3, waitTimeout)
 	}
+	before := marker(t, pc.nodes[0], topic)
 	v.kill()
 	killed := time.Now()
 	l.setPhase("after the kill of " + v.id)
-	t.Logf("killed %s (owner of the source: %s) %v after the start, cut over: %v", v.id, owner, time.Since(start).Round(time.Millisecond), afterCutover)
+	t.Logf("killed %s (owner of the source: %s) %v after the start, cut over: %v; the marker just before: %s", v.id, owner, time.Since(start).Round(time.Millisecond), k.afterCutover, before.raw)
 	if v.id == "node-1" {
 		pc.restart(v) // the clients' only way in: back at once
 	} else {
@@ -522,7 +692,7 @@ func repartitionKill(t *testing.T, victim func(*testing.T, *privateCluster, stri
 		pc.restart(v)
 	}
 	t.Logf("%s back after %v", v.id, time.Since(killed).Round(time.Millisecond))
-	if !afterCutover {
+	if !k.afterCutover {
 		awaitCutover(t, cons, topic, 3, 2*waitTimeout)
 	}
 	l.consume(subscribe(t, cons, topic, client.SubscribeOptions{Partitions: []uint32{1, 2}, Prefetch: 16}))
@@ -537,25 +707,49 @@ func repartitionKill(t *testing.T, victim func(*testing.T, *privateCluster, stri
 		testkit.Eventually(t, waitTimeout, fmt.Sprintf("partition %d delivers after the heal", p), func() bool { return l.firstDeliveriesIn("healed", p) > 0 })
 	}
 	l.finish(2 * waitTimeout)
+	l.checkCutovers(old, before)
 	t.Logf("after %v: %s", time.Since(start).Round(time.Millisecond), l.report())
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.disorder) > 0 {
-		t.Logf("out of order before the heal (reported, not failed): %v", l.disorder)
+	if len(l.disorder) > 0 && !strict {
+		t.Logf("out of order before the heal (the public broker was killed: reported, not failed): %v", l.disorder)
 	}
 }
 
-// repartitionKillRetiring grows a privately owned queue 1 → 3, then
-// shrinks it 3 → 1 under load and kills (SIGKILL) the private owner of a
-// partition the shrink retires right after the cutover, with a backlog on
-// it: the partition fails over, drains on its new owner, and is retired;
-// its subscription ends, nothing confirmed is lost, and every key's first
-// deliveries come in order, also between the kill and the heal (S-124).
-// That part once failed in 3 runs of 4: with views held up by the kill, the
-// survivor's owner stored messages of the new layout before it adopted it,
-// and counted them as its old backlog; the engine's cutover now stops at
-// the first of them (core/queue/fence.go). Without that, 5 runs of 6 fail.
-func repartitionKillRetiring(t *testing.T) {
+// shrinkKill says whom repartitionKillShrink kills, and when.
+type shrinkKill struct {
+	// pick chooses the partition whose owner is killed, given the owners
+	// after the grow.
+	pick func(t *testing.T, owners map[uint32]string) uint32
+	// recorded: kill once the marker shows every source's cutover
+	// recorded (the killed owner's successor inherits its), else as soon
+	// as the client sees the cutover.
+	recorded bool
+}
+
+// repartitionKillShrink grows a privately owned queue 1 → 3, then shrinks
+// it 3 → 1 under load and kills (SIGKILL) the private owner of the
+// partition pick chooses right after the shrink's cutover, with a backlog
+// on every partition: the partition fails over to an in-sync follower and
+// the killed broker comes back. The shrink finishes, the retired
+// partitions' subscription ends, nothing confirmed is lost, and every
+// key's first deliveries come in order, also between the kill and the
+// heal (S-124).
+//
+// With a retiring partition's owner killed, that part once failed in 3
+// runs of 4: with views held up by the kill, the survivor's owner stored
+// messages of the new layout before it adopted it, and counted them as its
+// old backlog; the engine's cutover now stops at the first of them
+// (core/queue/fence.go). Without that, 5 runs of 6 fail.
+//
+// With the survivor's owner killed, the check of the recorded cutovers
+// failed in 1 run of 14: partition 2, new in the grow, recorded 0 as its
+// shrink cutover, though it held 167 messages confirmed before the shrink
+// was requested, and counted as drained at once. The engine had kept its
+// note of a message a producer routed by the grow's layout ahead of its
+// owner (no cutover of the grow asks a new partition), and took it for a
+// note of the shrink; a note is now kept by version.
+func repartitionKillShrink(t *testing.T, k shrinkKill) {
 	start := time.Now()
 	pc := startPrivateCluster(t, "tcp")
 	topic, _ := privateQueue(t, pc, pc.client(t), "orders")
@@ -570,23 +764,23 @@ func repartitionKillRetiring(t *testing.T) {
 	l.consume(retiring)
 	awaitFinalized(t, pc.raftCluster, topic, 3, 2*waitTimeout)
 	owners := pc.placed(pc.nodes[0], topic, 3)
-	var part uint32
-	for _, p := range []uint32{1, 2} {
-		if owners[p] != "node-1" {
-			part = p
-		}
-	}
-	if part == 0 {
-		t.Fatalf("the public broker owns both partitions the shrink retires (%v)", owners)
-	}
+	part := k.pick(t, owners)
 	v := pc.node(owners[part])
 	pc.awaitInSync(t, topic, part, otherPrivate(v.id))
-	l.slow.Store(int64(5 * time.Millisecond)) // a backlog on the retiring partitions
+	l.slow.Store(int64(5 * time.Millisecond)) // a backlog on every partition
 	l.progress(300, waitTimeout, "300 confirmed over three partitions")
 
 	l.setPhase("shrink 3→1")
+	old := l.confirmedSoFar()
 	repartition(t, pc.nodes[1], topic, 1)
 	awaitCutover(t, cons, topic, 1, waitTimeout)
+	before := marker(t, pc.nodes[0], topic)
+	if k.recorded {
+		testkit.EventuallyReport(t, waitTimeout, func() bool {
+			before = marker(t, pc.nodes[0], topic)
+			return len(before.Sources) == 3
+		}, func() string { return "the sources' cutovers not all recorded: " + before.raw })
+	}
 	v.kill()
 	// The consumer catches up at once: with its buffer still full when the
 	// re-subscribe's deliveries come, core/client counts the old
@@ -596,7 +790,7 @@ func repartitionKillRetiring(t *testing.T) {
 	l.slow.Store(0)
 	killed := time.Now()
 	l.setPhase("after the kill of " + v.id)
-	t.Logf("killed %s (owner of retiring partition %d; owners %v) %v after the start", v.id, part, owners, time.Since(start).Round(time.Millisecond))
+	t.Logf("killed %s (owner of partition %d; owners %v) %v after the start; the marker just before: %s", v.id, part, owners, time.Since(start).Round(time.Millisecond), before.raw)
 	l.progress(100, 4*testTTL+waitTimeout, "100 confirmed after the kill")
 	pc.restart(v)
 	awaitFinalized(t, pc.raftCluster, topic, 1, 3*waitTimeout)
@@ -607,12 +801,112 @@ func repartitionKillRetiring(t *testing.T) {
 	l.progress(300, waitTimeout, "300 confirmed after the heal")
 	testkit.Eventually(t, waitTimeout, "partition 0 delivers after the heal", func() bool { return l.firstDeliveriesIn("healed", 0) > 0 })
 	l.finish(2 * waitTimeout)
+	l.checkCutovers(old, before)
 	t.Logf("after %v: %s", time.Since(start).Round(time.Millisecond), l.report())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.disorder) > 0 {
 		t.Errorf("out of order before the heal: %v", l.disorder)
 	}
+}
+
+// raftMember is one member of GET /admin/api/raft/members.
+type raftMember struct {
+	ID     string `json:"id"`
+	Voter  bool   `json:"voter"`
+	Leader bool   `json:"leader"`
+}
+
+// raftMembers lists the raft group through nd's admin API (nil while it
+// has no leader to answer).
+func raftMembers(t *testing.T, nd *clusterNode) []raftMember {
+	t.Helper()
+	code, body := httpGet(t, nd.Admin, "/admin/api/raft/members", nil)
+	if code != 200 {
+		return nil
+	}
+	var v struct {
+		Members []raftMember `json:"members"`
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("raft members: %v: %s", err, body)
+	}
+	return v.Members
+}
+
+// raftLeader is the raft group's leader as nd's admin API shows it ("" for
+// none).
+func raftLeader(t *testing.T, nd *clusterNode) string {
+	t.Helper()
+	for _, m := range raftMembers(t, nd) {
+		if m.Leader {
+			return m.ID
+		}
+	}
+	return ""
+}
+
+// raftChange makes a change of the raft group's members (demote,
+// add-voter) through nd's admin API, asking again (bounded) while the
+// group has no leader to make it.
+func raftChange(t *testing.T, nd *clusterNode, change, node string) {
+	t.Helper()
+	var last string
+	testkit.EventuallyReport(t, waitTimeout, func() bool {
+		code, body := httpPost(t, nd.Admin, "/admin/api/raft/"+change, fmt.Sprintf(`{"node":%q}`, node))
+		last = fmt.Sprintf("%d %s", code, body)
+		return code == 200
+	}, func() string { return fmt.Sprintf("raft %s %s via %s: %s", change, node, nd.id, last) })
+}
+
+// privateController makes one private broker the placement controller and
+// the raft leader at once, and returns it; run before any queue exists, so
+// that no partition moves. The placement election is handed on only by a
+// resignation: if the public broker leads it, it is stopped (SIGTERM: it
+// resigns, and the private brokers campaign while it is down) and started
+// again. Raft leadership goes to the controller by demoting the other two
+// voters (the one voter left leads) and promoting them back. At most 3
+// rounds.
+func privateController(t *testing.T, pc *privateCluster) *clusterNode {
+	t.Helper()
+	for round := range 3 {
+		ctl := controller(t, pc.raftCluster)
+		if ctl.id == "node-1" {
+			t.Logf("round %d: the public broker is the placement controller; restarting it", round+1)
+			ctl.stop()
+			pc.restart(ctl)
+			continue
+		}
+		if leader := raftLeader(t, ctl); leader != ctl.id {
+			t.Logf("round %d: the placement controller is %s, the raft leader %q; demoting the others", round+1, ctl.id, leader)
+			for _, nd := range pc.nodes {
+				if nd != ctl {
+					raftChange(t, ctl, "demote", nd.id)
+				}
+			}
+			testkit.Eventually(t, waitTimeout, ctl.id+" leads the raft group", func() bool { return raftLeader(t, ctl) == ctl.id })
+			for _, nd := range pc.nodes {
+				if nd != ctl {
+					raftChange(t, ctl, "add-voter", nd.id)
+				}
+			}
+		}
+		voters, leader := 0, ""
+		for _, m := range raftMembers(t, ctl) {
+			if m.Voter {
+				voters++
+			}
+			if m.Leader {
+				leader = m.ID
+			}
+		}
+		if now := controller(t, pc.raftCluster); now == ctl && leader == ctl.id && voters == len(pc.nodes) {
+			t.Logf("%s is the placement controller and the raft leader, %d voters", ctl.id, voters)
+			return ctl
+		}
+	}
+	t.Fatal("no private broker became the placement controller and the raft leader in 3 rounds")
+	return nil
 }
 
 // controller finds the placement controller: each node's topology marks
