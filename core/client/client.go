@@ -29,6 +29,15 @@ type Client struct {
 	subsMu sync.Mutex
 	subs   map[*Subscription]struct{}
 
+	// publishing holds the queues (countKey) this client made a Publisher
+	// for: their owners are dialed ahead of need (warm.go).
+	publishing sync.Map
+
+	// fenceRefresh holds, per queue, the TOPOLOGY refresh in flight after a
+	// fence, closed when it is done (learnVersion).
+	fenceMu      sync.Mutex
+	fenceRefresh map[countKey]chan struct{}
+
 	// member is the member id of this client's exclusive subscriptions,
 	// once a broker gave one (docs/protocol.md#consumer-groups): sent on
 	// every later exclusive SUBSCRIBE, to every broker, so the client is

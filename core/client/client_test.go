@@ -417,3 +417,60 @@ func TestFenceRefreshesOnce(t *testing.T) {
 		t.Fatalf("Stats().Fenced = %d, want 2", n)
 	}
 }
+
+// A client that publishes to a queue connects to a partition's owner as
+// soon as the topology lists it, before any publish needs it: a
+// repartition lists its new partitions (placed, beyond the count) before
+// the cutover fences producers to them, and the connect and login then
+// stay out of the fenced publishes' pause (warm.go).
+func TestOwnersDialedAheadOfNeed(t *testing.T) {
+	boot := newFake(t, nil)
+	b := newFake(t, nil)
+	c, fc := dialScripted(t, boot, testOptions(t, boot.addr),
+		wire.Topology{Generation: 2, Queues: []wire.QueueEntry{queueEntry("t", 0, 1, 1)}})
+	c.Publisher("t", PublisherOptions{})
+	// Partition 1 placed on B, the count still 1 (a grow before its cutover).
+	fc.send(wire.OpTopologyUpdate, 41, &wire.TopologyUpdate{Topology: wire.Topology{Generation: 3,
+		Queues: []wire.QueueEntry{queueEntry("t", 0, 1, 1), queueEntry("t", 1, 1, 1, b.endpoint())}}})
+	fc.expect(t, wire.OpTopologyUpdateAck)
+	bfc := b.next(t) // fails unless the client dials B by itself
+	bfc.acceptHello(t, identityA, wire.ResumeNew)
+
+	// The first publish routed to partition 1 uses that connection.
+	one := uint32(1)
+	ch, _ := publishAsync(c.Publisher("t", PublisherOptions{}), Message{Partition: &one})
+	f := bfc.expect(t, wire.OpPublish)
+	bfc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{})
+	if err := wait(t, ch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Publishes fenced together share one TOPOLOGY request: the second waits
+// for the first's refresh instead of making its own.
+func TestFenceRefreshShared(t *testing.T) {
+	boot := newFake(t, nil)
+	c, bfc := dialScripted(t, boot, testOptions(t, boot.addr),
+		wire.Topology{Generation: 1, Queues: []wire.QueueEntry{queueEntry("t", 0, 1, 1)}})
+	bfc.standing = nil // every TOPOLOGY request is answered below, or fails expect
+	pub := c.Publisher("t", PublisherOptions{})
+	ch1, _ := publishAsync(pub, Message{Key: []byte("a")})
+	f1 := bfc.expect(t, wire.OpPublish)
+	ch2, _ := publishAsync(pub, Message{Key: []byte("b")})
+	f2 := bfc.expect(t, wire.OpPublish)
+	bfc.send(wire.OpRedirect, f1.hdr.RequestID, &wire.Redirect{Topic: "t", PartitioningVersion: 2})
+	bfc.send(wire.OpRedirect, f2.hdr.RequestID, &wire.Redirect{Topic: "t", PartitioningVersion: 2})
+	bfc.answerTopology(t, wire.Topology{Generation: 2, Queues: []wire.QueueEntry{queueEntry("t", 0, 2, 2), queueEntry("t", 1, 2, 2)}})
+	for range 2 {
+		f := bfc.expect(t, wire.OpPublish) // a second TOPOLOGY request fails here
+		if pb := f.body.(*wire.Publish); pb.PartitioningVersion != 2 {
+			t.Fatalf("re-sent PUBLISH carries version %d, want 2", pb.PartitioningVersion)
+		}
+		bfc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{})
+	}
+	for _, ch := range []<-chan error{ch1, ch2} {
+		if err := wait(t, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -118,7 +118,11 @@
 // A queue's partition count can change in a cluster (docs/repartition.md).
 // Publishers are fenced by the partitioning version: a REDIRECT with a newer
 // version makes the client read the queue's topology again and route by the
-// new count. A queue Subscription made without SubscribeOptions.Partitions
+// new count (one TOPOLOGY request serves every publish in flight;
+// Stats.Fenced counts them). The client connects to the owners of a queue it
+// publishes to, or follows, as soon as the topology lists them, so that a
+// grow's new partitions, listed when placed, are reached without a connect
+// in the pause at the fence. A queue Subscription made without SubscribeOptions.Partitions
 // follows the count (S-126): when the topology cache learns a larger one
 // (a TOPOLOGY_UPDATE push, a refresh after a REDIRECT or an owner move, or
 // the subscription's own read every Options.TopologyRefresh, 30s by

@@ -47,7 +47,9 @@ type Publisher struct {
 
 // Publisher returns a publisher for topic.
 func (c *Client) Publisher(topic string, opts PublisherOptions) *Publisher {
-	return &Publisher{cl: c, topic: topic, group: optStr(opts.Group)}
+	p := &Publisher{cl: c, topic: topic, group: optStr(opts.Group)}
+	c.notePublishing(countKey{p.topic, p.group})
+	return p
 }
 
 // choose picks the partition and the partitioning version to send (docs/protocol.md#publish):
@@ -68,18 +70,50 @@ func (p *Publisher) choose(m *Message) (uint32, uint64) {
 
 // afterFence runs on a REDIRECT answering a publish sent with partitioning
 // version sent: a newer version means the queue was repartitioned, so the
-// new count is learnt before the publish chooses its partition again,
-// unless the cache has learnt it already (every publish in flight meets
-// the same fence, and one TOPOLOGY round trip serves them all).
+// new count is learnt before the publish chooses its partition again.
 func (p *Publisher) afterFence(ctx context.Context, r *wire.Redirect, sent uint64) {
 	if r.PartitioningVersion <= sent {
 		return
 	}
 	p.cl.stats.fenced.Add(1)
-	if _, v, ok := p.cl.topo.count(p.topic, p.group); ok && v >= r.PartitioningVersion {
+	p.cl.learnVersion(ctx, countKey{p.topic, p.group}, r.PartitioningVersion)
+}
+
+// learnVersion brings the cache's entry of queue k to partitioning version
+// at least v. Every publish in flight meets a fence at once: one TOPOLOGY
+// request per queue is made at a time, a publish that finds one in flight
+// waits for it, and none is made once the cache knows v (from a refresh or
+// a TOPOLOGY_UPDATE push). A publish that waited for another's refresh,
+// which still answered an older version (its broker's view lagged), makes
+// one of its own.
+func (c *Client) learnVersion(ctx context.Context, k countKey, v uint64) {
+	for range 2 {
+		if _, known, ok := c.topo.count(k.topic, k.group); ok && known >= v {
+			return
+		}
+		c.fenceMu.Lock()
+		if wait := c.fenceRefresh[k]; wait != nil {
+			c.fenceMu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		done := make(chan struct{})
+		if c.fenceRefresh == nil {
+			c.fenceRefresh = map[countKey]chan struct{}{}
+		}
+		c.fenceRefresh[k] = done
+		c.fenceMu.Unlock()
+		c.refreshTopology(ctx, k.topic, k.group)
+		c.fenceMu.Lock()
+		delete(c.fenceRefresh, k)
+		c.fenceMu.Unlock()
+		close(done)
 		return
 	}
-	p.cl.refreshTopology(ctx, p.topic, p.group)
 }
 
 func contentType(mime string) wire.ContentType {

@@ -183,6 +183,10 @@ func (t *topoCache) applyRedirect(r *wire.Redirect) {
 func (t *topoCache) owner(k routeKey) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.ownerLocked(k)
+}
+
+func (t *topoCache) ownerLocked(k routeKey) string {
 	if a := t.private[k]; a != "" && !t.avoidedLocked(a) {
 		return a
 	}
@@ -234,6 +238,26 @@ func (t *topoCache) retired(k routeKey, notFound bool) bool {
 	defer t.mu.Unlock()
 	ci, ok := t.counts[countKey{k.topic, k.group}]
 	return ok && ci.n > 0 && k.partition >= ci.n && (notFound || !t.listed[k])
+}
+
+// routesOf returns the distinct endpoints the listed partitions of the
+// queues qs are routed to (owner), a repartition's placed but not yet cut
+// over ones included.
+func (t *topoCache) routesOf(qs map[countKey]bool) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seen := map[string]bool{}
+	var out []string
+	for k := range t.listed {
+		if !qs[countKey{k.topic, k.group}] {
+			continue
+		}
+		if a := t.ownerLocked(k); a != "" && !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // ownedEndpoints is the set of endpoints that own at least one partition.
@@ -316,6 +340,7 @@ func (c *Client) applyTopology(w *wire.Topology, full bool, topic, group wire.Op
 	if applied {
 		c.pool.prune(c.topo.ownedEndpoints())
 		c.topologyChanged()
+		c.warmOwners()
 	}
 	return gen
 }
@@ -336,6 +361,7 @@ func (c *Client) onTopologyUpdate(conn *Conn, f Frame) {
 	if applied {
 		c.pool.prune(c.topo.ownedEndpoints())
 		c.topologyChanged()
+		c.warmOwners()
 	}
 }
 
