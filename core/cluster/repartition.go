@@ -157,18 +157,7 @@ func decodeRepartition(b []byte, version uint64) (*Repartition, bool) {
 
 // readRepartition reads the marker of a queue linearizably (nil: none).
 func (c *Cluster) readRepartition(ctx context.Context, topic, group string) (*Repartition, error) {
-	kv, err := c.coord.Get(ctx, repartitionKey(topic, group))
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	if kv.Version == 0 {
-		return nil, nil
-	}
-	r, ok := decodeRepartition(kv.Value, kv.Version)
-	if !ok {
-		return nil, core.Errorf(core.ErrInternal, "repartition record %s is unreadable", kv.Key)
-	}
-	return r, nil
+	return readRecord(ctx, c, repartitionKey(topic, group), "repartition", decodeRepartition)
 }
 
 // Repartition starts changing the partition count of a queue (group ""
@@ -248,22 +237,7 @@ func (c *Cluster) Repartition(ctx context.Context, topic, group string, count ui
 // compare-and-set, reading it again on a conflict. change returns false
 // to leave the record as it is. A missing marker is no error.
 func (c *Cluster) updateRepartition(ctx context.Context, topic, group string, change func(*Repartition) bool) error {
-	for range maxDeclareRounds {
-		r, err := c.readRepartition(ctx, topic, group)
-		if err != nil || r == nil || !change(r) {
-			return err
-		}
-		b, err := json.Marshal(r)
-		if err != nil {
-			return core.Errorf(core.ErrInternal, "encode repartition: %v", err)
-		}
-		if _, err := c.coord.CompareAndSet(ctx, repartitionKey(topic, group), b, r.Version); err == nil {
-			return nil
-		} else if !errors.Is(err, core.ErrVersionConflict) {
-			return unavailable(err)
-		}
-	}
-	return core.Errorf(core.ErrUnavailable, "updating the repartition of %s kept conflicting; retrying later", displayName("queue", topic, group))
+	return updateRecord(ctx, c, repartitionKey(topic, group), "repartition", decodeRepartition, change)
 }
 
 // RecordCutover records, as the owner of old partition n under epoch,

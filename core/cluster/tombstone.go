@@ -181,18 +181,7 @@ func displayName(kind, topic, group string) string {
 
 // readTombstone reads a tombstone linearizably (nil: none).
 func (c *Cluster) readTombstone(ctx context.Context, key string) (*Tombstone, error) {
-	kv, err := c.coord.Get(ctx, key)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	if kv.Version == 0 {
-		return nil, nil
-	}
-	t, ok := decodeTombstone(kv.Value, kv.Version)
-	if !ok {
-		return nil, core.Errorf(core.ErrInternal, "tombstone %s is unreadable", key)
-	}
-	return t, nil
+	return readRecord(ctx, c, key, "tombstone", decodeTombstone)
 }
 
 func joinIDs(ids []core.NodeID) string {
@@ -207,28 +196,17 @@ func joinIDs(ids []core.NodeID) string {
 // named by t (its kind, topic and group), recording what it dropped. It is
 // a no-op when the node is not pending or the deletion is finished.
 func (c *Cluster) ConfirmDropped(ctx context.Context, t *Tombstone, d Dropped) error {
-	key := tombstoneKey(t.Kind, t.Topic, t.Group)
-	for range maxDeclareRounds {
-		cur, err := c.readTombstone(ctx, key)
-		if err != nil || cur == nil || !cur.IsPending(c.self) {
-			return err
+	return updateRecord(ctx, c, tombstoneKey(t.Kind, t.Topic, t.Group), "tombstone", decodeTombstone, func(cur *Tombstone) bool {
+		if !cur.IsPending(c.self) {
+			return false
 		}
 		cur.Pending = slices.DeleteFunc(cur.Pending, func(id core.NodeID) bool { return id == c.self })
 		if cur.Dropped == nil {
 			cur.Dropped = make(map[core.NodeID]Dropped)
 		}
 		cur.Dropped[c.self] = d
-		b, err := json.Marshal(cur)
-		if err != nil {
-			return core.Errorf(core.ErrInternal, "encode tombstone: %v", err)
-		}
-		if _, err := c.coord.CompareAndSet(ctx, key, b, cur.Version); err == nil {
-			return nil
-		} else if !errors.Is(err, core.ErrVersionConflict) {
-			return unavailable(err)
-		}
-	}
-	return core.Errorf(core.ErrUnavailable, "confirming the drop of %s kept conflicting; retrying later", t.Name())
+		return true
+	})
 }
 
 // finishDeletions is the controller's part: for every tombstone no node
