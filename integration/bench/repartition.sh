@@ -9,13 +9,14 @@
 #      before the request and after it, the slowest second after it; the
 #      confirm latencies of the publishes that met the fence (the pause a
 #      producer sees, fence_confirm_p99); the time from the request to
-#      finalize;
+#      finalize; each rep runs the four, the grow first in even reps, and
+#      the medians over the reps come last;
 #   2. the time from the request to finalize with a backlog: a 1-partition
 #      queue filled with --backlog-mb of messages, grown 1 -> 2 while one
 #      consumer (fibrilctl consume, following the count) reads it all:
 #      when the backlog was consumed and when the transition finalized.
 #
-#   integration/bench/repartition.sh [--duration 16s] [--at 6s] [--backlog-mb 1024] [--keys 64] [--private]
+#   integration/bench/repartition.sh [--reps 3] [--duration 16s] [--at 6s] [--backlog-mb 1024] [--keys 64] [--private]
 #
 # --private makes node-3 private (clients reach its partitions through the
 # public brokers, which forward). Every process it starts is stopped by
@@ -30,6 +31,7 @@ die() { echo "repartition.sh: $*" >&2; exit 1; }
 . "$HERE/lib.sh"
 DURATION=16s
 AT=6s
+REPS=3
 BACKLOG_MB=1024
 KEYS=64
 PRIVATE=0
@@ -39,6 +41,7 @@ RAFT_PORT=17960
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--duration) DURATION=$2; shift 2 ;;
+	--reps) REPS=$2; shift 2 ;;
 	--at) AT=$2; shift 2 ;;
 	--backlog-mb) BACKLOG_MB=$2; shift 2 ;;
 	--keys) KEYS=$2; shift 2 ;;
@@ -49,6 +52,7 @@ while [ $# -gt 0 ]; do
 done
 [[ $BACKLOG_MB =~ ^[0-9]+$ ]] || die "--backlog-mb must be a whole number of MiB (0 skips part 2)"
 [[ $KEYS =~ ^[1-9][0-9]*$ ]] || die "--keys must be a positive integer"
+[[ $REPS =~ ^[0-9]+$ ]] || die "--reps must be a whole number (0 skips part 1)"
 DUR_S=$(secs "$DURATION")
 AT_S=$(secs "$AT")
 [ "$AT_S" -lt "$DUR_S" ] || die "--at must come before the end of --duration"
@@ -89,10 +93,20 @@ transitions() {
 	curl -s --max-time 5 "http://127.0.0.1:$ADMIN_PORT/admin/api/topology" |
 		python3 -c 'import json,sys; print(sum(1 for r in (json.load(sys.stdin).get("repartitions") or []) if r.get("topic") == sys.argv[1]))' "$1"
 }
-# await_finalized TOPIC T0: waits (at most 180 s) until TOPIC has no
-# transition, then prints the seconds since T0 (date +%s.%N).
+# await_finalized TOPIC T0: waits (at most 5 s) until TOPIC's transition
+# shows, then (at most 180 s) until TOPIC has none, and prints the seconds
+# since T0 (date +%s.%N); "never-seen-in-5s" when it did not show.
 await_finalized() {
-	local n
+	local n seen=0
+	for _ in $(seq 1 50); do # the admin view may not show the new marker at once
+		n=$(transitions "$1" 2>/dev/null || echo 0)
+		if [ "$n" != 0 ]; then seen=1 && break; fi
+		sleep 0.1
+	done
+	if [ "$seen" = 0 ]; then
+		echo "never-seen-in-5s"
+		return 0
+	fi
 	for _ in $(seq 1 1800); do
 		n=$(transitions "$1" 2>/dev/null || echo 1)
 		if [ "$n" = 0 ]; then
@@ -107,8 +121,9 @@ now() { date +%s.%N; }
 
 # run_bench NAME CONSUMERS GROW: one bench run on a new 2-partition queue
 # NAME; with GROW=1 a watcher requests the grow 2 -> 4 once the bench's
-# progress reaches --at. Leaves $WORK/NAME.json, NAME.progress, and
-# NAME.req (the request's progress second and wall clock).
+# progress reaches --at, then waits for it to finalize. Leaves
+# $WORK/NAME.json, NAME.progress, NAME.req (the request's progress second
+# and wall clock) and NAME.final (seconds from the request to finalize).
 run_bench() {
 	local name=$1 consumers=$2 grow=$3 rc=0
 	: >"$WORK/$name.progress"
@@ -117,8 +132,12 @@ run_bench() {
 			for _ in $(seq 1 $((RUN_BOUND * 20))); do
 				t=$(awk -F'[[ s]+' '/^\[ *[0-9.]+s/ {t = $2} END {print t + 0}' "$WORK/$name.progress")
 				if python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$t" "$AT_S"; then
-					echo "$t $(now)" >"$WORK/$name.req"
+					t0=$(now)
+					echo "$t $t0" >"$WORK/$name.req"
 					ctl repartition --topic "$name" --partitions 4 >"$WORK/$name.reqout" 2>&1 || true
+					# while the load runs: a publish-only run never
+					# finalizes (nothing drains), and is stopped with the bench
+					await_finalized "$name" "$t0" >"$WORK/$name.final"
 					exit 0
 				fi
 				sleep 0.05
@@ -129,18 +148,17 @@ run_bench() {
 	timeout -k 5 "$RUN_BOUND" "$WORK/bin/fibrilctl" bench --addr "127.0.0.1:$PORT" --topic "$name" --partitions 2 \
 		--keys "$KEYS" --size 1024 --window 256 --confirmed --producers 1 --consumers "$consumers" \
 		--duration "$DURATION" --warmup 0s --drain 30s --json >"$WORK/$name.json" 2>"$WORK/$name.progress" || rc=$?
-	if [ -n "$WATCH" ]; then stop_pid "$WATCH"; WATCH=""; fi
 	[ "$rc" = 0 ] || { tail -5 "$WORK/$name.progress" >&2; die "bench $name failed (exit $rc)"; }
 	if [ "$grow" = 1 ]; then
 		[ -s "$WORK/$name.req" ] || die "$name: the grow was never requested"
 		grep -q '^started' "$WORK/$name.reqout" || die "$name: the grow request failed: $(cat "$WORK/$name.reqout")"
-		read -r _ t0 <"$WORK/$name.req"
-		if [ "$consumers" -gt 0 ]; then
-			await_finalized "$name" "$t0" >"$WORK/$name.final"
-		else # nothing consumes, so no source drains: the transition waits
+		if [ "$consumers" = 0 ]; then # nothing consumes, so no source drains: the transition waits
 			echo "n/a (no consumer)" >"$WORK/$name.final"
+		else
+			for _ in $(seq 1 1800); do [ -s "$WORK/$name.final" ] && break; sleep 0.1; done
 		fi
 	fi
+	if [ -n "$WATCH" ]; then stop_pid "$WATCH"; WATCH=""; fi
 	drop "$name"
 }
 # drop TOPIC: deletes the queue and its messages (the disk is not endless).
@@ -178,6 +196,9 @@ print(f"{'end to end' if e2e else 'confirmed publish':<18} steady {mean(sv):>7.0
       f" p99 {g.get('fence_confirm_p99_us', 0) / 1000:.1f} ms max {g.get('fence_confirm_max_us', 0) / 1000:.1f} ms"
       f" (all confirms p99 {g['confirm_p99_us'] / 1000:.1f} ms, steady {s['confirm_p99_us'] / 1000:.1f} ms)"
       f" | request->finalize {final} s" + (f"  LOST+DUP+ERRORS {bad}" if bad else ""))
+with open(f"{work}/summary.tsv", "a") as f:
+    fence = f"{g['fence_confirm_p99_us'] / 1000:.1f}" if g.get("fence_samples") else "-"
+    f.write(f"{'end to end' if e2e else 'confirmed publish'}\t{mean(after) / max(mean(before), 1):.3f}\t{fence}\t{final.split()[0]}\n")
 PY
 }
 
@@ -185,13 +206,39 @@ echo "== a short run first, so that the first measured run does not pay for a co
 timeout -k 5 120 "$WORK/bin/fibrilctl" bench --addr "127.0.0.1:$PORT" --topic warm --partitions 2 --keys "$KEYS" \
 	--window 256 --confirmed --producers 1 --consumers 1 --duration 4s --warmup 0s --json --progress=false >/dev/null 2>&1 || true
 drop warm
-echo "== 1. throughput during a grow 2 -> 4 at ${AT_S}s of ${DURATION} (keys $KEYS)" >&2
-run_bench steady-pub 0 0
-run_bench grow-pub 0 1
-report grow-pub steady-pub
-run_bench steady-e2e 1 0
-run_bench grow-e2e 1 1
-report grow-e2e steady-e2e
+echo "== 1. throughput during a grow 2 -> 4 at ${AT_S}s of ${DURATION} (keys $KEYS), $REPS reps" >&2
+: >"$WORK/summary.tsv"
+for rep in $(seq 1 "$REPS"); do
+	for kind in pub e2e; do
+		consumers=0
+		[ "$kind" = pub ] || consumers=1
+		if [ $((rep % 2)) = 1 ]; then # even reps run the grow first
+			run_bench "steady-$kind-$rep" "$consumers" 0
+			run_bench "grow-$kind-$rep" "$consumers" 1
+		else
+			run_bench "grow-$kind-$rep" "$consumers" 1
+			run_bench "steady-$kind-$rep" "$consumers" 0
+		fi
+		report "grow-$kind-$rep" "steady-$kind-$rep"
+	done
+done
+python3 - "$WORK/summary.tsv" <<'PY'
+import statistics, sys
+from collections import defaultdict
+rows = defaultdict(list)
+for line in open(sys.argv[1]):
+    kind, *vals = line.rstrip("\n").split("\t")
+    rows[kind].append(vals)
+med = lambda v: statistics.median(v) if v else float("nan")
+print("\nmedian over the reps [each rep's own]")
+for kind, v in rows.items():
+    ratio = [float(x[0]) for x in v]
+    fence = [float(x[1]) for x in v if x[1] != "-"]
+    fin = [x[2] for x in v]
+    print(f"{kind:<18} rate after / before {med(ratio):.2f} [{' '.join(f'{x:.2f}' for x in ratio)}]"
+          f"  fence confirm p99 {med(fence):.1f} ms [{' '.join(f'{x:.1f}' for x in fence)}]"
+          f"  request->finalize [{' '.join(fin)}] s")
+PY
 
 if [ "$BACKLOG_MB" -gt 0 ]; then
 	echo "== 2. a ${BACKLOG_MB} MiB backlog grown 1 -> 2 while one consumer reads it" >&2
@@ -211,6 +258,8 @@ if [ "$BACKLOG_MB" -gt 0 ]; then
 	sync
 	t0=$(now)
 	ctl repartition --topic "$Q" --partitions 2 >"$WORK/b.reqout" 2>&1 || die "repartition: $(cat "$WORK/b.reqout")"
+	await_finalized "$Q" "$t0" >"$WORK/b.final" &
+	WATCH=$!
 	timeout -k 5 600 "$WORK/bin/fibrilctl" consume --addr "127.0.0.1:$PORT" --topic "$Q" --count "$have" --prefetch 256 \
 		--wait 120s >/dev/null 2>"$WORK/consume.err" &
 	CPID=$!
@@ -219,7 +268,9 @@ if [ "$BACKLOG_MB" -gt 0 ]; then
 	CPID=""
 	consumed=$(python3 -c 'import sys,time; print(f"{time.time() - float(sys.argv[1]):.1f}")' "$t0")
 	[ "$rc" = 0 ] || { tail -3 "$WORK/consume.err" >&2; die "the consumer failed (exit $rc)"; }
-	final=$(await_finalized "$Q" "$t0")
+	wait "$WATCH" || true
+	WATCH=""
+	final=$(cat "$WORK/b.final")
 	drop "$Q"
 	echo "backlog ${have} x 1 KiB: request -> all consumed ${consumed} s ($(python3 -c "print(f'{$have / float($consumed):.0f}')") msgs/s), request -> finalize ${final} s"
 fi
