@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -100,26 +101,14 @@ func (t *topoCache) apply(w *wire.Topology, full bool, topic wire.Option[string]
 		clear(t.private)
 		clear(t.listed)
 	} else {
-		for k := range t.owners {
-			if k.topic == topic.Value && (!group.Present || k.group == group) {
-				delete(t.owners, k)
-			}
-		}
-		for k := range t.private {
-			if k.topic == topic.Value && (!group.Present || k.group == group) {
-				delete(t.private, k)
-			}
-		}
-		for k := range t.listed {
-			if k.topic == topic.Value && (!group.Present || k.group == group) {
-				delete(t.listed, k)
-			}
-		}
-		for k := range t.counts {
-			if k.topic == topic.Value && (!group.Present || k.group == group) {
-				delete(t.counts, k)
-			}
-		}
+		// The refreshed queue's entries go; a refresh of a topic without a
+		// group drops all its groups'.
+		in := func(tp string, g wire.Option[string]) bool { return tp == topic.Value && (!group.Present || g == group) }
+		inRoute := func(k routeKey, _ string) bool { return in(k.topic, k.group) }
+		maps.DeleteFunc(t.owners, inRoute)
+		maps.DeleteFunc(t.private, inRoute)
+		maps.DeleteFunc(t.listed, func(k routeKey, _ bool) bool { return in(k.topic, k.group) })
+		maps.DeleteFunc(t.counts, func(k countKey, _ countInfo) bool { return in(k.topic, k.group) })
 	}
 	for i := range w.Queues {
 		e := &w.Queues[i]
@@ -338,11 +327,18 @@ func (c *Client) refreshTopology(ctx context.Context, topic string, group wire.O
 func (c *Client) applyTopology(w *wire.Topology, full bool, topic, group wire.Option[string]) uint64 {
 	gen, applied := c.topo.apply(w, full, topic, group)
 	if applied {
-		c.pool.prune(c.topo.ownedEndpoints())
-		c.topologyChanged()
-		c.warmOwners()
+		c.afterApply()
 	}
 	return gen
+}
+
+// afterApply follows a change of the cache: it retires the pooled
+// endpoints that own nothing any more, tells the subscriptions that
+// follow a count, and dials the owners ahead of need (warm.go).
+func (c *Client) afterApply() {
+	c.pool.prune(c.topo.ownedEndpoints())
+	c.topologyChanged()
+	c.warmOwners()
 }
 
 // onTopologyUpdate applies a TOPOLOGY_UPDATE push and answers
@@ -359,9 +355,7 @@ func (c *Client) onTopologyUpdate(conn *Conn, f Frame) {
 	// Ack first: pruning may close this very connection.
 	conn.sendControl(wire.OpTopologyUpdateAck, f.RequestID, &wire.TopologyUpdateAck{Generation: gen})
 	if applied {
-		c.pool.prune(c.topo.ownedEndpoints())
-		c.topologyChanged()
-		c.warmOwners()
+		c.afterApply()
 	}
 }
 
