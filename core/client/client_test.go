@@ -382,39 +382,58 @@ func TestErrorMatching(t *testing.T) {
 	}
 }
 
-// Every publish in flight meets the same fence: the first one's refresh
-// teaches the cache the new count, and the others route again by it
-// without a TOPOLOGY round trip of their own.
+// Every publish in flight meets the same fence, and one TOPOLOGY request
+// serves them all: a publish fenced after the first one's refresh routes
+// again by what it taught the cache ("after"), and one fenced while that
+// refresh is in flight waits for it ("during"); neither makes a request
+// of its own.
 func TestFenceRefreshesOnce(t *testing.T) {
-	boot := newFake(t, nil)
-	c, bfc := dialScripted(t, boot, testOptions(t, boot.addr),
-		wire.Topology{Generation: 1, Queues: []wire.QueueEntry{queueEntry("t", 0, 1, 1)}})
-	bfc.standing = nil // every TOPOLOGY request is answered below, or fails expect
-	pub := c.Publisher("t", PublisherOptions{})
-	ch1, _ := publishAsync(pub, Message{Key: []byte("a")})
-	f1 := bfc.expect(t, wire.OpPublish)
-	ch2, _ := publishAsync(pub, Message{Key: []byte("b")})
-	f2 := bfc.expect(t, wire.OpPublish)
-	resent := func() {
-		t.Helper()
-		f := bfc.expect(t, wire.OpPublish)
-		if pb := f.body.(*wire.Publish); pb.PartitioningVersion != 2 {
-			t.Fatalf("re-sent PUBLISH carries version %d, want 2", pb.PartitioningVersion)
-		}
-		bfc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{})
-	}
-	bfc.send(wire.OpRedirect, f1.hdr.RequestID, &wire.Redirect{Topic: "t", PartitioningVersion: 2})
-	bfc.answerTopology(t, wire.Topology{Generation: 2, Queues: []wire.QueueEntry{queueEntry("t", 0, 2, 2), queueEntry("t", 1, 2, 2)}})
-	resent()
-	bfc.send(wire.OpRedirect, f2.hdr.RequestID, &wire.Redirect{Topic: "t", PartitioningVersion: 2})
-	resent() // a TOPOLOGY request here fails expect
-	for _, ch := range []<-chan error{ch1, ch2} {
-		if err := wait(t, ch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := c.Stats().Fenced; n != 2 {
-		t.Fatalf("Stats().Fenced = %d, want 2", n)
+	for _, during := range []bool{false, true} {
+		t.Run(map[bool]string{false: "after", true: "during"}[during], func(t *testing.T) {
+			boot := newFake(t, nil)
+			c, bfc := dialScripted(t, boot, testOptions(t, boot.addr),
+				wire.Topology{Generation: 1, Queues: []wire.QueueEntry{queueEntry("t", 0, 1, 1)}})
+			bfc.standing = nil // every TOPOLOGY request is answered below, or fails expect
+			pub := c.Publisher("t", PublisherOptions{})
+			ch1, _ := publishAsync(pub, Message{Key: []byte("a")})
+			f1 := bfc.expect(t, wire.OpPublish)
+			ch2, _ := publishAsync(pub, Message{Key: []byte("b")})
+			f2 := bfc.expect(t, wire.OpPublish)
+			fence := func(f frame) {
+				bfc.send(wire.OpRedirect, f.hdr.RequestID, &wire.Redirect{Topic: "t", PartitioningVersion: 2})
+			}
+			refresh := func() {
+				bfc.answerTopology(t, wire.Topology{Generation: 2, Queues: []wire.QueueEntry{queueEntry("t", 0, 2, 2), queueEntry("t", 1, 2, 2)}})
+			}
+			resent := func() {
+				t.Helper()
+				f := bfc.expect(t, wire.OpPublish) // a second TOPOLOGY request fails here
+				if pb := f.body.(*wire.Publish); pb.PartitioningVersion != 2 {
+					t.Fatalf("re-sent PUBLISH carries version %d, want 2", pb.PartitioningVersion)
+				}
+				bfc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{})
+			}
+			fence(f1)
+			if during {
+				fence(f2)
+				refresh()
+				resent()
+				resent()
+			} else {
+				refresh()
+				resent()
+				fence(f2)
+				resent()
+			}
+			for _, ch := range []<-chan error{ch1, ch2} {
+				if err := wait(t, ch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := c.Stats().Fenced; n != 2 {
+				t.Fatalf("Stats().Fenced = %d, want 2", n)
+			}
+		})
 	}
 }
 
@@ -443,34 +462,5 @@ func TestOwnersDialedAheadOfNeed(t *testing.T) {
 	bfc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{})
 	if err := wait(t, ch); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// Publishes fenced together share one TOPOLOGY request: the second waits
-// for the first's refresh instead of making its own.
-func TestFenceRefreshShared(t *testing.T) {
-	boot := newFake(t, nil)
-	c, bfc := dialScripted(t, boot, testOptions(t, boot.addr),
-		wire.Topology{Generation: 1, Queues: []wire.QueueEntry{queueEntry("t", 0, 1, 1)}})
-	bfc.standing = nil // every TOPOLOGY request is answered below, or fails expect
-	pub := c.Publisher("t", PublisherOptions{})
-	ch1, _ := publishAsync(pub, Message{Key: []byte("a")})
-	f1 := bfc.expect(t, wire.OpPublish)
-	ch2, _ := publishAsync(pub, Message{Key: []byte("b")})
-	f2 := bfc.expect(t, wire.OpPublish)
-	bfc.send(wire.OpRedirect, f1.hdr.RequestID, &wire.Redirect{Topic: "t", PartitioningVersion: 2})
-	bfc.send(wire.OpRedirect, f2.hdr.RequestID, &wire.Redirect{Topic: "t", PartitioningVersion: 2})
-	bfc.answerTopology(t, wire.Topology{Generation: 2, Queues: []wire.QueueEntry{queueEntry("t", 0, 2, 2), queueEntry("t", 1, 2, 2)}})
-	for range 2 {
-		f := bfc.expect(t, wire.OpPublish) // a second TOPOLOGY request fails here
-		if pb := f.body.(*wire.Publish); pb.PartitioningVersion != 2 {
-			t.Fatalf("re-sent PUBLISH carries version %d, want 2", pb.PartitioningVersion)
-		}
-		bfc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{})
-	}
-	for _, ch := range []<-chan error{ch1, ch2} {
-		if err := wait(t, ch); err != nil {
-			t.Fatal(err)
-		}
 	}
 }

@@ -103,7 +103,9 @@ func (t *topoCache) apply(w *wire.Topology, full bool, topic wire.Option[string]
 	} else {
 		// The refreshed queue's entries go; a refresh of a topic without a
 		// group drops all its groups'.
-		in := func(tp string, g wire.Option[string]) bool { return tp == topic.Value && (!group.Present || g == group) }
+		in := func(tp string, g wire.Option[string]) bool {
+			return tp == topic.Value && (!group.Present || g == group)
+		}
 		inRoute := func(k routeKey, _ string) bool { return in(k.topic, k.group) }
 		maps.DeleteFunc(t.owners, inRoute)
 		maps.DeleteFunc(t.private, inRoute)
