@@ -1,0 +1,409 @@
+// Command rttfloor measures the machine's floor for the single-message
+// round trip (docs/performance.md, "Tail latency"): what the least code
+// that does the broker's I/O for one confirmed, delivered and
+// acknowledged message costs
+// on this machine, so that the broker's own round trip (`fibrilctl bench
+// --mode rtt`) can be read against it rather than against the bare fsync
+// alone.
+//
+// It runs as two processes, as a broker and its client do: the parent (the
+// client) starts itself again as the server ("rttfloor serve") and talks to
+// it over loopback TCP on two connections, a producer and a consumer. Per
+// message, one at a time:
+//
+//   - the client writes the message (size bytes) on the producer
+//     connection;
+//   - the server writes it into a log file inside the file's length (the
+//     file is extended 256 KiB at a time with a hole, as the broker's
+//     segments are), writes it to the consumer connection (delivered once
+//     written, before its fsync, as the broker does), fdatasyncs the log
+//     and writes an 8-byte confirm on the producer connection;
+//   - the client's consumer goroutine reads the delivery and writes an
+//     8-byte ack at once; the server appends 13 bytes per ack to a second
+//     file (the broker's settlement journal, not fsynced per ack).
+//
+// The round trip is counted as the bench counts it: from the send to the
+// later of the confirm's arrival and the ack's write. Every step is done
+// inline by the goroutine that reads the frame, so the floor has no
+// goroutine hand-off the broker might have; what is left is the kernel's
+// work (two loopback round trips, the write and the fdatasync) and the
+// wake-ups of two processes on this machine's cores. With --deliver=false
+// there is no consumer: a confirmed publish one at a time.
+//
+//	rttfloor --dir DIR [--n 20000] [--duration 10s] [--size 1024] [--deliver=true] [--json]
+//
+// DIR should be the broker's data directory's file system. The server's
+// own fdatasync latency is reported beside the round trip. Loopback only;
+// the loop is bounded by --n and --duration, and the server exits when the
+// client closes its connections.
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fibrilgo/fibril/cmd/fibrilctl/benchkit"
+)
+
+func main() {
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		err = serve(os.Args[2:])
+	} else {
+		err = client(os.Args[1:])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rttfloor:", err)
+		os.Exit(1)
+	}
+}
+
+// Result is what one run measured, in µs.
+type Result struct {
+	Mode      string  `json:"mode"` // "floor"
+	Deliver   bool    `json:"deliver"`
+	Size      int     `json:"size"`
+	N         uint64  `json:"n"`
+	RTTP50    float64 `json:"rtt_p50_us"`
+	RTTP90    float64 `json:"rtt_p90_us"`
+	RTTP99    float64 `json:"rtt_p99_us"`
+	ConfP50   float64 `json:"confirm_p50_us"`
+	ConfP99   float64 `json:"confirm_p99_us"`
+	E2EP50    float64 `json:"e2e_p50_us,omitempty"`
+	FsyncP50  float64 `json:"server_fdatasync_p50_us"`
+	FsyncP99  float64 `json:"server_fdatasync_p99_us"`
+	ElapsedS  float64 `json:"elapsed_s"`
+	ServerCPU float64 `json:"server_cpu_per_msg_us"`
+}
+
+// serverStats is what the server sends back when the producer closes.
+type serverStats struct {
+	FsyncP50, FsyncP99 float64
+	CPUNs              int64
+}
+
+const (
+	roleProducer             = 'P' // a producer, and no consumer comes
+	roleProducerWithConsumer = 'Q' // a producer, and a consumer comes
+	roleConsumer             = 'C'
+	reserveAhead             = 256 << 10
+)
+
+func us(ns uint64) float64 { return float64(ns/100) / 10 }
+
+func client(args []string) error {
+	fs := flag.NewFlagSet("rttfloor", flag.ContinueOnError)
+	dir := fs.String("dir", "", "directory for the server's log and journal files (the broker's data directory's file system); required")
+	n := fs.Int("n", 20000, "messages, one at a time")
+	d := fs.Duration("duration", 10*time.Second, "stop after this long even if --n are not done")
+	size := fs.Int("size", 1024, "message size in bytes (at least 8)")
+	deliver := fs.Bool("deliver", true, "deliver each message to a consumer that acks it (false: confirmed publish only)")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return errors.New("--dir is required")
+	}
+	if *size < 8 || *n < 1 || *d <= 0 {
+		return errors.New("--size must be at least 8, --n and --duration positive")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	srv := exec.Command(self, "serve", "--dir", *dir, "--size", fmt.Sprint(*size))
+	srv.Stderr = os.Stderr
+	// The server exits when this pipe ends, that is when this process
+	// does, however it ends.
+	if _, err := srv.StdinPipe(); err != nil {
+		return err
+	}
+	out, err := srv.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		// Closing the connections (deferred below, so done first) ends
+		// the server, which removes its files: wait for that, within
+		// reason.
+		exited := make(chan struct{})
+		go func() {
+			_ = srv.Wait()
+			close(exited)
+		}()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = srv.Process.Kill()
+			<-exited
+		}
+	}()
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("server did not start: %w", err)
+	}
+	addr = strings.TrimSpace(addr)
+	role := byte(roleProducer)
+	if *deliver {
+		role = roleProducerWithConsumer
+	}
+	prod, err := dial(addr, role)
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	var cons net.Conn
+	acked := make(chan [2]int64, 1) // delivery read, ack written
+	if *deliver {
+		if cons, err = dial(addr, roleConsumer); err != nil {
+			return err
+		}
+		defer cons.Close()
+		go consume(cons, *size, acked)
+	}
+	res, err := measure(prod, acked, *size, *n, *d, *deliver)
+	if err != nil {
+		return err
+	}
+	if !*asJSON {
+		fmt.Printf("floor (deliver=%v, %d B, %d messages): round trip p50 %.1f µs, p90 %.1f, p99 %.1f; confirm p50 %.1f; server fdatasync p50 %.1f, p99 %.1f\n",
+			res.Deliver, res.Size, res.N, res.RTTP50, res.RTTP90, res.RTTP99, res.ConfP50, res.FsyncP50, res.FsyncP99)
+		return nil
+	}
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+func dial(addr string, role byte) (net.Conn, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Write([]byte{role}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// consume reads each delivery, writes its ack at once and reports both
+// instants.
+func consume(c net.Conn, size int, acked chan<- [2]int64) {
+	buf := make([]byte, size)
+	ack := make([]byte, 8)
+	for {
+		if _, err := io.ReadFull(c, buf); err != nil {
+			close(acked)
+			return
+		}
+		got := benchkit.Now()
+		copy(ack, buf[:8])
+		if _, err := c.Write(ack); err != nil {
+			close(acked)
+			return
+		}
+		acked <- [2]int64{got, benchkit.Now()}
+	}
+}
+
+func measure(prod net.Conn, acked <-chan [2]int64, size, n int, d time.Duration, deliver bool) (*Result, error) {
+	msg := make([]byte, size)
+	conf := make([]byte, 8)
+	var rtt, cf, e2e benchkit.Histogram
+	start := benchkit.Now()
+	stop := start + int64(d)
+	for i := 0; i < n && benchkit.Now() < stop; i++ {
+		binary.LittleEndian.PutUint64(msg, uint64(i))
+		t0 := benchkit.Now()
+		if _, err := prod.Write(msg); err != nil {
+			return nil, err
+		}
+		if _, err := io.ReadFull(prod, conf); err != nil {
+			return nil, fmt.Errorf("confirm: %w", err)
+		}
+		t1 := benchkit.Now()
+		end := t1
+		if deliver {
+			a, ok := <-acked
+			if !ok {
+				return nil, errors.New("consumer connection ended")
+			}
+			e2e.Record(a[0] - t0)
+			end = max(end, a[1])
+		}
+		cf.Record(t1 - t0)
+		rtt.Record(end - t0)
+	}
+	elapsed := benchkit.Now() - start
+	// Half-close: the server answers with its own numbers and exits.
+	if err := prod.(*net.TCPConn).CloseWrite(); err != nil {
+		return nil, err
+	}
+	var st serverStats
+	if err := json.NewDecoder(prod).Decode(&st); err != nil {
+		return nil, fmt.Errorf("server stats: %w", err)
+	}
+	res := &Result{
+		Mode: "floor", Deliver: deliver, Size: size, N: rtt.Count(),
+		RTTP50: us(rtt.Quantile(0.5)), RTTP90: us(rtt.Quantile(0.9)), RTTP99: us(rtt.Quantile(0.99)),
+		ConfP50: us(cf.Quantile(0.5)), ConfP99: us(cf.Quantile(0.99)),
+		FsyncP50: st.FsyncP50, FsyncP99: st.FsyncP99,
+		ElapsedS: float64(elapsed/1e6) / 1e3,
+	}
+	if deliver {
+		res.E2EP50 = us(e2e.Quantile(0.5))
+	}
+	if res.N > 0 {
+		res.ServerCPU = float64(st.CPUNs/int64(res.N)/100) / 10
+	}
+	return res, nil
+}
+
+// serve is the server process: it prints its address, accepts the
+// producer and the consumer its role announces, and serves until the
+// producer half-closes (or its parent, the client, ends).
+func serve(args []string) error {
+	fs := flag.NewFlagSet("rttfloor serve", flag.ContinueOnError)
+	dir := fs.String("dir", "", "")
+	size := fs.Int("size", 1024, "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	log, err := os.CreateTemp(*dir, "rttfloor-log-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(log.Name())
+	defer log.Close()
+	journal, err := os.CreateTemp(*dir, "rttfloor-journal-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(journal.Name())
+	defer journal.Close()
+	fmt.Println(ln.Addr())
+
+	go func() { // the client is gone: stop
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(1)
+	}()
+
+	// The producer's role says whether a consumer comes; either may
+	// connect first.
+	var prod, cons net.Conn
+	wantCons := false
+	for prod == nil || (wantCons && cons == nil) {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		role := make([]byte, 1)
+		if _, err := io.ReadFull(c, role); err != nil {
+			return fmt.Errorf("read role: %w", err)
+		}
+		switch role[0] {
+		case roleProducer, roleProducerWithConsumer:
+			prod, wantCons = c, role[0] == roleProducerWithConsumer
+		case roleConsumer:
+			cons = c
+			go settle(c, journal)
+		default:
+			return fmt.Errorf("unknown role %q", role[0])
+		}
+	}
+	cpu0 := cpuNs()
+	var sync benchkit.Histogram
+	msg := make([]byte, *size)
+	conf := make([]byte, 8)
+	var off, alloc int64
+	fd := int(log.Fd())
+	for {
+		if _, err := io.ReadFull(prod, msg); err != nil {
+			break // the client half-closed: report
+		}
+		if off+int64(len(msg)) > alloc {
+			alloc = off + int64(len(msg)) + reserveAhead
+			if err := log.Truncate(alloc); err != nil {
+				return err
+			}
+		}
+		if _, err := log.WriteAt(msg, off); err != nil {
+			return err
+		}
+		off += int64(len(msg))
+		if cons != nil {
+			if _, err := cons.Write(msg); err != nil {
+				return err
+			}
+		}
+		t := benchkit.Now()
+		if err := fdatasync(fd); err != nil {
+			return err
+		}
+		sync.Record(benchkit.Now() - t)
+		copy(conf, msg[:8])
+		if _, err := prod.Write(conf); err != nil {
+			return err
+		}
+	}
+	st := serverStats{FsyncP50: us(sync.Quantile(0.5)), FsyncP99: us(sync.Quantile(0.99)), CPUNs: cpuNs() - cpu0}
+	return json.NewEncoder(prod).Encode(st)
+}
+
+// settle reads the consumer's acks and appends a 13-byte entry per ack
+// to the journal, not fsynced.
+func settle(c net.Conn, journal *os.File) {
+	ack := make([]byte, 8)
+	entry := make([]byte, 13)
+	var off int64
+	for {
+		if _, err := io.ReadFull(c, ack); err != nil {
+			return
+		}
+		copy(entry, ack)
+		if _, err := journal.WriteAt(entry, off); err != nil {
+			return
+		}
+		off += int64(len(entry))
+	}
+}
+
+func fdatasync(fd int) error {
+	for {
+		err := syscall.Fdatasync(fd)
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
+
+// cpuNs is this process's user + system CPU time.
+func cpuNs() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}

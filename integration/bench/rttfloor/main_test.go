@@ -1,0 +1,79 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"testing"
+)
+
+// TestMain lets the test binary stand in for rttfloor: the client starts
+// os.Executable() with "serve", which here is this binary.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		if err := serve(os.Args[2:]); err != nil {
+			os.Stderr.WriteString("rttfloor serve: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runJSON runs the client with args and decodes its JSON result.
+func runJSON(t *testing.T, args ...string) Result {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	runErr := client(append(args, "--json"))
+	os.Stdout = stdout
+	w.Close()
+	out, _ := io.ReadAll(r)
+	if runErr != nil {
+		t.Fatalf("rttfloor %v: %v", args, runErr)
+	}
+	var res Result
+	if err := json.NewDecoder(bytes.NewReader(out)).Decode(&res); err != nil {
+		t.Fatalf("decode %q: %v", out, err)
+	}
+	return res
+}
+
+func TestFloorMeasuresEveryMessage(t *testing.T) {
+	for _, deliver := range []bool{true, false} {
+		dir := t.TempDir()
+		res := runJSON(t, "--dir", dir, "--n", "200", "--size", "512", "--deliver="+map[bool]string{true: "true", false: "false"}[deliver])
+		if res.N != 200 || res.Deliver != deliver || res.Size != 512 {
+			t.Fatalf("deliver=%v: result %+v: want 200 messages of 512 B", deliver, res)
+		}
+		// Each round trip holds its confirm, which holds the server's fdatasync.
+		if res.RTTP50 < res.ConfP50 || res.ConfP50 <= 0 || res.FsyncP50 <= 0 || res.ConfP99 < res.FsyncP50 {
+			t.Fatalf("deliver=%v: inconsistent latencies %+v", deliver, res)
+		}
+		if deliver != (res.E2EP50 > 0) {
+			t.Fatalf("deliver=%v: e2e p50 %v", deliver, res.E2EP50)
+		}
+		if left, _ := os.ReadDir(dir); len(left) != 0 {
+			t.Fatalf("deliver=%v: the server left %d files in --dir", deliver, len(left))
+		}
+	}
+}
+
+func TestFloorRefusesBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--n", "10"}, // no --dir
+		{"--dir", t.TempDir(), "--size", "4"},
+		{"--dir", t.TempDir(), "--n", "0"},
+	} {
+		if err := client(args); err == nil {
+			t.Errorf("rttfloor %v: no error", args)
+		}
+	}
+}
