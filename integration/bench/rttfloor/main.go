@@ -1,10 +1,9 @@
 // Command rttfloor measures the machine's floor for the single-message
 // round trip (docs/performance.md, "Tail latency"): what the least code
 // that does the broker's I/O for one confirmed, delivered and
-// acknowledged message costs
-// on this machine, so that the broker's own round trip (`fibrilctl bench
-// --mode rtt`) can be read against it rather than against the bare fsync
-// alone.
+// acknowledged message costs on this machine, so that the broker's own
+// round trip (`fibrilctl bench --mode rtt`) can be read against it rather
+// than against the bare fsync alone.
 //
 // It runs as two processes, as a broker and its client do: the parent (the
 // client) starts itself again as the server ("rttfloor serve") and talks to
