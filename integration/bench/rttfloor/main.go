@@ -27,9 +27,12 @@
 // goroutine hand-off the broker might have; what is left is the kernel's
 // work (two loopback round trips, the write and the fdatasync) and the
 // wake-ups of two processes on this machine's cores. With --deliver=false
-// there is no consumer: a confirmed publish one at a time.
+// there is no consumer: a confirmed publish one at a time. With
+// --deliver-after-sync the delivery is written after the fdatasync instead
+// of before it (the broker does not do this: it is there to measure what
+// the delivery overlapping the fsync costs the confirm).
 //
-//	rttfloor --dir DIR [--n 20000] [--duration 10s] [--size 1024] [--deliver=true] [--json]
+//	rttfloor --dir DIR [--n 20000] [--duration 10s] [--size 1024] [--deliver=true] [--deliver-after-sync] [--json]
 //
 // DIR should be the broker's data directory's file system. The server's
 // own fdatasync latency is reported beside the round trip. Loopback only;
@@ -74,6 +77,7 @@ func main() {
 type Result struct {
 	Mode      string  `json:"mode"` // "floor"
 	Deliver   bool    `json:"deliver"`
+	AfterSync bool    `json:"deliver_after_sync,omitempty"`
 	Size      int     `json:"size"`
 	N         uint64  `json:"n"`
 	RTTP50    float64 `json:"rtt_p50_us"`
@@ -110,6 +114,7 @@ func client(args []string) error {
 	d := fs.Duration("duration", 10*time.Second, "stop after this long even if --n are not done")
 	size := fs.Int("size", 1024, "message size in bytes (at least 8)")
 	deliver := fs.Bool("deliver", true, "deliver each message to a consumer that acks it (false: confirmed publish only)")
+	afterSync := fs.Bool("deliver-after-sync", false, "write the delivery after the fdatasync, not before it")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -124,7 +129,7 @@ func client(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := exec.Command(self, "serve", "--dir", *dir, "--size", fmt.Sprint(*size))
+	srv := exec.Command(self, "serve", "--dir", *dir, "--size", fmt.Sprint(*size), "--deliver-after-sync="+fmt.Sprint(*afterSync))
 	srv.Stderr = os.Stderr
 	// The server exits when this pipe ends, that is when this process
 	// does, however it ends.
@@ -181,9 +186,10 @@ func client(args []string) error {
 	if err != nil {
 		return err
 	}
+	res.AfterSync = *deliver && *afterSync
 	if !*asJSON {
-		fmt.Printf("floor (deliver=%v, %d B, %d messages): round trip p50 %.1f µs, p90 %.1f, p99 %.1f; confirm p50 %.1f; server fdatasync p50 %.1f, p99 %.1f\n",
-			res.Deliver, res.Size, res.N, res.RTTP50, res.RTTP90, res.RTTP99, res.ConfP50, res.FsyncP50, res.FsyncP99)
+		fmt.Printf("floor (deliver=%v, after sync=%v, %d B, %d messages): round trip p50 %.1f µs, p90 %.1f, p99 %.1f; confirm p50 %.1f; server fdatasync p50 %.1f, p99 %.1f\n",
+			res.Deliver, res.AfterSync, res.Size, res.N, res.RTTP50, res.RTTP90, res.RTTP99, res.ConfP50, res.FsyncP50, res.FsyncP99)
 		return nil
 	}
 	return json.NewEncoder(os.Stdout).Encode(res)
@@ -281,6 +287,7 @@ func serve(args []string) error {
 	fs := flag.NewFlagSet("rttfloor serve", flag.ContinueOnError)
 	dir := fs.String("dir", "", "")
 	size := fs.Int("size", 1024, "")
+	afterSync := fs.Bool("deliver-after-sync", false, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -352,7 +359,7 @@ func serve(args []string) error {
 			return err
 		}
 		off += int64(len(msg))
-		if cons != nil {
+		if cons != nil && !*afterSync {
 			if _, err := cons.Write(msg); err != nil {
 				return err
 			}
@@ -362,6 +369,11 @@ func serve(args []string) error {
 			return err
 		}
 		sync.Record(benchkit.Now() - t)
+		if cons != nil && *afterSync {
+			if _, err := cons.Write(msg); err != nil {
+				return err
+			}
+		}
 		copy(conf, msg[:8])
 		if _, err := prod.Write(conf); err != nil {
 			return err

@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -47,10 +48,11 @@ func runJSON(t *testing.T, args ...string) Result {
 }
 
 func TestFloorMeasuresEveryMessage(t *testing.T) {
-	for _, deliver := range []bool{true, false} {
+	for _, c := range []struct{ deliver, afterSync bool }{{true, false}, {true, true}, {false, false}} {
+		deliver := c.deliver
 		dir := t.TempDir()
-		res := runJSON(t, "--dir", dir, "--n", "200", "--size", "512", "--deliver="+map[bool]string{true: "true", false: "false"}[deliver])
-		if res.N != 200 || res.Deliver != deliver || res.Size != 512 {
+		res := runJSON(t, "--dir", dir, "--n", "200", "--size", "512", fmt.Sprintf("--deliver=%v", deliver), fmt.Sprintf("--deliver-after-sync=%v", c.afterSync))
+		if res.N != 200 || res.Deliver != deliver || res.AfterSync != c.afterSync || res.Size != 512 {
 			t.Fatalf("deliver=%v: result %+v: want 200 messages of 512 B", deliver, res)
 		}
 		// Each round trip holds its confirm, which holds the server's fdatasync.
