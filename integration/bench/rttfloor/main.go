@@ -32,7 +32,13 @@
 // of before it (the broker does not do this: it is there to measure what
 // the delivery overlapping the fsync costs the confirm).
 //
+// With --broker ADDR the same measure runs against a Fibril broker
+// instead, with the least client there is (broker.go): beside the floor
+// and `fibrilctl bench --mode rtt` (the Go client), it tells the broker's
+// part of the round trip from the client library's.
+//
 //	rttfloor --dir DIR [--n 20000] [--duration 10s] [--size 1024] [--deliver=true] [--deliver-after-sync] [--json]
+//	rttfloor --broker HOST:PORT [--user fibril] [--password fibril] [--n …] [--duration …] [--size …] [--deliver=…] [--json]
 //
 // DIR should be the broker's data directory's file system. The server's
 // own fdatasync latency is reported beside the round trip. Loopback only;
@@ -75,7 +81,7 @@ func main() {
 
 // Result is what one run measured, in µs.
 type Result struct {
-	Mode      string  `json:"mode"` // "floor"
+	Mode      string  `json:"mode"` // "floor", or "broker" (--broker)
 	Deliver   bool    `json:"deliver"`
 	AfterSync bool    `json:"deliver_after_sync,omitempty"`
 	Size      int     `json:"size"`
@@ -86,10 +92,10 @@ type Result struct {
 	ConfP50   float64 `json:"confirm_p50_us"`
 	ConfP99   float64 `json:"confirm_p99_us"`
 	E2EP50    float64 `json:"e2e_p50_us,omitempty"`
-	FsyncP50  float64 `json:"server_fdatasync_p50_us"`
-	FsyncP99  float64 `json:"server_fdatasync_p99_us"`
+	FsyncP50  float64 `json:"server_fdatasync_p50_us,omitempty"` // the floor's server only
+	FsyncP99  float64 `json:"server_fdatasync_p99_us,omitempty"`
 	ElapsedS  float64 `json:"elapsed_s"`
-	ServerCPU float64 `json:"server_cpu_per_msg_us"`
+	ServerCPU float64 `json:"server_cpu_per_msg_us,omitempty"`
 }
 
 // serverStats is what the server sends back when the producer closes.
@@ -107,41 +113,79 @@ const (
 
 func us(ns uint64) float64 { return float64(ns/100) / 10 }
 
+// options is the client's flags.
+type options struct {
+	dir, broker, user, password string
+	n, size                     int
+	d                           time.Duration
+	deliver, afterSync          bool
+}
+
 func client(args []string) error {
 	fs := flag.NewFlagSet("rttfloor", flag.ContinueOnError)
-	dir := fs.String("dir", "", "directory for the server's log and journal files (the broker's data directory's file system); required")
-	n := fs.Int("n", 20000, "messages, one at a time")
-	d := fs.Duration("duration", 10*time.Second, "stop after this long even if --n are not done")
-	size := fs.Int("size", 1024, "message size in bytes (at least 8)")
-	deliver := fs.Bool("deliver", true, "deliver each message to a consumer that acks it (false: confirmed publish only)")
-	afterSync := fs.Bool("deliver-after-sync", false, "write the delivery after the fdatasync, not before it")
+	var cfg options
+	fs.StringVar(&cfg.dir, "dir", "", "directory for the server's log and journal files (the broker's data directory's file system); required without --broker")
+	fs.StringVar(&cfg.broker, "broker", "", "measure this Fibril broker (host:port) with the least client instead of the floor's server")
+	fs.StringVar(&cfg.user, "user", "fibril", "--broker: user name")
+	fs.StringVar(&cfg.password, "password", "fibril", "--broker: password")
+	fs.IntVar(&cfg.n, "n", 20000, "messages, one at a time")
+	fs.DurationVar(&cfg.d, "duration", 10*time.Second, "stop after this long even if --n are not done")
+	fs.IntVar(&cfg.size, "size", 1024, "message size in bytes (at least 8)")
+	fs.BoolVar(&cfg.deliver, "deliver", true, "deliver each message to a consumer that acks it (false: confirmed publish only)")
+	fs.BoolVar(&cfg.afterSync, "deliver-after-sync", false, "write the delivery after the fdatasync, not before it (not with --broker)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *dir == "" {
-		return errors.New("--dir is required")
+	if cfg.dir == "" && cfg.broker == "" {
+		return errors.New("--dir or --broker is required")
 	}
-	if *size < 8 || *n < 1 || *d <= 0 {
+	if cfg.broker != "" && cfg.afterSync {
+		return errors.New("--deliver-after-sync is the floor's server's option, not a broker's")
+	}
+	if cfg.size < 8 || cfg.n < 1 || cfg.d <= 0 {
 		return errors.New("--size must be at least 8, --n and --duration positive")
 	}
-	self, err := os.Executable()
+	run := runFloor
+	if cfg.broker != "" {
+		run = runBroker
+	}
+	res, err := run(&cfg)
 	if err != nil {
 		return err
 	}
-	srv := exec.Command(self, "serve", "--dir", *dir, "--size", fmt.Sprint(*size), "--deliver-after-sync="+fmt.Sprint(*afterSync))
+	res.Size, res.AfterSync = cfg.size, cfg.deliver && cfg.afterSync
+	if !*asJSON {
+		fmt.Printf("%s (deliver=%v, after sync=%v, %d B, %d messages): round trip p50 %.1f µs, p90 %.1f, p99 %.1f; confirm p50 %.1f",
+			res.Mode, res.Deliver, res.AfterSync, res.Size, res.N, res.RTTP50, res.RTTP90, res.RTTP99, res.ConfP50)
+		if res.Mode == "floor" {
+			fmt.Printf("; server fdatasync p50 %.1f, p99 %.1f", res.FsyncP50, res.FsyncP99)
+		}
+		fmt.Println()
+		return nil
+	}
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// runFloor starts the floor's server and measures it.
+func runFloor(cfg *options) (*Result, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	srv := exec.Command(self, "serve", "--dir", cfg.dir, "--size", fmt.Sprint(cfg.size), "--deliver-after-sync="+fmt.Sprint(cfg.afterSync))
 	srv.Stderr = os.Stderr
 	// The server exits when this pipe ends, that is when this process
 	// does, however it ends.
 	if _, err := srv.StdinPipe(); err != nil {
-		return err
+		return nil, err
 	}
 	out, err := srv.StdoutPipe()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := srv.Start(); err != nil {
-		return err
+		return nil, err
 	}
 	defer func() {
 		// Closing the connections (deferred below, so done first) ends
@@ -161,38 +205,29 @@ func client(args []string) error {
 	}()
 	addr, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
-		return fmt.Errorf("server did not start: %w", err)
+		return nil, fmt.Errorf("server did not start: %w", err)
 	}
 	addr = strings.TrimSpace(addr)
 	role := byte(roleProducer)
-	if *deliver {
+	if cfg.deliver {
 		role = roleProducerWithConsumer
 	}
 	prod, err := dial(addr, role)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer prod.Close()
-	var cons net.Conn
 	acked := make(chan [2]int64, 1) // delivery read, ack written
-	if *deliver {
-		if cons, err = dial(addr, roleConsumer); err != nil {
-			return err
+	if cfg.deliver {
+		cons, err := dial(addr, roleConsumer)
+		if err != nil {
+			return nil, err
 		}
 		defer cons.Close()
-		go consume(cons, *size, acked)
+		go consume(cons, cfg.size, acked)
 	}
-	res, err := measure(prod, acked, *size, *n, *d, *deliver)
-	if err != nil {
-		return err
-	}
-	res.AfterSync = *deliver && *afterSync
-	if !*asJSON {
-		fmt.Printf("floor (deliver=%v, after sync=%v, %d B, %d messages): round trip p50 %.1f µs, p90 %.1f, p99 %.1f; confirm p50 %.1f; server fdatasync p50 %.1f, p99 %.1f\n",
-			res.Deliver, res.AfterSync, res.Size, res.N, res.RTTP50, res.RTTP90, res.RTTP99, res.ConfP50, res.FsyncP50, res.FsyncP99)
-		return nil
-	}
-	return json.NewEncoder(os.Stdout).Encode(res)
+	p := &floorProducer{c: prod, msg: make([]byte, cfg.size), conf: make([]byte, 8)}
+	return measure(p, acked, cfg.n, cfg.d, cfg.deliver)
 }
 
 func dial(addr string, role byte) (net.Conn, error) {
@@ -227,19 +262,52 @@ func consume(c net.Conn, size int, acked chan<- [2]int64) {
 	}
 }
 
-func measure(prod net.Conn, acked <-chan [2]int64, size, n int, d time.Duration, deliver bool) (*Result, error) {
-	msg := make([]byte, size)
-	conf := make([]byte, 8)
+// producer is the measured side of the producer connection: the floor's
+// server, or a broker (broker.go).
+type producer interface {
+	send(seq uint64) error // publish message seq
+	confirm() error        // wait for the last send's confirm
+	finish() (serverStats, error)
+}
+
+// floorProducer speaks the floor's own framing: the message, then an
+// 8-byte confirm.
+type floorProducer struct {
+	c         net.Conn
+	msg, conf []byte
+}
+
+func (f *floorProducer) send(seq uint64) error {
+	binary.LittleEndian.PutUint64(f.msg, seq)
+	_, err := f.c.Write(f.msg)
+	return err
+}
+
+func (f *floorProducer) confirm() error {
+	_, err := io.ReadFull(f.c, f.conf)
+	return err
+}
+
+// finish half-closes: the server answers with its own numbers and exits.
+func (f *floorProducer) finish() (serverStats, error) {
+	var st serverStats
+	if err := f.c.(*net.TCPConn).CloseWrite(); err != nil {
+		return st, err
+	}
+	err := json.NewDecoder(f.c).Decode(&st)
+	return st, err
+}
+
+func measure(p producer, acked <-chan [2]int64, n int, d time.Duration, deliver bool) (*Result, error) {
 	var rtt, cf, e2e benchkit.Histogram
 	start := benchkit.Now()
 	stop := start + int64(d)
 	for i := 0; i < n && benchkit.Now() < stop; i++ {
-		binary.LittleEndian.PutUint64(msg, uint64(i))
 		t0 := benchkit.Now()
-		if _, err := prod.Write(msg); err != nil {
+		if err := p.send(uint64(i)); err != nil {
 			return nil, err
 		}
-		if _, err := io.ReadFull(prod, conf); err != nil {
+		if err := p.confirm(); err != nil {
 			return nil, fmt.Errorf("confirm: %w", err)
 		}
 		t1 := benchkit.Now()
@@ -256,16 +324,12 @@ func measure(prod net.Conn, acked <-chan [2]int64, size, n int, d time.Duration,
 		rtt.Record(end - t0)
 	}
 	elapsed := benchkit.Now() - start
-	// Half-close: the server answers with its own numbers and exits.
-	if err := prod.(*net.TCPConn).CloseWrite(); err != nil {
-		return nil, err
-	}
-	var st serverStats
-	if err := json.NewDecoder(prod).Decode(&st); err != nil {
+	st, err := p.finish()
+	if err != nil {
 		return nil, fmt.Errorf("server stats: %w", err)
 	}
 	res := &Result{
-		Mode: "floor", Deliver: deliver, Size: size, N: rtt.Count(),
+		Mode: "floor", Deliver: deliver, N: rtt.Count(),
 		RTTP50: us(rtt.Quantile(0.5)), RTTP90: us(rtt.Quantile(0.9)), RTTP99: us(rtt.Quantile(0.99)),
 		ConfP50: us(cf.Quantile(0.5)), ConfP99: us(cf.Quantile(0.99)),
 		FsyncP50: st.FsyncP50, FsyncP99: st.FsyncP99,

@@ -7,8 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"testing"
+
+	"github.com/fibrilgo/fibril/core/broker"
+	"github.com/fibrilgo/fibril/core/config"
 )
 
 // TestMain lets the test binary stand in for rttfloor: the client starts
@@ -70,12 +74,47 @@ func TestFloorMeasuresEveryMessage(t *testing.T) {
 
 func TestFloorRefusesBadFlags(t *testing.T) {
 	for _, args := range [][]string{
-		{"--n", "10"}, // no --dir
+		{"--n", "10"}, // neither --dir nor --broker
 		{"--dir", t.TempDir(), "--size", "4"},
 		{"--dir", t.TempDir(), "--n", "0"},
 	} {
 		if err := client(args); err == nil {
 			t.Errorf("rttfloor %v: no error", args)
 		}
+	}
+}
+
+// TestBrokerModeMeasuresABroker runs --broker against a broker in this
+// process (embedded defaults, its own data directory).
+func TestBrokerModeMeasuresABroker(t *testing.T) {
+	cfg, _, err := config.Load([]string{
+		"--server.data_dir=" + t.TempDir(),
+		"--broker.listener.bind=127.0.0.1:0",
+		"--admin.listener.bind=127.0.0.1:0",
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := broker.Start(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown() })
+	addr := b.BrokerAddr().String()
+	for _, deliver := range []bool{true, false} {
+		res := runJSON(t, "--broker", addr, "--n", "100", fmt.Sprintf("--deliver=%v", deliver))
+		if res.Mode != "broker" || res.N != 100 || res.Deliver != deliver {
+			t.Fatalf("deliver=%v: result %+v: want 100 messages measured on the broker", deliver, res)
+		}
+		if res.RTTP50 < res.ConfP50 || res.ConfP50 <= 0 || deliver != (res.E2EP50 > 0) {
+			t.Fatalf("deliver=%v: inconsistent latencies %+v", deliver, res)
+		}
+	}
+	// A wrong password is the broker's AUTH_ERR, reported.
+	if err := client([]string{"--broker", addr, "--password", "wrong", "--n", "1"}); err == nil {
+		t.Fatal("a wrong password: no error")
+	}
+	if err := client([]string{"--broker", addr, "--deliver-after-sync"}); err == nil {
+		t.Fatal("--deliver-after-sync with --broker: no error")
 	}
 }
