@@ -30,6 +30,7 @@ func (c *coordinated) applyCatalog(snap *cluster.Snapshot) {
 		}
 		info := q.Info
 		info.PartitionCount = uint32(len(q.Parts)) // both layouts' while a repartition runs
+		c.holdAhead(q)
 		if _, err := qs.ApplyQueue(info); err != nil {
 			c.b.log.Warn("cannot install declared queue", "queue", q.Info.Key.String(), "err", err)
 			continue

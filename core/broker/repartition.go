@@ -87,6 +87,42 @@ func holdFor(r *cluster.Repartition, n uint32, cut uint64, haveCut bool) (uint64
 	return 0, true
 }
 
+// holdAhead puts in place, before the engine learns a raised partitioning
+// version of q, the hold each partition this node owns needs for q's
+// transition (holdFor, with no cutover read yet: a shrink's survivor holds
+// from 0). A message a producer routed by the new layout while this node
+// lagged behind is held by the engine only until the raise (the lag hold,
+// core/queue/fence.go); from the raise on, a survivor's own hold must
+// already be there, or a delivery made before applyRepartitions reads its
+// cutover could overtake an older message of the same key in a merge
+// source. It only adds or lowers holds; applyRepartitions sets the exact
+// ones right after. Run goroutine, before ApplyQueue.
+func (c *coordinated) holdAhead(q *cluster.Queue) {
+	r := q.Repartition
+	if r == nil {
+		return
+	}
+	if have, ok := c.b.queues.QueueInfo(q.Info.Key); !ok || have.PartitioningVersion >= q.Info.PartitioningVersion {
+		return // nothing is raised by this view
+	}
+	for _, p := range q.Parts {
+		if !p.Placed() || p.Node != c.self.ID {
+			continue
+		}
+		from, held := holdFor(r, p.Ref.Partition, 0, false)
+		if !held {
+			continue
+		}
+		part, err := c.b.queues.Partition(q.Info.Key, p.Ref.Partition)
+		if err != nil {
+			continue // not installed yet: opened with Options.Holds
+		}
+		if cur, isHeld := part.Hold(); !isHeld || cur > from {
+			part.SetHold(from)
+		}
+	}
+}
+
 // applyRepartitions is this node's part as an owner. Run goroutine, after
 // applyCatalog (which gave the engine the raised partitioning version).
 func (c *coordinated) applyRepartitions(snap *cluster.Snapshot) {

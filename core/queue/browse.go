@@ -116,7 +116,7 @@ func (p *Partition) stateOf(off uint64) (state string, retries uint32, notBefore
 	if at, ok := p.delayed[off]; ok {
 		return StateDelayed, retries, at
 	}
-	if off >= p.holdFrom {
+	if off >= p.heldFromLocked() {
 		return StateHeld, retries, 0
 	}
 	return StateReady, retries, 0

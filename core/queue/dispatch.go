@@ -192,17 +192,18 @@ func (p *Partition) nextSubLocked() *Subscription {
 // (S-24), none at or past a hold (SetHold). fresh says which. The cursor steps over offsets that left the
 // never-delivered region by other ways (settled, delayed, dead-lettering).
 func (p *Partition) peekReadyLocked() (off uint64, fresh, ok bool) {
+	held := p.heldFromLocked()
 	for p.requeued.Len() > 0 {
 		off := p.requeued.Peek()
 		if _, ok := p.inReq[off]; ok {
-			if off >= p.holdFrom {
+			if off >= held {
 				break // held, and so is every other requeued one (all higher) and the cursor (higher still)
 			}
 			return off, false, true
 		}
 		p.requeued.Pop() // stale: expired or dead-lettered while ready
 	}
-	for p.cursor < min(p.end, p.deliverable, p.holdFrom) {
+	for p.cursor < min(p.end, p.deliverable, held) {
 		off := p.cursor
 		_, delayed := p.delayed[off]
 		_, pending := p.pending[off]

@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"math"
+	"time"
 )
 
 // The partitioning fence in the engine (S-118, docs/repartition.md): the
@@ -23,6 +24,29 @@ import (
 // partitions are no sources of the grow, so nothing asks them for its
 // cutover, and what they noted then is old backlog by the time the next
 // transition asks them.
+//
+// Until this broker's queue has the newer version, such a message and
+// every one after it is not delivered either (the lag hold,
+// heldFromLocked): this partition may turn out to be a shrink's survivor,
+// whose messages of the new layout wait for its merge sources, and only
+// the raise tells — the broker puts the transition's own hold in place
+// before it gives the engine the raised version (core/broker, holdAhead),
+// and the cutover then holds exactly from the note. Delivered at once, the
+// message could overtake an older message of its key still waiting in a
+// merge source. A version that no raise reaches within lagHoldLimit (a
+// confused or hostile producer: a newer version always passes, S-118)
+// holds nothing after that.
+
+// lagHoldLimit bounds a lag hold: a broker that lags behind the cluster
+// catches up within a view or two, well below it.
+const lagHoldLimit = 5 * time.Second
+
+// newerNote is where and when the first message routed by a newer
+// partitioning version went.
+type newerNote struct {
+	off uint64
+	at  int64 // unix ms
+}
 
 // fenceNone marks an append no producer routed (a dead letter's copy).
 const fenceNone = math.MaxUint64
@@ -55,8 +79,41 @@ func (p *Partition) noteNewerLocked(version, off uint64) {
 		return
 	}
 	if _, ok := p.firstNewer[version]; !ok {
-		p.firstNewer[version] = off
+		p.firstNewer[version] = newerNote{off: off, at: p.m.nowMs()}
 	}
+}
+
+// heldFromLocked is the first offset not to deliver: the hold (SetHold),
+// or the first offset of a lag hold, if lower. Caller holds p.mu.
+func (p *Partition) heldFromLocked() uint64 {
+	from := p.holdFrom
+	if len(p.firstNewer) == 0 {
+		return from
+	}
+	version, now := p.PartitioningVersion(), p.m.nowMs()
+	for v, n := range p.firstNewer {
+		if v > version && now < n.at+lagHoldLimit.Milliseconds() {
+			from = min(from, n.off)
+		}
+	}
+	return from
+}
+
+// lagHoldEndLocked is when the first of the partition's running lag
+// holds runs out (unix ms; the timer delivers then what it kept back), or
+// math.MaxInt64 without one. Caller holds p.mu.
+func (p *Partition) lagHoldEndLocked() int64 {
+	end := int64(math.MaxInt64)
+	if len(p.firstNewer) == 0 {
+		return end
+	}
+	version, now := p.PartitioningVersion(), p.m.nowMs()
+	for v, n := range p.firstNewer {
+		if t := n.at + lagHoldLimit.Milliseconds(); v > version && t > now {
+			end = min(end, t)
+		}
+	}
+	return end
 }
 
 // Cutover returns the partition's cutover offset: its end, read under
@@ -67,14 +124,13 @@ func (p *Partition) noteNewerLocked(version, off uint64) {
 // earlier ones. With hold, deliveries from that offset on are held in the
 // same step (a shrink's survivor, whose new messages wait for its merge
 // sources), so that no message of the new layout is handed out in
-// between.
+// between. Without, what a lag hold kept back is delivered.
 func (p *Partition) Cutover(hold bool) uint64 {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	cut, version := p.end, p.PartitioningVersion()
-	for v, off := range p.firstNewer {
+	for v, n := range p.firstNewer {
 		if v >= version {
-			cut = min(cut, off)
+			cut = min(cut, n.off)
 		}
 		if v <= version {
 			delete(p.firstNewer, v)
@@ -83,6 +139,8 @@ func (p *Partition) Cutover(hold bool) uint64 {
 	if hold && cut < p.holdFrom {
 		p.holdFrom = cut
 	}
+	p.dispatchLocked()
+	p.finishLocked()
 	return cut
 }
 

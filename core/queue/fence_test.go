@@ -74,3 +74,57 @@ func TestCutoverForgetsAnEarlierTransitionsNewer(t *testing.T) {
 		t.Errorf("the shrink's cutover of partition 2: %d, want 2, where the first message routed by the shrink's layout went", cut)
 	}
 }
+
+// A message a producer ahead of this broker routed by a newer layout is
+// not delivered, nor anything after it, while this broker's queue still
+// has the older version (a lag hold): the partition may be a shrink's
+// survivor, and such a message could overtake an older one of its key in
+// a merge source. The broker puts the transition's own hold in place
+// before the raise (here SetHold(0), as for a survivor whose cutover is
+// not read yet); the cutover then holds exactly from the note. On a
+// partition that holds nothing for the transition, Cutover delivers what
+// the lag hold kept back; and a version no raise reaches holds nothing
+// after lagHoldLimit.
+func TestNewerRoutedMessageWaitsForTheRaise(t *testing.T) {
+	v := func(version uint64) func(*Message) {
+		return func(m *Message) { m.PartitioningVersion = version }
+	}
+	e := newEnv(t)
+	e.declare(jobs, 2)
+	survivor, other := e.partOf(jobs, 0), e.partOf(jobs, 1)
+	_, rec := e.sub(survivor, 10, true)
+	_, otherRec := e.sub(other, 10, true)
+	e.pub(survivor, "old", v(0))
+	wantPayloads(t, rec.take(), "old")
+	e.pub(survivor, "early", v(1)) // a producer ahead of this broker
+	e.pub(survivor, "late old", v(0))
+	e.pub(other, "other early", v(1))
+	wantPayloads(t, rec.take())
+	wantPayloads(t, otherRec.take())
+	if state, _, _ := survivor.stateOf(1); state != StateHeld {
+		t.Errorf("the early message's state: %s, want %s", state, StateHeld)
+	}
+
+	survivor.SetHold(0) // the broker, before the raise
+	info, err := e.m.ShrinkQueue(jobs, 2, 1)
+	wantInfo(t, info, err, 2, 1)
+	wantPayloads(t, rec.take())
+	if cut := survivor.Cutover(true); cut != 1 {
+		t.Fatalf("cutover %d, want 1", cut)
+	}
+	survivor.SetHold(1) // the broker, once it has read the cutover
+	wantPayloads(t, rec.take())
+	survivor.ReleaseHold() // the merge sources drained
+	wantPayloads(t, rec.take(), "early", "late old")
+
+	if cut := other.Cutover(false); cut != 0 {
+		t.Fatalf("the other partition's cutover %d, want 0", cut)
+	}
+	wantPayloads(t, otherRec.take(), "other early")
+
+	e.pub(other, "from nowhere", v(7)) // a version no raise reaches
+	e.pub(other, "after it", v(1))
+	wantPayloads(t, otherRec.take())
+	e.clock.Advance(lagHoldLimit)
+	wantPayloads(t, otherRec.take(), "from nowhere", "after it")
+}

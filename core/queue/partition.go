@@ -73,9 +73,9 @@ type Partition struct {
 	deliverable uint64      // first deliveries stop below it (SetDeliverable)
 	holdFrom    uint64      // no delivery at or past it (SetHold); Unlimited: no hold
 	// firstNewer is, by partitioning version newer than the queue's was
-	// then, the first offset a message routed by it took, until a Cutover
-	// at that version or a later one (fence.go).
-	firstNewer map[uint64]uint64
+	// then, the first offset a message routed by it took and when, until a
+	// Cutover at that version or a later one (fence.go).
+	firstNewer map[uint64]newerNote
 	watches    []*settledWatch
 
 	timer    clock.Timer
@@ -116,7 +116,7 @@ func (m *Manager) openPartition(q *queue, n uint32) (*Partition, error) {
 		pending:    map[uint64]*dlqPending{},
 		settling:   map[uint64]int64{},
 		holdFrom:   Unlimited,
-		firstNewer: map[uint64]uint64{},
+		firstNewer: map[uint64]newerNote{},
 	}
 	p.requeued.less = offLess
 	p.delays.less = dueLess
@@ -292,6 +292,7 @@ func (p *Partition) rearmLocked() {
 	if p.ttl.Len() > 0 {
 		next = min(next, p.ttl.Peek().at)
 	}
+	next = min(next, p.lagHoldEndLocked())
 	if next == math.MaxInt64 || p.closed || p.brokenErr() != nil {
 		if p.timer != nil {
 			p.timer.Stop()
