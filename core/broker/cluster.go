@@ -59,6 +59,10 @@ type coordinated struct {
 	ran           bool // run was started (close waits for it)
 	// promoting: a promoteFenced attempt runs.
 	promoting atomic.Bool
+	// lagging, for tests only: while set, run applies no new view, as on
+	// a node that lags behind the cluster (its sessions and its cluster
+	// view go on; its engine and roles do not follow).
+	lagging atomic.Bool
 	// applied are the queues of the last snapshot installed without error
 	// (applyCatalog, run goroutine only).
 	applied map[*cluster.Queue]bool
@@ -193,7 +197,7 @@ func (c *coordinated) run() {
 	for {
 		changed := c.cl.Changed()
 		snap := c.cl.Snapshot()
-		fresh := snap.Index != applied
+		fresh := snap.Index != applied && !c.lagging.Load()
 		if fresh {
 			c.applyCatalog(snap)
 			c.applyRepartitions(snap)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fibrilgo/fibril/core/client"
+	"github.com/fibrilgo/fibril/core/queue"
 	"github.com/fibrilgo/fibril/core/testkit"
 )
 
@@ -246,4 +247,97 @@ func TestAdoptionLevelGoesWithTheLastClient(t *testing.T) {
 		_, ok := floor()
 		return !ok
 	})
+}
+
+// A shrink's survivor whose owner lags behind the cluster: producers that
+// learned the new layout elsewhere publish by it to the survivor before
+// its owner applied the transition. Those messages are stored and
+// confirmed but held (not delivered ahead of the merge source's older
+// messages of their keys); once the owner catches up, every key's
+// messages arrive in order and the shrink finalizes.
+func TestRepartitionLaggingSurvivorOwner(t *testing.T) {
+	bs := startMemCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admin := bs[0]
+	c := dialClient(ctx, t, admin)
+	if _, err := c.DeclareQueue(ctx, client.QueueSpec{Topic: "jobs", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	awaitPlaced(t, admin, 10*time.Second, "jobs")
+	if code, body := editRuntimeSettings(t, admin, func(doc map[string]any) {
+		doc["routing"].(map[string]any)["repartition_adoption_timeout_ms"] = 500
+	}); code != http.StatusOK {
+		t.Fatalf("setting routing.repartition_adoption_timeout_ms: %d %s", code, body)
+	}
+	q := admin.cluster.cl.Snapshot().Queue("jobs", "")
+	var lagger *Broker
+	for _, b := range bs {
+		if b.nodeID == q.Parts[0].Node {
+			lagger = b
+		}
+	}
+	if lagger == nil {
+		t.Fatalf("no broker owns partition 0 (%s)", q.Parts[0].Node)
+	}
+
+	order := &keyOrder{last: map[string]int{}}
+	var wg sync.WaitGroup
+	c1 := dialClient(ctx, t, admin)
+	sub, err := c1.Subscribe(ctx, "jobs", client.SubscribeOptions{Prefetch: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	order.consume(ctx, t, sub, &wg)
+	order.paused.Lock() // a backlog on both partitions at the cutover
+	pub := c.Publisher("jobs", client.PublisherOptions{})
+	next := map[string]int{}
+	publishKeyed(ctx, t, pub, next, 100)
+
+	lagger.cluster.lagging.Store(true)
+	code, body := adminDo(t, admin, "POST", "/admin/api/repartition", `{"topic":"jobs","partition_count":1}`)
+	if code != http.StatusOK || !strings.Contains(body, `"started"`) {
+		t.Fatalf("shrink: %d %s", code, body)
+	}
+	testkit.Eventually(t, 10*time.Second, "cut over", func() bool {
+		return admin.cluster.cl.Snapshot().Queue("jobs", "").Info.PartitioningVersion == 1
+	})
+	survivor, err := lagger.queues.Partition(q.Info.Key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := survivor.End()
+	if _, err := c.Topology(ctx, "jobs"); err != nil { // the new layout, from a broker that has it
+		t.Fatal(err)
+	}
+	publishKeyed(ctx, t, pub, next, 100) // every key to partition 0 now, on the lagging owner
+	if survivor.End()-before < 50 {
+		t.Fatalf("only %d messages reached the survivor by the new layout", survivor.End()-before)
+	}
+	msgs, _, err := survivor.Browse(queue.BrowseOptions{From: before, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if m.State != queue.StateHeld {
+			t.Fatalf("offset %d on the lagging survivor, routed by the new layout: %s, want %s", m.Offset, m.State, queue.StateHeld)
+		}
+	}
+
+	lagger.cluster.lagging.Store(false)
+	order.paused.Unlock()
+	for deadline := time.Now().Add(20 * time.Second); order.count() < 200; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			dumpRepartition(t, bs)
+			t.Fatalf("%d of 200 delivered", order.count())
+		}
+	}
+	for deadline, done := time.Now().Add(20*time.Second), repartitionDone(admin, 1); !done(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			dumpRepartition(t, bs)
+			t.Fatal("the shrink did not finalize")
+		}
+	}
+	_ = c1.Close()
+	wg.Wait()
 }
