@@ -86,34 +86,26 @@ func (p *Partition) noteNewerLocked(version, off uint64) {
 // heldFromLocked is the first offset not to deliver: the hold (SetHold),
 // or the first offset of a lag hold, if lower. Caller holds p.mu.
 func (p *Partition) heldFromLocked() uint64 {
-	from := p.holdFrom
-	if len(p.firstNewer) == 0 {
-		return from
-	}
-	version, now := p.PartitioningVersion(), p.m.nowMs()
-	for v, n := range p.firstNewer {
-		if v > version && now < n.at+lagHoldLimit.Milliseconds() {
-			from = min(from, n.off)
-		}
-	}
-	return from
+	lag, _ := p.lagHoldLocked()
+	return min(p.holdFrom, lag)
 }
 
-// lagHoldEndLocked is when the first of the partition's running lag
-// holds runs out (unix ms; the timer delivers then what it kept back), or
-// math.MaxInt64 without one. Caller holds p.mu.
-func (p *Partition) lagHoldEndLocked() int64 {
-	end := int64(math.MaxInt64)
+// lagHoldLocked reports the partition's running lag holds: the first
+// offset they keep back (Unlimited without one), and when the first of
+// them runs out (unix ms; the timer delivers then what it kept back;
+// math.MaxInt64 without one). Caller holds p.mu.
+func (p *Partition) lagHoldLocked() (from uint64, end int64) {
+	from, end = Unlimited, math.MaxInt64
 	if len(p.firstNewer) == 0 {
-		return end
+		return from, end
 	}
 	version, now := p.PartitioningVersion(), p.m.nowMs()
 	for v, n := range p.firstNewer {
-		if t := n.at + lagHoldLimit.Milliseconds(); v > version && t > now {
-			end = min(end, t)
+		if t := n.at + lagHoldLimit.Milliseconds(); v > version && now < t {
+			from, end = min(from, n.off), min(end, t)
 		}
 	}
-	return end
+	return from, end
 }
 
 // Cutover returns the partition's cutover offset: its end, read under

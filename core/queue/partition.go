@@ -292,7 +292,8 @@ func (p *Partition) rearmLocked() {
 	if p.ttl.Len() > 0 {
 		next = min(next, p.ttl.Peek().at)
 	}
-	next = min(next, p.lagHoldEndLocked())
+	_, lagEnd := p.lagHoldLocked()
+	next = min(next, lagEnd)
 	if next == math.MaxInt64 || p.closed || p.brokenErr() != nil {
 		if p.timer != nil {
 			p.timer.Stop()
