@@ -19,7 +19,10 @@
 #     broker adds can be read apart from what the machine costs;
 #   - the round trip on the broker with the least wire client
 #     (`rttfloor --broker`), so that the broker's part can be read apart
-#     from the Go client's.
+#     from the Go client's;
+#   - the floor's confirmed publish again with a core kept busy for
+#     100 µs during each fdatasync (`rttfloor --busy 100us`): what CPU
+#     work elsewhere on the machine during the fsync costs a confirm.
 # At the end, every measure's median over the reps beside the goal's
 # bounds: publish→deliver p99 <= 2 ms; round trip p50 <= fsync p50 +
 # 100 µs and p99 <= 2 ms.
@@ -47,7 +50,7 @@ while [ $# -gt 0 ]; do
 	--reps) REPS=$2; shift 2 ;;
 	--duration) DURATION=$2; shift 2 ;;
 	--rate) RATE=$2; shift 2 ;;
-	-h | --help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown option $1" ;;
 	esac
 done
@@ -91,6 +94,8 @@ for rep in $(seq 1 "$REPS"); do
 		die "rttfloor --deliver=false failed"
 	timeout -k 5 "$BOUND" "$WORK/bin/rttfloor" --broker "127.0.0.1:$PORT" --size 1024 --n 10000000 --duration "$DURATION" --json >"$WORK/raw.json" ||
 		die "rttfloor --broker failed"
+	timeout -k 5 "$BOUND" "$WORK/bin/rttfloor" --dir "$WORK/data" --size 1024 --n 10000000 --duration "$DURATION" --deliver=false --busy 100us --json >"$WORK/floorb.json" ||
+		die "rttfloor --busy failed"
 	python3 - "$rep" "$WORK" <<'PY'
 import json, sys
 rep, work = sys.argv[1:]
@@ -101,6 +106,7 @@ o = json.load(open(work + "/one.json"))
 fl = json.load(open(work + "/floor.json"))
 f1 = json.load(open(work + "/floor1.json"))
 rw = json.load(open(work + "/raw.json"))
+fb = json.load(open(work + "/floorb.json"))
 h0 = dict(l.split() for l in open(work + "/h0"))
 h1 = dict(l.split() for l in open(work + "/h1"))
 # The broker's p99: the upper bound of the first bucket holding 99% of the run's confirms.
@@ -110,14 +116,15 @@ broker_p99 = next((le for le, n in bk if total and n >= 0.99 * total), float("na
 row = [f["fsync_p50_us"], f["fsync_p99_us"], r["e2e_p50_us"], r["e2e_p99_us"], r.get("e2e_from_send_p99_us", 0),
        r["confirm_p99_us"], r.get("confirm_from_send_p99_us", 0), broker_p99 * 1e6, r["send_lag_p99_us"],
        t["rtt_p50_us"], t["rtt_p99_us"], r["server_cpu_per_msg_us"], r["cpu_per_msg_us"],
-       fl["rtt_p50_us"], fl["server_fdatasync_p50_us"], o["confirm_p50_us"], f1["rtt_p50_us"], rw["rtt_p50_us"]]
+       fl["rtt_p50_us"], fl["server_fdatasync_p50_us"], o["confirm_p50_us"], f1["rtt_p50_us"], rw["rtt_p50_us"],
+       fb["rtt_p50_us"]]
 print(f"{rep:<4}" + "".join(f"{x:>9.0f}" for x in row), flush=True)
 with open(work + "/results.tsv", "a") as out:
     out.write("\t".join(str(x) for x in row) + "\n")
 PY
 done | {
-	printf '%-4s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s\n' rep fs_p50 fs_p99 e2e_p50 e2e_p99 e2e_s99 cf_p99 cf_s99 brk_p99 lag_p99 \
-		rtt_p50 rtt_p99 srv_us cli_us flr_p50 flr_fds one_p50 fl1_p50 raw_p50
+	printf '%-4s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s\n' rep fs_p50 fs_p99 e2e_p50 e2e_p99 e2e_s99 cf_p99 cf_s99 brk_p99 lag_p99 \
+		rtt_p50 rtt_p99 srv_us cli_us flr_p50 flr_fds one_p50 fl1_p50 raw_p50 fl1b_p50
 	cat
 }
 python3 - "$RESULTS" <<'PY'
@@ -126,7 +133,7 @@ rows = [list(map(float, l.split("\t"))) for l in open(sys.argv[1]) if l.strip()]
 if not rows:
     sys.exit("no results")
 m = [statistics.median(c) for c in zip(*rows)]
-fs50, fs99, e50, e99, es99, c99, cs99, b99, lag99, r50, r99, srv, cli, fl50, flfs, one50, fl1, raw50 = m
+fs50, fs99, e50, e99, es99, c99, cs99, b99, lag99, r50, r99, srv, cli, fl50, flfs, one50, fl1, raw50, fl1b = m
 print("\nmedians over the reps (µs)")
 print(f"  disk: append 1 KiB + fsync p50 {fs50:.0f}, p99 {fs99:.0f}")
 print(f"  publish→deliver p50 {e50:.0f}, p99 {e99:.0f} (goal <= 2000); from the actual send p99 {es99:.0f}; the bench's send lag p99 {lag99:.0f}")
@@ -136,4 +143,5 @@ print(f"  CPU per message at the offered rate: broker {srv:.0f}, load generator 
 print(f"  the machine's floor (rttfloor): round trip p50 {fl50:.0f} (its fdatasync p50 {flfs:.0f}); the broker and the Go client add {r50 - fl50:.0f}")
 print(f"  round trip p50 on the broker with the least wire client (rttfloor --broker): {raw50:.0f}; the broker adds {raw50 - fl50:.0f} to the floor, the Go client {r50 - raw50:.0f} to that")
 print(f"  confirmed publish one at a time, no consumer, p50: the broker with the Go client {one50:.0f}, the floor {fl1:.0f}; they add {one50 - fl1:.0f}")
+print(f"  the floor's confirm with a core kept busy 100 µs during each fdatasync: p50 {fl1b:.0f}; CPU work elsewhere during the fsync costs it {fl1b - fl1:.0f}")
 PY

@@ -141,10 +141,10 @@ func runBroker(cfg *options) (*Result, error) {
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
 		defer cc.nc.Close()
-		if err := cc.call(wire.OpSubscribe, 3, &wire.Subscribe{Topic: topic, Prefetch: 16}, wire.OpSubscribeOK); err != nil {
+		if err := cc.call(wire.OpSubscribe, 3, &wire.Subscribe{Topic: topic, Prefetch: 16, AutoAck: cfg.autoAck}, wire.OpSubscribeOK); err != nil {
 			return nil, fmt.Errorf("subscribe: %w", err)
 		}
-		go consumeBroker(cc, topic, acked)
+		go consumeBroker(cc, topic, acked, cfg.autoAck)
 		select {
 		case _, ok := <-acked:
 			if !ok {
@@ -163,7 +163,7 @@ func runBroker(cfg *options) (*Result, error) {
 
 // consumeBroker acks each DELIVER at once and reports when it was read
 // and when its ACK was written.
-func consumeBroker(c *wireConn, topic string, acked chan<- [2]int64) {
+func consumeBroker(c *wireConn, topic string, acked chan<- [2]int64, autoAck bool) {
 	defer close(acked)
 	var d wire.Deliver
 	ack := wire.Ack{Topic: topic, Tags: make([]uint64, 1)}
@@ -176,9 +176,11 @@ func consumeBroker(c *wireConn, topic string, acked chan<- [2]int64) {
 		if err := d.Decode(body); err != nil {
 			return
 		}
-		ack.Partition, ack.Tags[0] = d.Partition, d.DeliveryTag
-		if err := c.write(wire.OpAck, h.RequestID, &ack); err != nil {
-			return
+		if !autoAck {
+			ack.Partition, ack.Tags[0] = d.Partition, d.DeliveryTag
+			if err := c.write(wire.OpAck, h.RequestID, &ack); err != nil {
+				return
+			}
 		}
 		acked <- [2]int64{got, benchkit.Now()}
 	}

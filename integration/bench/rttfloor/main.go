@@ -30,15 +30,21 @@
 // there is no consumer: a confirmed publish one at a time. With
 // --deliver-after-sync the delivery is written after the fdatasync instead
 // of before it (the broker does not do this: it is there to measure what
-// the delivery overlapping the fsync costs the confirm).
+// the delivery overlapping the fsync costs the confirm). With --busy D a
+// goroutine of the server's keeps a core busy for D while each fdatasync
+// runs (no syscall, only CPU), which measures what work elsewhere on the
+// machine during the fsync costs it: on a small VM the flush competes
+// with its vCPUs on the host.
 //
 // With --broker ADDR the same measure runs against a Fibril broker
 // instead, with the least client there is (broker.go): beside the floor
 // and `fibrilctl bench --mode rtt` (the Go client), it tells the broker's
-// part of the round trip from the client library's.
+// part of the round trip from the client library's. --auto-ack subscribes
+// with auto-ack, so that the consumer sends no ACK and the broker settles
+// each message as it writes the delivery.
 //
-//	rttfloor --dir DIR [--n 20000] [--duration 10s] [--size 1024] [--deliver=true] [--deliver-after-sync] [--json]
-//	rttfloor --broker HOST:PORT [--user fibril] [--password fibril] [--n …] [--duration …] [--size …] [--deliver=…] [--json]
+//	rttfloor --dir DIR [--n 20000] [--duration 10s] [--size 1024] [--deliver=true] [--deliver-after-sync] [--busy 0] [--json]
+//	rttfloor --broker HOST:PORT [--user fibril] [--password fibril] [--n …] [--duration …] [--size …] [--deliver=…] [--auto-ack] [--json]
 //
 // DIR should be the broker's data directory's file system. The server's
 // own fdatasync latency is reported beside the round trip. Loopback only;
@@ -59,6 +65,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -84,6 +91,8 @@ type Result struct {
 	Mode      string  `json:"mode"` // "floor", or "broker" (--broker)
 	Deliver   bool    `json:"deliver"`
 	AfterSync bool    `json:"deliver_after_sync,omitempty"`
+	AutoAck   bool    `json:"auto_ack,omitempty"`
+	BusyUS    float64 `json:"busy_us,omitempty"` // the floor's server kept a core busy this long during each fdatasync
 	Size      int     `json:"size"`
 	N         uint64  `json:"n"`
 	RTTP50    float64 `json:"rtt_p50_us"`
@@ -117,8 +126,8 @@ func us(ns uint64) float64 { return float64(ns/100) / 10 }
 type options struct {
 	dir, broker, user, password string
 	n, size                     int
-	d                           time.Duration
-	deliver, afterSync          bool
+	d, busy                     time.Duration
+	deliver, afterSync, autoAck bool
 }
 
 func client(args []string) error {
@@ -133,6 +142,8 @@ func client(args []string) error {
 	fs.IntVar(&cfg.size, "size", 1024, "message size in bytes (at least 8)")
 	fs.BoolVar(&cfg.deliver, "deliver", true, "deliver each message to a consumer that acks it (false: confirmed publish only)")
 	fs.BoolVar(&cfg.afterSync, "deliver-after-sync", false, "write the delivery after the fdatasync, not before it (not with --broker)")
+	fs.BoolVar(&cfg.autoAck, "auto-ack", false, "--broker: subscribe with auto-ack, so that the consumer sends no ACK")
+	fs.DurationVar(&cfg.busy, "busy", 0, "the floor's server keeps a core busy this long (CPU only) while each fdatasync runs (not with --broker)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -140,8 +151,14 @@ func client(args []string) error {
 	if cfg.dir == "" && cfg.broker == "" {
 		return errors.New("--dir or --broker is required")
 	}
-	if cfg.broker != "" && cfg.afterSync {
-		return errors.New("--deliver-after-sync is the floor's server's option, not a broker's")
+	if cfg.broker != "" && (cfg.afterSync || cfg.busy != 0) {
+		return errors.New("--deliver-after-sync and --busy are the floor's server's options, not a broker's")
+	}
+	if cfg.autoAck && (cfg.broker == "" || !cfg.deliver) {
+		return errors.New("--auto-ack is for --broker with a consumer (--deliver)")
+	}
+	if cfg.busy < 0 || cfg.busy > time.Second {
+		return errors.New("--busy must be between 0 and 1s")
 	}
 	if cfg.size < 8 || cfg.n < 1 || cfg.d <= 0 {
 		return errors.New("--size must be at least 8, --n and --duration positive")
@@ -154,10 +171,11 @@ func client(args []string) error {
 	if err != nil {
 		return err
 	}
-	res.Size, res.AfterSync = cfg.size, cfg.deliver && cfg.afterSync
+	res.Size, res.AfterSync, res.AutoAck = cfg.size, cfg.deliver && cfg.afterSync, cfg.autoAck
+	res.BusyUS = us(uint64(cfg.busy))
 	if !*asJSON {
-		fmt.Printf("%s (deliver=%v, after sync=%v, %d B, %d messages): round trip p50 %.1f µs, p90 %.1f, p99 %.1f; confirm p50 %.1f",
-			res.Mode, res.Deliver, res.AfterSync, res.Size, res.N, res.RTTP50, res.RTTP90, res.RTTP99, res.ConfP50)
+		fmt.Printf("%s (deliver=%v, after sync=%v, auto-ack=%v, busy=%v, %d B, %d messages): round trip p50 %.1f µs, p90 %.1f, p99 %.1f; confirm p50 %.1f",
+			res.Mode, res.Deliver, res.AfterSync, res.AutoAck, cfg.busy, res.Size, res.N, res.RTTP50, res.RTTP90, res.RTTP99, res.ConfP50)
 		if res.Mode == "floor" {
 			fmt.Printf("; server fdatasync p50 %.1f, p99 %.1f", res.FsyncP50, res.FsyncP99)
 		}
@@ -173,7 +191,7 @@ func runFloor(cfg *options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := exec.Command(self, "serve", "--dir", cfg.dir, "--size", fmt.Sprint(cfg.size), "--deliver-after-sync="+fmt.Sprint(cfg.afterSync))
+	srv := exec.Command(self, "serve", "--dir", cfg.dir, "--size", fmt.Sprint(cfg.size), "--deliver-after-sync="+fmt.Sprint(cfg.afterSync), "--busy", cfg.busy.String())
 	srv.Stderr = os.Stderr
 	// The server exits when this pipe ends, that is when this process
 	// does, however it ends.
@@ -352,6 +370,7 @@ func serve(args []string) error {
 	dir := fs.String("dir", "", "")
 	size := fs.Int("size", 1024, "")
 	afterSync := fs.Bool("deliver-after-sync", false, "")
+	busy := fs.Duration("busy", 0, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -403,6 +422,12 @@ func serve(args []string) error {
 			return fmt.Errorf("unknown role %q", role[0])
 		}
 	}
+	var burn chan struct{}
+	if *busy > 0 {
+		burn = make(chan struct{}, 1)
+		defer close(burn)
+		go burner(burn, *busy)
+	}
 	cpu0 := cpuNs()
 	var sync benchkit.Histogram
 	msg := make([]byte, *size)
@@ -428,6 +453,14 @@ func serve(args []string) error {
 				return err
 			}
 		}
+		if burn != nil {
+			// Woken by the send, the burner would wait in this P's run
+			// queue while this goroutine sits in the fdatasync (the
+			// runtime does not hand the P off at once); yield so that it
+			// runs now and this goroutine moves to the other core.
+			burn <- struct{}{}
+			runtime.Gosched()
+		}
 		t := benchkit.Now()
 		if err := fdatasync(fd); err != nil {
 			return err
@@ -445,6 +478,16 @@ func serve(args []string) error {
 	}
 	st := serverStats{FsyncP50: us(sync.Quantile(0.5)), FsyncP99: us(sync.Quantile(0.99)), CPUNs: cpuNs() - cpu0}
 	return json.NewEncoder(prod).Encode(st)
+}
+
+// burner keeps a core busy for d after each kick (--busy), until kicks
+// is closed. It spins on the clock: CPU only, no syscall.
+func burner(kicks <-chan struct{}, d time.Duration) {
+	for range kicks {
+		end := benchkit.Now() + int64(d)
+		for benchkit.Now() < end {
+		}
+	}
 }
 
 // settle reads the consumer's acks and appends a 13-byte entry per ack

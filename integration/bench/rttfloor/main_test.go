@@ -72,11 +72,22 @@ func TestFloorMeasuresEveryMessage(t *testing.T) {
 	}
 }
 
+// TestFloorBusy keeps a core busy during each fdatasync (--busy).
+func TestFloorBusy(t *testing.T) {
+	res := runJSON(t, "--dir", t.TempDir(), "--n", "100", "--deliver=false", "--busy", "20us")
+	if res.N != 100 || res.BusyUS != 20 || res.ConfP50 < res.FsyncP50 || res.FsyncP50 <= 0 {
+		t.Fatalf("result %+v: want 100 messages, busy 20 µs, consistent latencies", res)
+	}
+}
+
 func TestFloorRefusesBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--n", "10"}, // neither --dir nor --broker
 		{"--dir", t.TempDir(), "--size", "4"},
 		{"--dir", t.TempDir(), "--n", "0"},
+		{"--dir", t.TempDir(), "--auto-ack"}, // a broker's option
+		{"--dir", t.TempDir(), "--busy", "2s"},
+		{"--dir", t.TempDir(), "--busy", "-1us"},
 	} {
 		if err := client(args); err == nil {
 			t.Errorf("rttfloor %v: no error", args)
@@ -101,10 +112,11 @@ func TestBrokerModeMeasuresABroker(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Shutdown() })
 	addr := b.BrokerAddr().String()
-	for _, deliver := range []bool{true, false} {
-		res := runJSON(t, "--broker", addr, "--n", "100", fmt.Sprintf("--deliver=%v", deliver))
-		if res.Mode != "broker" || res.N != 100 || res.Deliver != deliver {
-			t.Fatalf("deliver=%v: result %+v: want 100 messages measured on the broker", deliver, res)
+	for _, c := range []struct{ deliver, autoAck bool }{{true, false}, {true, true}, {false, false}} {
+		deliver := c.deliver
+		res := runJSON(t, "--broker", addr, "--n", "100", fmt.Sprintf("--deliver=%v", deliver), fmt.Sprintf("--auto-ack=%v", c.autoAck))
+		if res.Mode != "broker" || res.N != 100 || res.Deliver != deliver || res.AutoAck != c.autoAck {
+			t.Fatalf("deliver=%v auto-ack=%v: result %+v: want 100 messages measured on the broker", deliver, c.autoAck, res)
 		}
 		if res.RTTP50 < res.ConfP50 || res.ConfP50 <= 0 || deliver != (res.E2EP50 > 0) {
 			t.Fatalf("deliver=%v: inconsistent latencies %+v", deliver, res)
@@ -114,7 +126,9 @@ func TestBrokerModeMeasuresABroker(t *testing.T) {
 	if err := client([]string{"--broker", addr, "--password", "wrong", "--n", "1"}); err == nil {
 		t.Fatal("a wrong password: no error")
 	}
-	if err := client([]string{"--broker", addr, "--deliver-after-sync"}); err == nil {
-		t.Fatal("--deliver-after-sync with --broker: no error")
+	for _, bad := range [][]string{{"--deliver-after-sync"}, {"--busy", "10us"}, {"--auto-ack", "--deliver=false"}} {
+		if err := client(append([]string{"--broker", addr}, bad...)); err == nil {
+			t.Fatalf("%v with --broker: no error", bad)
+		}
 	}
 }
