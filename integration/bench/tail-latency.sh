@@ -11,7 +11,10 @@
 #     fibril_publish_confirm_latency_seconds histogram over the run, as
 #     the upper bound of the bucket that holds the 99th percentile);
 #   - single-message round trip (`--mode rtt`: publish, confirm, deliver,
-#     ack, one at a time);
+#     ack, one at a time), and again with the Go runtime's sysmon kept
+#     out of its deep sleep in the bench process
+#     (GODEBUG=schedtrace=2147483647, docs/performance.md): what the
+#     runtime's wake-ups cost the Go client;
 #   - confirmed publish one at a time without a consumer (`--window 1`);
 #   - the machine's floor for the last two (integration/bench/rttfloor:
 #     the least code that does the broker's I/O for them, two processes
@@ -50,7 +53,7 @@ while [ $# -gt 0 ]; do
 	--reps) REPS=$2; shift 2 ;;
 	--duration) DURATION=$2; shift 2 ;;
 	--rate) RATE=$2; shift 2 ;;
-	-h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown option $1" ;;
 	esac
 done
@@ -86,6 +89,8 @@ for rep in $(seq 1 "$REPS"); do
 	confirm_hist "$WORK/h1"
 	timeout -k 5 "$BOUND" "${CTL[@]}" bench --topic "rtt-$rep" --mode rtt --size 1024 --duration "$DURATION" --warmup 2s \
 		--server-pid "$PID" --json --progress=false >"$WORK/rtt.json" 2>"$WORK/rtt.err" || die "rtt run failed: $(tail -2 "$WORK/rtt.err")"
+	GODEBUG=schedtrace=2147483647 timeout -k 5 "$BOUND" "${CTL[@]}" bench --topic "rttsm-$rep" --mode rtt --size 1024 --duration "$DURATION" --warmup 2s \
+		--json --progress=false >"$WORK/rttsm.json" 2>"$WORK/rttsm.err" || die "rtt run (sysmon awake) failed: $(tail -2 "$WORK/rttsm.err")"
 	timeout -k 5 "$BOUND" "${CTL[@]}" bench --topic "one-$rep" --producers 1 --consumers 0 --confirmed --window 1 --size 1024 \
 		--duration "$DURATION" --warmup 2s --json --progress=false >"$WORK/one.json" 2>"$WORK/one.err" || die "one-at-a-time run failed: $(tail -2 "$WORK/one.err")"
 	timeout -k 5 "$BOUND" "$WORK/bin/rttfloor" --dir "$WORK/data" --size 1024 --n 10000000 --duration "$DURATION" --json >"$WORK/floor.json" ||
@@ -107,6 +112,7 @@ fl = json.load(open(work + "/floor.json"))
 f1 = json.load(open(work + "/floor1.json"))
 rw = json.load(open(work + "/raw.json"))
 fb = json.load(open(work + "/floorb.json"))
+ts = json.load(open(work + "/rttsm.json"))
 h0 = dict(l.split() for l in open(work + "/h0"))
 h1 = dict(l.split() for l in open(work + "/h1"))
 # The broker's p99: the upper bound of the first bucket holding 99% of the run's confirms.
@@ -117,14 +123,14 @@ row = [f["fsync_p50_us"], f["fsync_p99_us"], r["e2e_p50_us"], r["e2e_p99_us"], r
        r["confirm_p99_us"], r.get("confirm_from_send_p99_us", 0), broker_p99 * 1e6, r["send_lag_p99_us"],
        t["rtt_p50_us"], t["rtt_p99_us"], r["server_cpu_per_msg_us"], r["cpu_per_msg_us"],
        fl["rtt_p50_us"], fl["server_fdatasync_p50_us"], o["confirm_p50_us"], f1["rtt_p50_us"], rw["rtt_p50_us"],
-       fb["rtt_p50_us"]]
+       fb["rtt_p50_us"], ts["rtt_p50_us"], t["cpu_per_msg_us"], ts["cpu_per_msg_us"]]
 print(f"{rep:<4}" + "".join(f"{x:>9.0f}" for x in row), flush=True)
 with open(work + "/results.tsv", "a") as out:
     out.write("\t".join(str(x) for x in row) + "\n")
 PY
 done | {
-	printf '%-4s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s\n' rep fs_p50 fs_p99 e2e_p50 e2e_p99 e2e_s99 cf_p99 cf_s99 brk_p99 lag_p99 \
-		rtt_p50 rtt_p99 srv_us cli_us flr_p50 flr_fds one_p50 fl1_p50 raw_p50 fl1b_p50
+	printf '%-4s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s\n' rep fs_p50 fs_p99 e2e_p50 e2e_p99 e2e_s99 cf_p99 cf_s99 brk_p99 lag_p99 \
+		rtt_p50 rtt_p99 srv_us cli_us flr_p50 flr_fds one_p50 fl1_p50 raw_p50 fl1b_p50 rsm_p50 rtt_cpu rsm_cpu
 	cat
 }
 python3 - "$RESULTS" <<'PY'
@@ -133,12 +139,13 @@ rows = [list(map(float, l.split("\t"))) for l in open(sys.argv[1]) if l.strip()]
 if not rows:
     sys.exit("no results")
 m = [statistics.median(c) for c in zip(*rows)]
-fs50, fs99, e50, e99, es99, c99, cs99, b99, lag99, r50, r99, srv, cli, fl50, flfs, one50, fl1, raw50, fl1b = m
+fs50, fs99, e50, e99, es99, c99, cs99, b99, lag99, r50, r99, srv, cli, fl50, flfs, one50, fl1, raw50, fl1b, rsm50, rcpu, rsmcpu = m
 print("\nmedians over the reps (µs)")
 print(f"  disk: append 1 KiB + fsync p50 {fs50:.0f}, p99 {fs99:.0f}")
 print(f"  publish→deliver p50 {e50:.0f}, p99 {e99:.0f} (goal <= 2000); from the actual send p99 {es99:.0f}; the bench's send lag p99 {lag99:.0f}")
 print(f"  confirm p99 {c99:.0f}, from the actual send {cs99:.0f}; the broker's own confirm p99 <= {b99:.0f} (histogram bucket)")
 print(f"  round trip p50 {r50:.0f} (goal <= fsync p50 + 100 = {fs50 + 100:.0f}), p99 {r99:.0f} (goal <= 2000)")
+print(f"  round trip p50 with the bench's sysmon kept awake (GODEBUG=schedtrace) {rsm50:.0f}; the bench's CPU per round trip {rcpu:.0f} / {rsmcpu:.0f}")
 print(f"  CPU per message at the offered rate: broker {srv:.0f}, load generator {cli:.0f}")
 print(f"  the machine's floor (rttfloor): round trip p50 {fl50:.0f} (its fdatasync p50 {flfs:.0f}); the broker and the Go client add {r50 - fl50:.0f}")
 print(f"  round trip p50 on the broker with the least wire client (rttfloor --broker): {raw50:.0f}; the broker adds {raw50 - fl50:.0f} to the floor, the Go client {r50 - raw50:.0f} to that")
