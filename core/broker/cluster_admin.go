@@ -277,7 +277,7 @@ func (c *coordinated) liftDrainFences(ctx context.Context) (lifted, handedOver, 
 		}
 		p, ok := snap.Partition(og.ref)
 		switch {
-		case !ok || !p.Placed() || p.Node != c.self.ID:
+		case !ok || !p.OwnedBy(c.self.ID):
 			handedOver++ // the fence stays until the engine releases it
 		case p.Epoch != og.epoch:
 			held++ // the gate has not seen this epoch yet

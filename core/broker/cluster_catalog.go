@@ -6,6 +6,8 @@ package broker
 
 import (
 	"fmt"
+	"slices"
+
 	"github.com/fibrilgo/fibril/core"
 	"github.com/fibrilgo/fibril/core/cluster"
 	"github.com/fibrilgo/fibril/core/queue"
@@ -39,12 +41,10 @@ func (c *coordinated) applyCatalog(snap *cluster.Snapshot) {
 		// leases, delays and TTLs run before anyone asks for them; the
 		// others stay closed on disk (S-138).
 		ok := true
-		for _, p := range q.Parts {
-			if p.Placed() && p.Node == c.self.ID {
-				if _, err := qs.Partition(q.Info.Key, p.Ref.Partition); err != nil {
-					c.b.log.Warn("cannot open an owned partition", "partition", p.Ref.String(), "err", err)
-					ok = false
-				}
+		for p := range q.Owned(c.self.ID) {
+			if _, err := qs.Partition(q.Info.Key, p.Ref.Partition); err != nil {
+				c.b.log.Warn("cannot open an owned partition", "partition", p.Ref.String(), "err", err)
+				ok = false
 			}
 		}
 		applied[q] = ok
@@ -69,12 +69,7 @@ func (c *coordinated) deadLetterPartition(target queue.Key) (uint32, error) {
 	if q == nil {
 		return 0, core.Errorf(core.ErrNotFound, "dead-letter target %s is not declared in this cluster", target)
 	}
-	var owned []cluster.Partition
-	for _, p := range q.Parts {
-		if p.Placed() && p.Node == c.self.ID {
-			owned = append(owned, p)
-		}
-	}
+	owned := slices.Collect(q.Owned(c.self.ID))
 	if len(owned) == 0 {
 		return 0, fmt.Errorf("this broker owns no partition of dead-letter target %s: %w", target, queue.ErrNoLocalPartition)
 	}

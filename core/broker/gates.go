@@ -162,7 +162,7 @@ func (gs *gates) progress(ref core.PartitionRef, node core.NodeID, next uint64) 
 // records a new in-sync set when the plan differs from the recorded one.
 func (og *ownedGate) configureLocked(snap *cluster.Snapshot, rp settings.Replication, now time.Time) {
 	p, ok := snap.Partition(og.ref)
-	if !ok || !p.Placed() || p.Node != og.gs.c.self.ID {
+	if !ok || !p.OwnedBy(og.gs.c.self.ID) {
 		// Not ours (any more): routing serves nothing here, and the gate
 		// stays as it is until the engine releases the partition — what
 		// is past its watermark may not be on the new owner and must not

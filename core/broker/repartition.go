@@ -105,10 +105,7 @@ func (c *coordinated) holdAhead(q *cluster.Queue) {
 	if have, ok := c.b.queues.QueueInfo(q.Info.Key); !ok || have.PartitioningVersion >= q.Info.PartitioningVersion {
 		return // nothing is raised by this view
 	}
-	for _, p := range q.Parts {
-		if !p.Placed() || p.Node != c.self.ID {
-			continue
-		}
+	for p := range q.Owned(c.self.ID) {
 		from, held := holdFor(r, p.Ref.Partition, 0, false)
 		if !held {
 			continue
@@ -131,10 +128,7 @@ func (c *coordinated) applyRepartitions(snap *cluster.Snapshot) {
 	cutovers := map[core.PartitionRef]uint64{}
 	for _, q := range snap.Queues {
 		r := q.Repartition
-		for _, p := range q.Parts {
-			if !p.Placed() || p.Node != c.self.ID {
-				continue
-			}
+		for p := range q.Owned(c.self.ID) {
 			n := p.Ref.Partition
 			part, err := qs.Partition(q.Info.Key, n)
 			if err != nil {

@@ -168,7 +168,7 @@ func (c *coordinated) ownedForReplication(k wire.QueueKey, follower string) (rep
 	switch {
 	case !ok:
 		return replica.Owned{}, fmt.Errorf("partition %s is not declared", ref)
-	case !p.Placed() || p.Node != c.self.ID:
+	case !p.OwnedBy(c.self.ID):
 		return replica.Owned{}, fmt.Errorf("this broker (%s) does not own partition %s", c.self.ID, ref)
 	case follower != "" && !p.HasFollower(core.NodeID(follower)):
 		return replica.Owned{}, fmt.Errorf("node %s does not follow partition %s (epoch %d)", follower, ref, p.Epoch)

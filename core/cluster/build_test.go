@@ -107,3 +107,28 @@ func TestAssignmentEncoding(t *testing.T) {
 		t.Fatalf("replicas %v", got)
 	}
 }
+
+// Owned yields the placed partitions of a node, in order, and stops when
+// the loop does.
+func TestQueueOwned(t *testing.T) {
+	ref := func(n uint32) core.PartitionRef { return core.PartitionRef{Topic: "q", Partition: n} }
+	q := &Queue{Parts: []Partition{
+		{Ref: ref(0), Assignment: Assignment{Node: "a"}, Version: 3},
+		{Ref: ref(1), Assignment: Assignment{Node: "b"}, Version: 2},
+		{Ref: ref(2), Assignment: Assignment{Node: "a"}}, // not placed: no version yet
+		{Ref: ref(3), Assignment: Assignment{Node: "a"}, Version: 7},
+	}}
+	var got []uint32
+	for p := range q.Owned("a") {
+		got = append(got, p.Ref.Partition)
+	}
+	if !reflect.DeepEqual(got, []uint32{0, 3}) {
+		t.Fatalf("owned by a: %v, want [0 3]", got)
+	}
+	for range q.Owned("a") {
+		break // a loop that stops early must not panic
+	}
+	if !q.Parts[1].OwnedBy("b") || q.Parts[1].OwnedBy("a") || q.Parts[2].OwnedBy("a") {
+		t.Fatal("OwnedBy disagrees with the placement")
+	}
+}

@@ -147,7 +147,7 @@ func (c *Cluster) HandOff(ctx context.Context, ref core.PartitionRef, epoch uint
 // partition moving to another node included.
 func (c *Cluster) updateOwned(ctx context.Context, ref core.PartitionRef, what string, change func(*Assignment) (bool, error)) (Assignment, uint64, error) {
 	p, ok := c.Snapshot().Partition(ref)
-	if !ok || !p.Placed() || p.Node != c.self {
+	if !ok || !p.OwnedBy(c.self) {
 		return Assignment{}, 0, core.Errorf(core.ErrUnavailable, "partition %s is not owned by this broker (anymore)", ref)
 	}
 	version, cur := p.Version, p.Assignment

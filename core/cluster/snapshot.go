@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"iter"
 	"slices"
 	"strconv"
 
@@ -58,6 +59,9 @@ type Partition struct {
 // Placed reports whether the partition has an owner.
 func (p Partition) Placed() bool { return p.Version != 0 && p.Node != "" }
 
+// OwnedBy reports whether the partition is placed on node.
+func (p Partition) OwnedBy(node core.NodeID) bool { return p.Placed() && p.Node == node }
+
 // Queue is a declared queue and its partitions.
 type Queue struct {
 	Info queue.QueueInfo
@@ -68,6 +72,17 @@ type Queue struct {
 	// (repartition.go).
 	Repartition *Repartition
 	fp          uint64 // routing fingerprint of this queue (Generation)
+}
+
+// Owned yields, in order, the partitions of q that node owns.
+func (q *Queue) Owned(node core.NodeID) iter.Seq[Partition] {
+	return func(yield func(Partition) bool) {
+		for _, p := range q.Parts {
+			if p.OwnedBy(node) && !yield(p) {
+				return
+			}
+		}
+	}
 }
 
 // Stream is a declared stream and its partitions.
