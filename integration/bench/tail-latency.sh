@@ -9,7 +9,9 @@
 #     the actual send (without the load generator's own lateness), and
 #     the broker's own confirm latency p99 (its
 #     fibril_publish_confirm_latency_seconds histogram over the run, as
-#     the upper bound of the bucket that holds the 99th percentile);
+#     the upper bound of the bucket that holds the 99th percentile); and
+#     again with the load generator's sysmon kept awake (the GODEBUG
+#     below): publish→deliver p99 and the generator's send lag p99;
 #   - single-message round trip (`--mode rtt`: publish, confirm, deliver,
 #     ack, one at a time), and again with the Go runtime's sysmon kept
 #     out of its deep sleep in the bench process
@@ -53,7 +55,7 @@ while [ $# -gt 0 ]; do
 	--reps) REPS=$2; shift 2 ;;
 	--duration) DURATION=$2; shift 2 ;;
 	--rate) RATE=$2; shift 2 ;;
-	-h | --help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown option $1" ;;
 	esac
 done
@@ -87,6 +89,9 @@ for rep in $(seq 1 "$REPS"); do
 		--size 1024 --window 256 --prefetch 256 --duration "$DURATION" --warmup 2s --server-pid "$PID" \
 		--json --progress=false >"$WORK/rate.json" 2>"$WORK/rate.err" || die "rate run failed: $(tail -2 "$WORK/rate.err")"
 	confirm_hist "$WORK/h1"
+	GODEBUG=schedtrace=2147483647 timeout -k 5 "$BOUND" "${CTL[@]}" bench --topic "tailsm-$rep" --rate "$RATE" --confirmed --producers 1 --consumers 1 \
+		--size 1024 --window 256 --prefetch 256 --duration "$DURATION" --warmup 2s --json --progress=false >"$WORK/ratesm.json" 2>"$WORK/ratesm.err" ||
+		die "rate run (sysmon awake) failed: $(tail -2 "$WORK/ratesm.err")"
 	timeout -k 5 "$BOUND" "${CTL[@]}" bench --topic "rtt-$rep" --mode rtt --size 1024 --duration "$DURATION" --warmup 2s \
 		--server-pid "$PID" --json --progress=false >"$WORK/rtt.json" 2>"$WORK/rtt.err" || die "rtt run failed: $(tail -2 "$WORK/rtt.err")"
 	GODEBUG=schedtrace=2147483647 timeout -k 5 "$BOUND" "${CTL[@]}" bench --topic "rttsm-$rep" --mode rtt --size 1024 --duration "$DURATION" --warmup 2s \
@@ -113,6 +118,7 @@ f1 = json.load(open(work + "/floor1.json"))
 rw = json.load(open(work + "/raw.json"))
 fb = json.load(open(work + "/floorb.json"))
 ts = json.load(open(work + "/rttsm.json"))
+rs = json.load(open(work + "/ratesm.json"))
 h0 = dict(l.split() for l in open(work + "/h0"))
 h1 = dict(l.split() for l in open(work + "/h1"))
 # The broker's p99: the upper bound of the first bucket holding 99% of the run's confirms.
@@ -123,14 +129,14 @@ row = [f["fsync_p50_us"], f["fsync_p99_us"], r["e2e_p50_us"], r["e2e_p99_us"], r
        r["confirm_p99_us"], r.get("confirm_from_send_p99_us", 0), broker_p99 * 1e6, r["send_lag_p99_us"],
        t["rtt_p50_us"], t["rtt_p99_us"], r["server_cpu_per_msg_us"], r["cpu_per_msg_us"],
        fl["rtt_p50_us"], fl["server_fdatasync_p50_us"], o["confirm_p50_us"], f1["rtt_p50_us"], rw["rtt_p50_us"],
-       fb["rtt_p50_us"], ts["rtt_p50_us"], t["cpu_per_msg_us"], ts["cpu_per_msg_us"]]
+       fb["rtt_p50_us"], ts["rtt_p50_us"], t["cpu_per_msg_us"], ts["cpu_per_msg_us"], rs["e2e_p99_us"], rs["send_lag_p99_us"]]
 print(f"{rep:<4}" + "".join(f"{x:>9.0f}" for x in row), flush=True)
 with open(work + "/results.tsv", "a") as out:
     out.write("\t".join(str(x) for x in row) + "\n")
 PY
 done | {
-	printf '%-4s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s\n' rep fs_p50 fs_p99 e2e_p50 e2e_p99 e2e_s99 cf_p99 cf_s99 brk_p99 lag_p99 \
-		rtt_p50 rtt_p99 srv_us cli_us flr_p50 flr_fds one_p50 fl1_p50 raw_p50 fl1b_p50 rsm_p50 rtt_cpu rsm_cpu
+	printf '%-4s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s%9s\n' rep fs_p50 fs_p99 e2e_p50 e2e_p99 e2e_s99 cf_p99 cf_s99 brk_p99 lag_p99 \
+		rtt_p50 rtt_p99 srv_us cli_us flr_p50 flr_fds one_p50 fl1_p50 raw_p50 fl1b_p50 rsm_p50 rtt_cpu rsm_cpu esm_p99 lsm_p99
 	cat
 }
 python3 - "$RESULTS" <<'PY'
@@ -139,10 +145,11 @@ rows = [list(map(float, l.split("\t"))) for l in open(sys.argv[1]) if l.strip()]
 if not rows:
     sys.exit("no results")
 m = [statistics.median(c) for c in zip(*rows)]
-fs50, fs99, e50, e99, es99, c99, cs99, b99, lag99, r50, r99, srv, cli, fl50, flfs, one50, fl1, raw50, fl1b, rsm50, rcpu, rsmcpu = m
+fs50, fs99, e50, e99, es99, c99, cs99, b99, lag99, r50, r99, srv, cli, fl50, flfs, one50, fl1, raw50, fl1b, rsm50, rcpu, rsmcpu, esm99, lsm99 = m
 print("\nmedians over the reps (µs)")
 print(f"  disk: append 1 KiB + fsync p50 {fs50:.0f}, p99 {fs99:.0f}")
 print(f"  publish→deliver p50 {e50:.0f}, p99 {e99:.0f} (goal <= 2000); from the actual send p99 {es99:.0f}; the bench's send lag p99 {lag99:.0f}")
+print(f"  with the load generator's sysmon kept awake (GODEBUG=schedtrace): publish→deliver p99 {esm99:.0f}, send lag p99 {lsm99:.0f}")
 print(f"  confirm p99 {c99:.0f}, from the actual send {cs99:.0f}; the broker's own confirm p99 <= {b99:.0f} (histogram bucket)")
 print(f"  round trip p50 {r50:.0f} (goal <= fsync p50 + 100 = {fs50 + 100:.0f}), p99 {r99:.0f} (goal <= 2000)")
 print(f"  round trip p50 with the bench's sysmon kept awake (GODEBUG=schedtrace) {rsm50:.0f}; the bench's CPU per round trip {rcpu:.0f} / {rsmcpu:.0f}")
