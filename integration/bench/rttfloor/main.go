@@ -33,8 +33,9 @@
 // the delivery overlapping the fsync costs the confirm). With --busy D a
 // goroutine of the server's keeps a core busy for D while each fdatasync
 // runs (no syscall, only CPU), which measures what work elsewhere on the
-// machine during the fsync costs it: on a small VM the flush competes
-// with its vCPUs on the host.
+// machine during the fsync costs the confirm (on this repository's
+// two-vCPU test VM, about as much as the work itself:
+// docs/performance.md).
 //
 // With --broker ADDR the same measure runs against a Fibril broker
 // instead, with the least client there is (broker.go): beside the floor
@@ -457,9 +458,14 @@ func serve(args []string) error {
 			// Woken by the send, the burner would wait in this P's run
 			// queue while this goroutine sits in the fdatasync (the
 			// runtime does not hand the P off at once); yield so that it
-			// runs now and this goroutine moves to the other core.
-			burn <- struct{}{}
-			runtime.Gosched()
+			// runs now and this goroutine moves to the other core. A
+			// burner still busy from the last kick is left to it: the
+			// server never waits for it.
+			select {
+			case burn <- struct{}{}:
+				runtime.Gosched()
+			default:
+			}
 		}
 		t := benchkit.Now()
 		if err := fdatasync(fd); err != nil {
