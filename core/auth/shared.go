@@ -63,13 +63,28 @@ func OpenShared(ctx context.Context, doc core.Document, local *Store, log *slog.
 // update applies change to the newest document under compare-and-set,
 // re-reading and re-applying when another broker changed it first.
 // Called with Store.mu held.
+//
+// A refusal (no such user, or one that exists already) stands only against
+// the newest document: this broker's copy may not have seen a change made
+// through another broker a moment ago, so a refusal by the copy is checked
+// once more after a reload. An administrator who adds a user through one
+// broker and sets its permissions through another, behind a load balancer,
+// then gets the same answers as through one broker.
 func (d *sharedDoc) update(s *Store, change func(set userSet, now time.Time) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	reloaded := false
 	for range sharedRounds {
 		next, err := s.changed(change)
 		if err != nil {
-			return err
+			if reloaded {
+				return err
+			}
+			if rerr := d.reload(ctx, s); rerr != nil {
+				return rerr
+			}
+			reloaded = true
+			continue
 		}
 		ver, err := d.doc.Swap(ctx, encodeStore(next), d.ver)
 		if err == nil {
@@ -83,6 +98,7 @@ func (d *sharedDoc) update(s *Store, change func(set userSet, now time.Time) err
 		if err := d.reload(ctx, s); err != nil {
 			return err
 		}
+		reloaded = true
 	}
 	return core.Errorf(core.ErrUnavailable, "user store: concurrent changes kept conflicting; retry")
 }

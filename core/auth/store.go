@@ -196,7 +196,7 @@ func (s *Store) Add(name, password string) error {
 	if err := validatePassword(name, password); err != nil {
 		return err
 	}
-	if s.Has(name) { // cheap early answer; re-checked under the lock
+	if s.shared == nil && s.Has(name) { // cheap early answer; re-checked under the lock (shared: against the newest document)
 		return conflict(name)
 	}
 	h, err := newHash(password)
@@ -219,7 +219,7 @@ func (s *Store) SetPassword(name, password string) error {
 	if err := validatePassword(name, password); err != nil {
 		return err
 	}
-	if !s.Has(name) {
+	if s.shared == nil && !s.Has(name) { // cheap early answer, as in Add
 		return notFound(name)
 	}
 	h, err := newHash(password)
