@@ -77,8 +77,12 @@ type Conn struct {
 	draining   atomic.Bool   // shutdown: stop reading, answer what is in flight, then close
 	windowOpen atomic.Bool   // quiet window over (docs/protocol.md#quiet-window)
 	opened     chan struct{} // closed when windowOpen turns true
-	lastRecv   atomic.Int64  // unix nanos of the last frame received
-	orderly    atomic.Bool   // the peer ended the stream at a frame boundary
+	lastRecv   atomic.Int64  // unix nanos of the last frame received, or of the end of its handling
+	// handling: the reader is busy with a frame it read (serve), so the
+	// connection is not idle however long that takes (S-11 counts the
+	// client's silence, not this broker's work or backpressure).
+	handling atomic.Bool
+	orderly  atomic.Bool // the peer ended the stream at a frame boundary
 	// releaseOnClose: an accepted FFS2 asked for the session to end at
 	// once on an orderly close (docs/protocol.md#forwarded-session) instead of waiting its grace.
 	releaseOnClose atomic.Bool
@@ -190,11 +194,14 @@ func (c *Conn) serve() {
 		if h.Op != wire.OpAck {
 			c.flushAcks()
 		}
+		c.handling.Store(true)
 		c.dispatch(h, body)
 		if c.br.Buffered() == 0 { // about to wait for input
 			c.flushAcks()
 			c.commitOwed()
 		}
+		c.lastRecv.Store(c.srv.opts.Now().UnixNano())
+		c.handling.Store(false)
 	}
 }
 

@@ -264,3 +264,26 @@ func TestHeaderVersionAndFlagsIgnored(t *testing.T) {
 	}
 	c.Expect(wire.OpPong, 42)
 }
+
+// S-11 counts the time the client sent nothing, not the time this broker
+// spent on a frame it had read: a connection whose reader is held up in
+// the handling of a frame (here a slow permission check; in CI, storage
+// backpressure under a loaded disk) is not closed as idle, and its
+// request is answered.
+func TestIdleTimeoutIgnoresTimeSpentOnAFrame(t *testing.T) {
+	var slow atomic.Bool
+	e := newEnv(t, func(o *Options) {
+		o.Heartbeat = 50 * time.Millisecond
+		o.Authorize = func(_, _, topic string) error {
+			if slow.Load() && topic == "slow" {
+				time.Sleep(400 * time.Millisecond) // 8 intervals
+			}
+			return nil
+		}
+	})
+	c := e.dial()
+	c.login()
+	slow.Store(true)
+	id := c.publish("slow", "x", true)
+	c.Expect(wire.OpPublishOK, id)
+}

@@ -24,9 +24,10 @@ func (c *Conn) writeLoop() {
 		case <-c.wake:
 		case <-tick.C:
 			idle := time.Duration(c.srv.opts.Now().UnixNano() - c.lastRecv.Load())
-			if idle > 3*h {
+			if idle > 3*h && !c.handling.Load() {
 				// S-11 / docs/protocol.md#heartbeats: no frame of any kind for 3H → close
-				// without sending anything.
+				// without sending anything. Time the reader spends on a
+				// frame it read does not count (Conn.handling).
 				c.log.Info("closing idle connection", "idle", idle.Round(time.Millisecond))
 				c.srv.opts.Metrics.ConnErrors.WithLabelValues("idle_timeout").Inc()
 				c.close()
