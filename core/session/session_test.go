@@ -385,14 +385,17 @@ func TestResumeAfterRestart(t *testing.T) {
 // arrives once the client reads.
 func TestAutoAckSlowClientBounded(t *testing.T) {
 	e := newEnv(t)
-	p := e.dial()
-	p.login()
 	const n = 3 * pushHighCount
 	payload := make([]byte, 2048) // 24 MiB in all: more than the socket buffers hold
 	var batch []byte
+	// Built before the connection: under the race detector on a loaded
+	// machine this takes seconds, and a client that sends nothing for 3
+	// heartbeats is closed as idle (S-11).
 	for i := 0; i < n; i++ {
 		batch = wire.AppendFrame(batch, wire.OpPublish, uint64(100+i), &wire.Publish{Topic: "bulk", Payload: payload})
 	}
+	p := e.dial()
+	p.login()
 	if _, err := p.nc.Write(batch); err != nil {
 		t.Fatal(err)
 	}
