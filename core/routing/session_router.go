@@ -151,9 +151,16 @@ const markTimeout = 5 * time.Second
 
 // EnsureLocal installs ref's channel in the local engine when the catalog
 // follower has not yet (a lock-free check first: this runs per operation).
+// A queue the engine has with fewer partitions than the view — a
+// repartition's new ones, which the catalog follower installs, in its own
+// order, a moment later — is 503: retry, rather than 404 for a partition
+// that exists.
 func (r *SessionRouter) EnsureLocal(snap *cluster.Snapshot, ref core.PartitionRef) error {
 	if q := snap.Queue(ref.Topic, ref.Group); q != nil {
 		if r.Queues.HasQueue(q.Info.Key) {
+			if info, ok := r.Queues.QueueInfo(q.Info.Key); ok && ref.Partition >= info.PartitionCount && int(ref.Partition) < len(q.Parts) {
+				return core.Errorf(core.ErrUnavailable, "partition %s is new and not installed on this broker yet; retry", ref)
+			}
 			return nil
 		}
 		if _, err := r.Queues.ApplyQueue(q.Info); err != nil {
