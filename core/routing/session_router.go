@@ -157,8 +157,8 @@ const markTimeout = 5 * time.Second
 // that exists.
 func (r *SessionRouter) EnsureLocal(snap *cluster.Snapshot, ref core.PartitionRef) error {
 	if q := snap.Queue(ref.Topic, ref.Group); q != nil {
-		if r.Queues.HasQueue(q.Info.Key) {
-			if info, ok := r.Queues.QueueInfo(q.Info.Key); ok && ref.Partition >= info.PartitionCount && int(ref.Partition) < len(q.Parts) {
+		if info, ok := r.Queues.QueueInfo(q.Info.Key); ok {
+			if ref.Partition >= info.PartitionCount && int(ref.Partition) < len(q.Parts) {
 				return core.Errorf(core.ErrUnavailable, "partition %s is new and not installed on this broker yet; retry", ref)
 			}
 			return nil

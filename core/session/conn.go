@@ -77,7 +77,7 @@ type Conn struct {
 	draining   atomic.Bool   // shutdown: stop reading, answer what is in flight, then close
 	windowOpen atomic.Bool   // quiet window over (docs/protocol.md#quiet-window)
 	opened     chan struct{} // closed when windowOpen turns true
-	lastRecv   atomic.Int64  // unix nanos of the last frame received, or of the end of its handling
+	lastRecv   atomic.Int64  // unix nanos of the end of the last frame's handling (of the handshake before one)
 	// handling: the reader is busy with a frame it read (serve), so the
 	// connection is not idle however long that takes (S-11 counts the
 	// client's silence, not this broker's work or backpressure).
@@ -190,11 +190,10 @@ func (c *Conn) serve() {
 			c.readFailed(h, err)
 			return
 		}
-		c.lastRecv.Store(c.srv.opts.Now().UnixNano())
+		c.handling.Store(true)
 		if h.Op != wire.OpAck {
 			c.flushAcks()
 		}
-		c.handling.Store(true)
 		c.dispatch(h, body)
 		if c.br.Buffered() == 0 { // about to wait for input
 			c.flushAcks()
