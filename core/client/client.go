@@ -86,13 +86,17 @@ type Stats struct {
 	// to the sockets, bytes written, and ACKs merged into the ACK queued
 	// just before them.
 	FramesQueued, WriteCalls, BytesWritten, AcksMerged uint64
+	// CallerWrites counts the WriteCalls made by the caller that queued a
+	// lone frame rather than by the connection's writer (plaintext TCP
+	// only; see "Writes" in the package documentation).
+	CallerWrites uint64
 }
 
 type statCounters struct {
 	prefetchViolations, protocolViolations, uncorrelatedErrors, unmatchedReplies,
 	unknownSubDeliveries, droppedDeliveries, staleSettles, ignoredFrames, reconnects, fenced atomic.Uint64
 
-	framesQueued, writeCalls, bytesWritten, acksMerged atomic.Uint64
+	framesQueued, writeCalls, bytesWritten, acksMerged, callerWrites atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -113,6 +117,7 @@ func (c *Client) Stats() Stats {
 		WriteCalls:           s.writeCalls.Load(),
 		BytesWritten:         s.bytesWritten.Load(),
 		AcksMerged:           s.acksMerged.Load(),
+		CallerWrites:         s.callerWrites.Load(),
 	}
 }
 

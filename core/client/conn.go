@@ -12,6 +12,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/wire"
@@ -173,7 +174,13 @@ type ctxWatch struct {
 // goroutine hands whatever accumulated to the socket in a single Write.
 // When the writer is idle a frame goes out at once; while a Write is in
 // progress later frames accumulate and leave together with the next one.
-// There is no timer and no added delay. The buffer is bounded (backpressure:
+// There is no timer and no added delay. On plaintext TCP a frame that is
+// alone — the only request awaiting an answer, the ACK of the only
+// delivery held, a control frame — is written by the caller itself when
+// the writer is idle: one non-blocking write, whatever it could not take
+// left to the writer. That saves a goroutine hand-off (a thread wake-up)
+// per message when messages go one at a time, and changes nothing when
+// they go many at a time, which is when the writer's batching pays. The buffer is bounded (backpressure:
 // callers wait while it holds Options.WriteBufferSize bytes or more);
 // PING, PONG and TOPOLOGY_UPDATE_ACK never wait.
 //
@@ -197,28 +204,33 @@ type Conn struct {
 
 	// Write side, guarded by wmu.
 	wmu        sync.Mutex
-	wcond      sync.Cond     // the writer waits here for frames
-	wbuf       []byte        // queued frames, not yet handed to Write
-	wspare     []byte        // the other buffer, reused
-	wmax       int           // bound on len(wbuf) before callers wait
-	wbase      uint64        // stream offset of wbuf[0]
-	whanded    uint64        // stream offset handed to Write (final once the writer exited)
-	wwaiting   bool          // the writer is waiting on wcond
-	wwriting   bool          // the writer is inside Write
-	wclosed    bool          // no more frames are accepted
-	wdrain     chan struct{} // set by Close: no more frames; closed once all are handed to Write
-	werr       error         // why (set with wclosed)
-	wspace     chan struct{} // closed when the buffer empties (callers waiting for room)
-	lastAck    ackTail       // the ACK that ends wbuf, for merging
-	ackScratch wire.Ack      // encoding scratch for queueAck
+	wcond      sync.Cond       // the writer waits here for frames
+	wbuf       []byte          // queued frames, not yet handed to Write
+	wspare     []byte          // the other buffer, reused
+	wmax       int             // bound on len(wbuf) before callers wait
+	wbase      uint64          // stream offset of wbuf[0]
+	whanded    uint64          // stream offset handed to Write (final once the writer exited)
+	wwaiting   bool            // the writer is waiting on wcond
+	wwriting   bool            // the writer is inside Write
+	wclosed    bool            // no more frames are accepted
+	wdrain     chan struct{}   // set by Close: no more frames; closed once all are handed to Write
+	werr       error           // why (set with wclosed)
+	wspace     chan struct{}   // closed when the buffer empties (callers waiting for room)
+	raw        syscall.RawConn // plaintext TCP: for a caller's non-blocking write of a lone frame (nil otherwise)
+	lastAck    ackTail         // the ACK that ends wbuf, for merging
+	ackScratch wire.Ack        // encoding scratch for queueAck
 
 	nextID   atomic.Uint64
 	lastRecv atomic.Int64 // unix nanos of the last frame received
 	blocked  atomic.Int32 // >0 while the reader waits for a full consumer
+	// unsettled counts deliveries received here and not settled yet (a
+	// hint only: one dropped unsettled, when its subscription ends, keeps
+	// this connection's ACKs on the writer, as they were before the hint).
+	unsettled atomic.Int64
 
 	mu      sync.Mutex
 	pending map[uint64]*pendingReq
-	live    int // pending requests not abandoned
+	live    atomic.Int32 // pending requests not abandoned (changed with mu held; read without it as a hint)
 	watch   map[<-chan struct{}]*ctxWatch
 	err     error
 	done    chan struct{}
@@ -306,6 +318,9 @@ func dialConn(ctx context.Context, addr string, cfg ConnConfig, stats *statCount
 		done:    make(chan struct{}),
 	}
 	c.wcond.L = &c.wmu
+	if tc, ok := nc.(*net.TCPConn); ok {
+		c.raw, _ = tc.SyscallConn() // an error leaves raw nil: the writer writes everything
+	}
 	c.nextID.Store(firstRequestID)
 	hs, err := c.handshake(ctx, &cfg)
 	if err != nil {
@@ -478,13 +493,13 @@ func (c *Conn) register(p *pendingReq) error {
 		}
 	}
 	c.pending[p.id] = p
-	c.live++
+	c.live.Add(1)
 	return nil
 }
 
 // releaseLocked uncounts p (taken from the map, or abandoned).
 func (c *Conn) releaseLocked(p *pendingReq) {
-	c.live--
+	c.live.Add(-1)
 	if p.done != nil {
 		if w := c.watch[p.done]; w != nil {
 			w.n--
@@ -537,7 +552,7 @@ func (c *Conn) ctxEnded(d <-chan struct{}) {
 	for _, p := range c.pending {
 		if p.done == d && !p.abandoned {
 			p.abandoned = true
-			c.live--
+			c.live.Add(-1)
 			p.done = nil
 			out = append(out, p)
 		}
@@ -860,5 +875,5 @@ func (c *Conn) parkReader() func() {
 func (c *Conn) waiters() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.live
+	return int(c.live.Load())
 }

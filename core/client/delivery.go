@@ -34,6 +34,7 @@ type Delivery struct {
 	frameID uint64 // request id of the DELIVER frame, echoed by ACK/NACK (docs/protocol.md#request-ids)
 	group   wire.Option[string]
 	autoAck bool
+	from    *Conn // the connection that delivered it, which counts it as unsettled
 	settled atomic.Bool
 	tag     [1]uint64 // ACK encoding scratch (no allocation per ack)
 }
@@ -137,6 +138,9 @@ func (d *Delivery) settle(ctx context.Context, op wire.Op, body wire.Encoder) er
 			err = conn.queueFrame(ctx, op, d.frameID, body, nil, false)
 		}
 		if err == nil {
+			if d.from != nil {
+				d.from.unsettled.Add(-1)
+			}
 			return nil
 		}
 		if !isNotWritten(err) || ctx.Err() != nil {

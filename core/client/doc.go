@@ -67,8 +67,21 @@
 // under load many publishes and acks share a write(2), with no timer and
 // no added delay. A full buffer makes callers wait (backpressure); PING,
 // PONG and TOPOLOGY_UPDATE_ACK never wait. Frames leave in the order they
-// were queued. Stats reports FramesQueued, WriteCalls, BytesWritten and
-// AcksMerged.
+// were queued.
+//
+// A frame that is alone — the only request of its connection awaiting an
+// answer, the ACK that settles every delivery the connection holds, or a
+// PING, PONG or TOPOLOGY_UPDATE_ACK — is written by the goroutine that
+// queued it when the writer is idle and the connection is plaintext TCP:
+// one non-blocking write(2), whatever the socket did not take left to the
+// writer. One message at a time (a request and its reply, a delivery and
+// its ACK) then costs no hand-off to the writer goroutine, which on a
+// loaded machine is a thread wake-up; frames that come in streams
+// (fire-and-forget publishes, a window of confirmed ones, ACKs while more
+// deliveries are held) still go through the writer and batch. The caller
+// never waits on the socket: a full socket buffer means the writer takes
+// the frame. Stats reports FramesQueued, WriteCalls, BytesWritten,
+// AcksMerged and CallerWrites.
 //
 // "Written" in the sense of docs/protocol.md#answers means handed to the socket's Write (minus
 // the tail of a Write that failed part-way). When a connection dies,

@@ -780,6 +780,10 @@ func (ps *partSub) deliver(ep *endpoint, conn *Conn, sess *session, frameID uint
 	}
 	ps.buf = append(ps.buf, dl)
 	ps.mu.Unlock()
+	if !dl.autoAck {
+		dl.from = conn
+		conn.unsettled.Add(1)
+	}
 	s.signal()
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/wire"
@@ -61,7 +62,11 @@ func (c *Conn) queueFrame(ctx context.Context, op wire.Op, id uint64, body wire.
 	if p != nil {
 		p.end = c.wbase + uint64(len(c.wbuf))
 	}
-	c.wakeWriterLocked()
+	// Alone: a control frame, or the only request awaiting an answer
+	// (registered before it was queued). Frames without a reply (a
+	// fire-and-forget PUBLISH, a NACK) come in streams: the writer
+	// batches them.
+	c.wakeWriterLocked(control || p != nil && c.live.Load() <= 1)
 	c.wmu.Unlock()
 	c.stats.framesQueued.Add(1)
 	return nil
@@ -100,17 +105,55 @@ func (c *Conn) queueAck(ctx context.Context, id uint64, topic string, group wire
 	c.ackScratch = wire.Ack{}
 	c.lastAck = ackTail{valid: true, start: start, count: len(c.wbuf) - 8*len(tags) - 4, n: len(tags),
 		topic: topic, group: group, partition: partition}
-	c.wakeWriterLocked()
+	// Alone: it settles every delivery this connection holds (they are
+	// uncounted once their settle is queued). While others are held their
+	// ACKs follow soon, and merge while this one waits for the writer.
+	c.wakeWriterLocked(c.unsettled.Load() <= int64(len(tags)))
 	c.wmu.Unlock()
 	c.stats.framesQueued.Add(1)
 	return nil
 }
 
-func (c *Conn) wakeWriterLocked() {
-	if c.wwaiting {
-		c.wwaiting = false
-		c.wcond.Signal()
+// wakeWriterLocked is called after a frame was queued. alone says the
+// frame has no company coming (Conn's doc comment, "Writes"): then, if
+// the writer is idle, the caller writes it.
+func (c *Conn) wakeWriterLocked(alone bool) {
+	if !c.wwaiting {
+		return // the writer is busy: it takes the frame with the next Write
 	}
+	if alone && c.raw != nil && c.writeNowLocked() {
+		return
+	}
+	c.wwaiting = false
+	c.wcond.Signal()
+}
+
+// writeNowLocked makes one non-blocking write of the buffer, which holds
+// only what was queued since the writer went idle, and keeps what the
+// socket did not take for the writer. It reports whether the buffer is
+// now empty. It never waits: a full socket buffer, an expired write
+// deadline or an error write nothing here, and the writer then meets the
+// same condition and deals with it as it does with any Write.
+func (c *Conn) writeNowLocked() bool {
+	b := c.wbuf
+	n := 0
+	c.raw.Write(func(fd uintptr) bool {
+		if m, err := syscall.Write(int(fd), b); err == nil {
+			n = m
+		}
+		return true // one attempt: never wait for the socket
+	})
+	if n <= 0 {
+		return false
+	}
+	c.stats.writeCalls.Add(1)
+	c.stats.callerWrites.Add(1)
+	c.stats.bytesWritten.Add(uint64(n))
+	c.wbase += uint64(n)
+	c.whanded = c.wbase // what left counts as written (Conn's doc comment)
+	c.lastAck.valid = false
+	c.wbuf = b[:copy(b, b[n:])]
+	return len(c.wbuf) == 0
 }
 
 // writeLoop is the connection's only writer: it hands everything queued
@@ -175,7 +218,7 @@ func (c *Conn) resolvePending() {
 	c.mu.Lock()
 	pend := c.pending
 	c.pending = make(map[uint64]*pendingReq)
-	c.live = 0
+	c.live.Store(0)
 	for _, w := range c.watch {
 		w.stop()
 	}

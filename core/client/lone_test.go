@@ -1,0 +1,176 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/fibrilgo/fibril/core/testkit"
+	"github.com/fibrilgo/fibril/core/wire"
+)
+
+// The tests of the caller's write of a lone frame ("Writes" in doc.go).
+// They use plain loopback TCP connections (loopbackDial), where that
+// write is allowed; the gated dialer of batch_test.go wraps the
+// connection and so keeps every frame on the writer.
+
+// waitWriterIdle waits until c's writer waits for frames.
+func waitWriterIdle(t *testing.T, c *Conn) {
+	t.Helper()
+	testkit.Eventually(t, stepTimeout, "writer idle", func() bool {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		return c.wwaiting && len(c.wbuf) == 0
+	})
+}
+
+// writerUntouched reports whether the writer is still waiting and the
+// buffer empty: the frame just queued left on the caller's write.
+func writerUntouched(c *Conn) bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.wwaiting && len(c.wbuf) == 0 && c.whanded == c.wbase
+}
+
+// The only request awaiting an answer is written by its caller; one queued
+// while another waits for its answer, and a fire-and-forget frame, are
+// the writer's.
+func TestLoneRequestWrittenByCaller(t *testing.T) {
+	fb := newFake(t, nil)
+	c, fc := openConn(t, fb, connConfig(t))
+	defer c.Close()
+	if c.raw == nil {
+		t.Fatal("a loopback TCP connection has no raw conn")
+	}
+	waitWriterIdle(t, c)
+	w0 := c.stats.callerWrites.Load()
+	first := make(chan error, 1)
+	if err := c.Go(wire.OpTopology, &wire.TopologyRequest{}, func(_ Frame, err error) { first <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.stats.callerWrites.Load() - w0; got != 1 || !writerUntouched(c) {
+		t.Fatalf("lone request: %d caller writes, writer untouched %v; want 1, true", got, writerUntouched(c))
+	}
+	topo := fc.expect(t, wire.OpTopology)
+
+	waitWriterIdle(t, c)
+	second := make(chan error, 1)
+	if err := c.Go(wire.OpDeclareQueue, &wire.DeclareQueue{Topic: "q"}, func(_ Frame, err error) { second <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.stats.callerWrites.Load() - w0; got != 1 {
+		t.Fatalf("a request beside one in flight was written by its caller (%d caller writes)", got)
+	}
+	decl := fc.expect(t, wire.OpDeclareQueue)
+	fc.send(wire.OpTopologyOK, topo.hdr.RequestID, &wire.TopologyOK{})
+	fc.send(wire.OpDeclareQueueOK, decl.hdr.RequestID, &wire.DeclareQueueOK{Status: "stored", PartitionCount: 1})
+	if err := wait(t, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(t, second); err != nil {
+		t.Fatal(err)
+	}
+
+	waitWriterIdle(t, c)
+	if err := c.Send(wire.OpPublish, 0, &wire.Publish{Topic: "q", Payload: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.stats.callerWrites.Load() - w0; got != 1 {
+		t.Fatalf("a fire-and-forget publish was written by its caller (%d caller writes)", got)
+	}
+	fc.expect(t, wire.OpPublish)
+}
+
+// The ACK of a delivery goes to the writer while the connection holds
+// other unsettled deliveries (their ACKs may merge with it), and is
+// written by the caller once it settles the last one held.
+func TestAckOfTheLastHeldDeliveryWrittenByCaller(t *testing.T) {
+	fb := newFake(t, nil)
+	c, fc := dialScripted(t, fb, testOptions(t, fb.addr), wire.Topology{})
+	sub := subscribeScripted(t, c, fc, "q", SubscribeOptions{Partitions: []uint32{0}, Prefetch: 4}, 1)
+	sendDeliver(fc, 1, "q", 0, 1, "a")
+	sendDeliver(fc, 1, "q", 0, 2, "b")
+	d1, d2 := next(t, sub), next(t, sub)
+	conn, _ := d1.ep.live()
+	if conn == nil {
+		t.Fatal("no live connection")
+	}
+	if n := conn.unsettled.Load(); n != 2 {
+		t.Fatalf("unsettled %d, want 2", n)
+	}
+	ctx := context.Background()
+	waitWriterIdle(t, conn)
+	w0 := c.Stats().CallerWrites
+	if err := d1.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Stats().CallerWrites - w0; got != 0 {
+		t.Fatalf("the ACK of one of two held deliveries was written by its caller")
+	}
+	if a := fc.expect(t, wire.OpAck).body.(*wire.Ack); len(a.Tags) != 1 || a.Tags[0] != 1 {
+		t.Fatalf("first ACK tags %v", a.Tags)
+	}
+	waitWriterIdle(t, conn)
+	if err := d2.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Stats().CallerWrites - w0; got != 1 || !writerUntouched(conn) {
+		t.Fatalf("the ACK of the last held delivery: %d caller writes, want 1", got)
+	}
+	if a := fc.expect(t, wire.OpAck).body.(*wire.Ack); len(a.Tags) != 1 || a.Tags[0] != 2 {
+		t.Fatalf("second ACK tags %v", a.Tags)
+	}
+	if n := conn.unsettled.Load(); n != 0 {
+		t.Fatalf("unsettled %d after both ACKs", n)
+	}
+}
+
+// A lone frame larger than the socket takes at once: the caller writes
+// what fits and returns; the writer sends the rest, in order, before the
+// frames queued after it.
+func TestLoneFrameTheSocketCannotTakeWhole(t *testing.T) {
+	fb := newFake(t, nil)
+	c, fc := openConn(t, fb, connConfig(t))
+	defer c.Close()
+	tc := fc.nc.(*net.TCPConn)
+	tc.SetReadBuffer(64 << 10) // keep the kernel's buffers small, so the frame cannot fit
+	if cc, ok := c.nc.(*net.TCPConn); ok {
+		cc.SetWriteBuffer(64 << 10)
+	}
+	waitWriterIdle(t, c)
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB
+	c.wmu.Lock()
+	base := c.whanded
+	c.wmu.Unlock()
+	w0 := c.stats.callerWrites.Load()
+	done := make(chan error, 1)
+	if err := c.Go(wire.OpPublish, &wire.Publish{Topic: "q", Payload: payload}, func(_ Frame, err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.stats.callerWrites.Load() - w0; got != 1 {
+		t.Fatalf("%d caller writes, want 1 (the part the socket took)", got)
+	}
+	c.wmu.Lock()
+	handed := c.whanded - base
+	c.wmu.Unlock()
+	if handed >= uint64(len(payload)) {
+		t.Fatal("the whole 16 MiB frame left in one non-blocking write; the test needs a socket that cannot take it")
+	}
+	if err := c.Send(wire.OpPublish, 0, &wire.Publish{Topic: "q", Payload: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	fc.nc.SetReadDeadline(time.Now().Add(stepTimeout))
+	f := fc.expect(t, wire.OpPublish)
+	if p := f.body.(*wire.Publish); !bytes.Equal(p.Payload, payload) {
+		t.Fatalf("the big frame arrived with %d bytes of payload, not the 16 MiB sent", len(p.Payload))
+	}
+	if p := fc.expect(t, wire.OpPublish).body.(*wire.Publish); string(p.Payload) != "after" {
+		t.Fatalf("the next frame carried %q", p.Payload)
+	}
+	fc.send(wire.OpPublishOK, f.hdr.RequestID, &wire.PublishOK{Offset: 7})
+	if err := wait(t, done); err != nil {
+		t.Fatal(err)
+	}
+}
