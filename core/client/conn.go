@@ -174,7 +174,7 @@ type ctxWatch struct {
 // goroutine hands whatever accumulated to the socket in a single Write.
 // When the writer is idle a frame goes out at once; while a Write is in
 // progress later frames accumulate and leave together with the next one.
-// There is no timer and no added delay. On plaintext TCP a frame that is
+// There is no timer and no added delay. On plaintext TCP (Unix) a frame that is
 // alone — the only request awaiting an answer, the ACK of the only
 // delivery held, a control frame — is written by the caller itself when
 // the writer is idle: one non-blocking write, whatever it could not take

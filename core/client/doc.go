@@ -72,9 +72,9 @@
 // A frame that is alone — the only request of its connection awaiting an
 // answer, the ACK that settles every delivery the connection holds, or a
 // PING, PONG or TOPOLOGY_UPDATE_ACK — is written by the goroutine that
-// queued it when the writer is idle and the connection is plaintext TCP:
-// one non-blocking write(2), whatever the socket did not take left to the
-// writer. One message at a time (a request and its reply, a delivery and
+// queued it when the writer is idle and the connection is plaintext TCP
+// (on Unix systems): one non-blocking write(2), whatever the socket did
+// not take left to the writer. One message at a time (a request and its reply, a delivery and
 // its ACK) then costs no hand-off to the writer goroutine, which on a
 // loaded machine is a thread wake-up; frames that come in streams
 // (fire-and-forget publishes, a window of confirmed ones, ACKs while more

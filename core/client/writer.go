@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
-	"syscall"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/wire"
@@ -136,14 +135,8 @@ func (c *Conn) wakeWriterLocked(alone bool) {
 // same condition and deals with it as it does with any Write.
 func (c *Conn) writeNowLocked() bool {
 	b := c.wbuf
-	n := 0
-	c.raw.Write(func(fd uintptr) bool {
-		if m, err := syscall.Write(int(fd), b); err == nil {
-			n = m
-		}
-		return true // one attempt: never wait for the socket
-	})
-	if n <= 0 {
+	n := rawWrite(c.raw, b)
+	if n == 0 {
 		return false
 	}
 	c.stats.writeCalls.Add(1)
