@@ -174,15 +174,17 @@ type ctxWatch struct {
 // goroutine hands whatever accumulated to the socket in a single Write.
 // When the writer is idle a frame goes out at once; while a Write is in
 // progress later frames accumulate and leave together with the next one.
-// There is no timer and no added delay. On plaintext TCP (Unix) a frame that is
-// alone — the only request awaiting an answer, the ACK of the only
-// delivery held, a control frame — is written by the caller itself when
-// the writer is idle: one non-blocking write, whatever it could not take
-// left to the writer. That saves a goroutine hand-off (a thread wake-up)
-// per message when messages go one at a time, and changes nothing when
-// they go many at a time, which is when the writer's batching pays. The buffer is bounded (backpressure:
-// callers wait while it holds Options.WriteBufferSize bytes or more);
-// PING, PONG and TOPOLOGY_UPDATE_ACK never wait.
+// There is no timer and no added delay. The buffer is bounded
+// (backpressure: callers wait while it holds Options.WriteBufferSize bytes
+// or more); PING, PONG and TOPOLOGY_UPDATE_ACK never wait.
+//
+// On plaintext TCP (Unix) a frame that is alone — the only request
+// awaiting an answer, the ACK of the only delivery held, a control frame —
+// is written by the caller itself when the writer is idle: one
+// non-blocking write, whatever it could not take left to the writer. That
+// saves a goroutine hand-off (a thread wake-up) per message when messages
+// go one at a time, and changes nothing when they go many at a time,
+// which is when the writer's batching pays.
 //
 // A request counts as written once its frame was handed to the socket's
 // Write (minus the tail of a Write that failed part-way: those bytes never
