@@ -176,3 +176,52 @@ func TestLoneFrameTheSocketCannotTakeWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Deliveries acked while more arrive: every tag is acked once, and the
+// connection holds none unsettled at the end (under the race detector this
+// also checks that a delivery is complete before Next can return it).
+func TestAckWhileDeliveriesArrive(t *testing.T) {
+	fb := newFake(t, nil)
+	c, fc := dialScripted(t, fb, testOptions(t, fb.addr), wire.Topology{})
+	const n = 300
+	sub := subscribeScripted(t, c, fc, "q", SubscribeOptions{Partitions: []uint32{0}, Prefetch: n}, 1)
+	sent := async(func() error { // sendDeliver's id counter is shared: wait for it below
+		for i := 1; i <= n; i++ {
+			sendDeliver(fc, 1, "q", 0, uint64(i), "m")
+		}
+		return nil
+	})
+	ctx := context.Background()
+	acks := async(func() error {
+		for range n {
+			d, err := sub.Next(ctx)
+			if err != nil {
+				return err
+			}
+			if err := d.Ack(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	seen := map[uint64]bool{}
+	for len(seen) < n {
+		for _, tag := range fc.expect(t, wire.OpAck).body.(*wire.Ack).Tags {
+			if seen[tag] || tag < 1 || tag > n {
+				t.Fatalf("tag %d acked twice or unknown", tag)
+			}
+			seen[tag] = true
+		}
+	}
+	if err := wait(t, acks); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, sent)
+	conn, _ := c.pool.boot.live()
+	if conn == nil {
+		t.Fatal("no live connection")
+	}
+	if u := conn.unsettled.Load(); u != 0 {
+		t.Fatalf("%d deliveries unsettled after every ACK", u)
+	}
+}

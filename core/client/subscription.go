@@ -742,6 +742,9 @@ func (ps *partSub) deliver(ep *endpoint, conn *Conn, sess *session, frameID uint
 			"topic", d.Topic, "partition", d.Partition, "want_topic", s.topic, "want_partition", ps.partition)
 	}
 	dl := newDelivery(ep, sess, frameID, d, s.opts.AutoAck)
+	if !dl.autoAck {
+		dl.from = conn // before anyone else can see dl
+	}
 	ps.mu.Lock()
 	if ps.ended {
 		ps.mu.Unlock()
@@ -778,12 +781,11 @@ func (ps *partSub) deliver(ep *endpoint, conn *Conn, sess *session, frameID uint
 				"partition", ps.partition, "prefetch", ps.bufCap, "buffered", len(ps.buf))
 		}
 	}
-	ps.buf = append(ps.buf, dl)
-	ps.mu.Unlock()
 	if !dl.autoAck {
-		dl.from = conn
 		conn.unsettled.Add(1)
 	}
+	ps.buf = append(ps.buf, dl)
+	ps.mu.Unlock()
 	s.signal()
 }
 
