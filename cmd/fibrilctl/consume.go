@@ -100,8 +100,17 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 	}
 
 	stderr := &lockedWriter{w: e.stderr} // assignment notices arrive on another goroutine
+	// An interrupt is how a consume without --count ends, also when it
+	// comes before the subscription is open: that is not a failure.
+	interruptedEarly := func() error {
+		fmt.Fprintf(stderr, "interrupted before the subscription was open\n0 message(s) consumed\n")
+		return nil
+	}
 	c, err := g.dial(ctx, e)
 	if err != nil {
+		if ctx.Err() != nil {
+			return interruptedEarly()
+		}
 		return err
 	}
 	defer c.Close()
@@ -121,6 +130,9 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 	}
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil {
+			return interruptedEarly()
+		}
 		return fmt.Errorf("subscribe to %s: %w", *topic, err)
 	}
 	defer sub.Close()

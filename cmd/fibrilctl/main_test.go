@@ -493,6 +493,15 @@ func TestInterruptStopsCleanly(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "0 message(s) consumed") {
 		t.Fatalf("interrupted consume: %+v", r)
 	}
+	// Interrupted before the subscription is open (here: before the
+	// dial): the same clean stop.
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	r = ctlCtx(ctx, "", "consume", "--topic", "quiet")
+	if r.code != 0 || !strings.Contains(r.stderr, "interrupted before the subscription was open") ||
+		!strings.Contains(r.stderr, "0 message(s) consumed") {
+		t.Fatalf("consume interrupted before it subscribed: %+v", r)
+	}
 	// A long bench stops early and still reports.
 	ctx, cancel = context.WithCancel(context.Background())
 	time.AfterFunc(time.Second, cancel)
