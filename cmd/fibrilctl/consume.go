@@ -108,7 +108,7 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 	}
 	c, err := g.dial(ctx, e)
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			return interruptedEarly()
 		}
 		return err
@@ -130,7 +130,7 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 	}
 	cancel()
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) { // not a refusal that met the signal
 			return interruptedEarly()
 		}
 		return fmt.Errorf("subscribe to %s: %w", *topic, err)

@@ -12,7 +12,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/fibrilgo/fibril/core/wire"
@@ -206,29 +205,30 @@ type Conn struct {
 
 	// Write side, guarded by wmu.
 	wmu        sync.Mutex
-	wcond      sync.Cond       // the writer waits here for frames
-	wbuf       []byte          // queued frames, not yet handed to Write
-	wspare     []byte          // the other buffer, reused
-	wmax       int             // bound on len(wbuf) before callers wait
-	wbase      uint64          // stream offset of wbuf[0]
-	whanded    uint64          // stream offset handed to Write (final once the writer exited)
-	wwaiting   bool            // the writer is waiting on wcond
-	wwriting   bool            // the writer is inside Write
-	wclosed    bool            // no more frames are accepted
-	wdrain     chan struct{}   // set by Close: no more frames; closed once all are handed to Write
-	werr       error           // why (set with wclosed)
-	wspace     chan struct{}   // closed when the buffer empties (callers waiting for room)
-	raw        syscall.RawConn // plaintext TCP: for a caller's non-blocking write of a lone frame (nil otherwise)
-	lastAck    ackTail         // the ACK that ends wbuf, for merging
-	ackScratch wire.Ack        // encoding scratch for queueAck
+	wcond      sync.Cond     // the writer waits here for frames
+	wbuf       []byte        // queued frames, not yet handed to Write
+	wspare     []byte        // the other buffer, reused
+	wmax       int           // bound on len(wbuf) before callers wait
+	wbase      uint64        // stream offset of wbuf[0]
+	whanded    uint64        // stream offset handed to Write (final once the writer exited)
+	wwaiting   bool          // the writer is waiting on wcond
+	wwriting   bool          // the writer is inside Write
+	wclosed    bool          // no more frames are accepted
+	wdrain     chan struct{} // set by Close: no more frames; closed once all are handed to Write
+	werr       error         // why (set with wclosed)
+	wspace     chan struct{} // closed when the buffer empties (callers waiting for room)
+	raw        *rawWriter    // plaintext TCP on Unix: a caller's non-blocking write of a lone frame (nil otherwise)
+	lastAck    ackTail       // the ACK that ends wbuf, for merging
+	ackScratch wire.Ack      // encoding scratch for queueAck
 
 	nextID   atomic.Uint64
 	lastRecv atomic.Int64 // unix nanos of the last frame received
 	blocked  atomic.Int32 // >0 while the reader waits for a full consumer
-	// unsettled counts deliveries received here and not settled yet (a
-	// hint only: one dropped unsettled, when its subscription ends, keeps
-	// this connection's ACKs on the writer, as they were before the hint).
-	unsettled atomic.Int64
+	// unsettled counts deliveries received here and not settled yet; a
+	// hint for the lone ACK (writer.go). Allocated on its own: a delivery
+	// the application keeps after a reconnect holds the counter, not the
+	// dead connection and its buffers.
+	unsettled *atomic.Int64
 
 	mu      sync.Mutex
 	pending map[uint64]*pendingReq
@@ -320,9 +320,8 @@ func dialConn(ctx context.Context, addr string, cfg ConnConfig, stats *statCount
 		done:    make(chan struct{}),
 	}
 	c.wcond.L = &c.wmu
-	if tc, ok := nc.(*net.TCPConn); ok {
-		c.raw, _ = tc.SyscallConn() // an error leaves raw nil: the writer writes everything
-	}
+	c.raw = newRawWriter(nc)
+	c.unsettled = new(atomic.Int64)
 	c.nextID.Store(firstRequestID)
 	hs, err := c.handshake(ctx, &cfg)
 	if err != nil {

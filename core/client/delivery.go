@@ -34,7 +34,7 @@ type Delivery struct {
 	frameID uint64 // request id of the DELIVER frame, echoed by ACK/NACK (docs/protocol.md#request-ids)
 	group   wire.Option[string]
 	autoAck bool
-	from    *Conn // the connection that delivered it, which counts it as unsettled
+	held    *atomic.Int64 // the delivering connection's unsettled count, which counts it (nil for auto-ack)
 	settled atomic.Bool
 	tag     [1]uint64 // ACK encoding scratch (no allocation per ack)
 }
@@ -138,8 +138,8 @@ func (d *Delivery) settle(ctx context.Context, op wire.Op, body wire.Encoder) er
 			err = conn.queueFrame(ctx, op, d.frameID, body, nil, false)
 		}
 		if err == nil {
-			if d.from != nil {
-				d.from.unsettled.Add(-1)
+			if d.held != nil {
+				d.held.Add(-1)
 			}
 			return nil
 		}

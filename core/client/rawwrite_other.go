@@ -2,8 +2,12 @@
 
 package client
 
-import "syscall"
+import "net"
 
-// rawWrite writes nothing here: every frame goes through the connection's
-// writer goroutine.
-func rawWrite(syscall.RawConn, []byte) int { return 0 }
+// rawWriter is Unix only: elsewhere every frame goes through the
+// connection's writer goroutine.
+type rawWriter struct{}
+
+func newRawWriter(net.Conn) *rawWriter { return nil }
+
+func (*rawWriter) write([]byte) int { return 0 }

@@ -431,6 +431,9 @@ func (s *Subscription) Close() error {
 	s.cancel()
 	for _, ps := range parts {
 		ps.end(nil)
+		ps.mu.Lock()
+		ps.dropBufferedLocked() // Next hands nothing out after Close
+		ps.mu.Unlock()
 	}
 	s.cl.trackSub(s, false)
 	s.signal()
@@ -451,6 +454,18 @@ func (s *Subscription) partEnded(ps *partSub, err error, retired bool) {
 	}
 	s.mu.Unlock()
 	s.signal()
+}
+
+// dropBufferedLocked drops the buffered deliveries (ps.mu held). They
+// were never handed out, so they will never be settled: their
+// connections stop counting them.
+func (ps *partSub) dropBufferedLocked() {
+	for _, d := range ps.buf {
+		if d.held != nil {
+			d.held.Add(-1)
+		}
+	}
+	ps.buf = nil
 }
 
 // partSub is the subscription of one partition.
@@ -564,7 +579,7 @@ func (ps *partSub) onSubscribeOK(ep *endpoint, conn *Conn, f Frame) error {
 		// behind deliveries whose tags are void. Dropped as purge drops a
 		// non-resumed session's. Auto-ack deliveries and an unnamed
 		// stream's records do not come again: they stay.
-		ps.buf = nil
+		ps.dropBufferedLocked()
 	}
 	ep.subs[ps] = struct{}{}
 	return nil
@@ -743,7 +758,7 @@ func (ps *partSub) deliver(ep *endpoint, conn *Conn, sess *session, frameID uint
 	}
 	dl := newDelivery(ep, sess, frameID, d, s.opts.AutoAck)
 	if !dl.autoAck {
-		dl.from = conn // before anyone else can see dl
+		dl.held = conn.unsettled // before anyone else can see dl
 	}
 	ps.mu.Lock()
 	if ps.ended {
@@ -828,7 +843,7 @@ func (ps *partSub) purge() {
 	if ps.sub.stream != nil && len(ps.buf) > 0 {
 		ps.next = ps.buf[0].Offset
 	}
-	ps.buf = nil
+	ps.dropBufferedLocked()
 	ps.mu.Unlock()
 	select {
 	case ps.space <- struct{}{}:

@@ -135,7 +135,7 @@ func (c *Conn) wakeWriterLocked(alone bool) {
 // same condition and deals with it as it does with any Write.
 func (c *Conn) writeNowLocked() bool {
 	b := c.wbuf
-	n := rawWrite(c.raw, b)
+	n := c.raw.write(b)
 	if n == 0 {
 		return false
 	}
@@ -145,8 +145,16 @@ func (c *Conn) writeNowLocked() bool {
 	c.wbase += uint64(n)
 	c.whanded = c.wbase // what left counts as written (Conn's doc comment)
 	c.lastAck.valid = false
-	c.wbuf = b[:copy(b, b[n:])]
-	return len(c.wbuf) == 0
+	if n == len(b) {
+		if cap(b) > 2*c.wmax {
+			c.wbuf = nil // as the writer does: a huge frame's buffer is not kept
+		} else {
+			c.wbuf = b[:0]
+		}
+		return true
+	}
+	c.wbuf = b[n:] // the rest, for the writer (not moved: it may be large)
+	return false
 }
 
 // writeLoop is the connection's only writer: it hands everything queued
