@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -502,9 +503,22 @@ func TestInterruptStopsCleanly(t *testing.T) {
 		!strings.Contains(r.stderr, "0 message(s) consumed") {
 		t.Fatalf("consume interrupted before it subscribed: %+v", r)
 	}
-	// A long bench stops early and still reports.
+	// A long bench stops early and still reports. It is interrupted once
+	// the broker has confirmed some of its publishes (a fixed delay can
+	// land before it connects on a loaded machine, as CI saw).
 	ctx, cancel = context.WithCancel(context.Background())
-	time.AfterFunc(time.Second, cancel)
+	defer cancel()
+	confirms0 := confirmsCounted(t)
+	go func() {
+		defer cancel()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			if confirmsCounted(nil) > confirms0 {
+				time.Sleep(200 * time.Millisecond)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
 	start := time.Now()
 	r = ctlCtx(ctx, "", "bench", "--json", "--progress=false", "--confirmed", "--window", "8", "--duration", "1m")
 	if el := time.Since(start); el > 15*time.Second {
@@ -515,6 +529,37 @@ func TestInterruptStopsCleanly(t *testing.T) {
 		t.Fatalf("interrupted bench: %+v", r)
 	}
 	checkComplete(t, m, true) // it drained: nothing counted as lost
+}
+
+// confirmsCounted reads how many confirmed publishes the test broker has
+// answered (the count of fibril_publish_confirm_latency_seconds); -1 when
+// /metrics cannot be read, which fails tb unless it is nil.
+func confirmsCounted(tb testing.TB) float64 {
+	fail := func(err error) float64 {
+		if tb != nil {
+			tb.Fatalf("read /metrics: %v", err)
+		}
+		return -1
+	}
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	if err != nil {
+		return fail(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fail(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "fibril_publish_confirm_latency_seconds_count "); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return fail(err)
+			}
+			return n
+		}
+	}
+	return 0 // no confirmed publish yet: the series is not exported
 }
 
 // settings get|set go through /admin/api/runtime-settings (S-162); a set

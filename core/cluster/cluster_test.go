@@ -376,10 +376,17 @@ func TestServeUntilStopsBeforeExpiry(t *testing.T) {
 		t.Fatal("fresh node's lease not valid")
 	}
 	tc.store.PauseMember("a") // its coordinator is gone: renews fail
-	paused := time.Now()
+	// Every renew that succeeded started before this instant, so the
+	// lease ends by paused+TTL and serving must stop Margin earlier. The
+	// bound is checked on ServeUntil itself, not on how soon a poll
+	// notices (CI once saw a poll land 0.8 ms past the TTL).
+	bound := time.Now().Add(testTTL - a.Margin())
+	if su := a.ServeUntil(); su.After(bound) {
+		t.Fatalf("serves until %v past the bound (the last renew's TTL minus the margin)", su.Sub(bound))
+	}
 	testkit.Eventually(t, 5*time.Second, "lease no longer valid", func() bool { return !a.LeaseValid() })
-	if el := time.Since(paused); el > testTTL {
-		t.Fatalf("still serving %v after the last renew; TTL is %v", el, testTTL)
+	if su := a.ServeUntil(); su.After(bound) {
+		t.Fatalf("once lapsed, serves until %v past the bound", su.Sub(bound))
 	}
 	tc.store.ResumeMember("a")
 	testkit.Eventually(t, 5*time.Second, "valid again", a.LeaseValid)
