@@ -78,34 +78,38 @@ confirm_hist() {
 		awk -F'[{}" ]+' '/^fibril_publish_confirm_latency_seconds_bucket/ {print $3, $NF}' >"$1"
 }
 
+# measure NAME WHAT COMMAND...: runs COMMAND, bounded, its JSON into
+# $WORK/NAME.json and its stderr into $WORK/NAME.err.
+measure() {
+	local name=$1 what=$2
+	shift 2
+	timeout -k 5 "$BOUND" "$@" >"$WORK/$name.json" 2>"$WORK/$name.err" || die "$what failed: $(tail -2 "$WORK/$name.err")"
+}
+# The Go runtime's sysmon kept out of its deep sleep in the bench process.
+SYSMON_AWAKE=(env GODEBUG=schedtrace=2147483647)
+RATE_RUN=(bench --rate "$RATE" --confirmed --producers 1 --consumers 1 --size 1024 --window 256 --prefetch 256
+	--duration "$DURATION" --warmup 2s --json --progress=false)
+RTT_RUN=(bench --mode rtt --size 1024 --duration "$DURATION" --warmup 2s --json --progress=false)
+FLOOR=("$WORK/bin/rttfloor" --size 1024 --n 10000000 --duration "$DURATION" --json)
+
 RESULTS=$WORK/results.tsv
 : >"$RESULTS"
 echo "== $REPS reps: fsync probe, --rate $RATE for $DURATION, rtt, one-at-a-time confirms and the floor of both for $DURATION each" >&2
 for rep in $(seq 1 "$REPS"); do
 	sync
-	timeout -k 5 "$BOUND" "${CTL[@]}" bench --mode fsync --fsync-dir "$WORK/data" --duration 5s --json >"$WORK/fsync.json"
+	measure fsync "fsync probe" "${CTL[@]}" bench --mode fsync --fsync-dir "$WORK/data" --duration 5s --json
 	confirm_hist "$WORK/h0"
-	timeout -k 5 "$BOUND" "${CTL[@]}" bench --topic "tail-$rep" --rate "$RATE" --confirmed --producers 1 --consumers 1 \
-		--size 1024 --window 256 --prefetch 256 --duration "$DURATION" --warmup 2s --server-pid "$PID" \
-		--json --progress=false >"$WORK/rate.json" 2>"$WORK/rate.err" || die "rate run failed: $(tail -2 "$WORK/rate.err")"
+	measure rate "rate run" "${CTL[@]}" "${RATE_RUN[@]}" --topic "tail-$rep" --server-pid "$PID"
 	confirm_hist "$WORK/h1"
-	GODEBUG=schedtrace=2147483647 timeout -k 5 "$BOUND" "${CTL[@]}" bench --topic "tailsm-$rep" --rate "$RATE" --confirmed --producers 1 --consumers 1 \
-		--size 1024 --window 256 --prefetch 256 --duration "$DURATION" --warmup 2s --json --progress=false >"$WORK/ratesm.json" 2>"$WORK/ratesm.err" ||
-		die "rate run (sysmon awake) failed: $(tail -2 "$WORK/ratesm.err")"
-	timeout -k 5 "$BOUND" "${CTL[@]}" bench --topic "rtt-$rep" --mode rtt --size 1024 --duration "$DURATION" --warmup 2s \
-		--server-pid "$PID" --json --progress=false >"$WORK/rtt.json" 2>"$WORK/rtt.err" || die "rtt run failed: $(tail -2 "$WORK/rtt.err")"
-	GODEBUG=schedtrace=2147483647 timeout -k 5 "$BOUND" "${CTL[@]}" bench --topic "rttsm-$rep" --mode rtt --size 1024 --duration "$DURATION" --warmup 2s \
-		--json --progress=false >"$WORK/rttsm.json" 2>"$WORK/rttsm.err" || die "rtt run (sysmon awake) failed: $(tail -2 "$WORK/rttsm.err")"
-	timeout -k 5 "$BOUND" "${CTL[@]}" bench --topic "one-$rep" --producers 1 --consumers 0 --confirmed --window 1 --size 1024 \
-		--duration "$DURATION" --warmup 2s --json --progress=false >"$WORK/one.json" 2>"$WORK/one.err" || die "one-at-a-time run failed: $(tail -2 "$WORK/one.err")"
-	timeout -k 5 "$BOUND" "$WORK/bin/rttfloor" --dir "$WORK/data" --size 1024 --n 10000000 --duration "$DURATION" --json >"$WORK/floor.json" ||
-		die "rttfloor failed"
-	timeout -k 5 "$BOUND" "$WORK/bin/rttfloor" --dir "$WORK/data" --size 1024 --n 10000000 --duration "$DURATION" --deliver=false --json >"$WORK/floor1.json" ||
-		die "rttfloor --deliver=false failed"
-	timeout -k 5 "$BOUND" "$WORK/bin/rttfloor" --broker "127.0.0.1:$PORT" --size 1024 --n 10000000 --duration "$DURATION" --json >"$WORK/raw.json" ||
-		die "rttfloor --broker failed"
-	timeout -k 5 "$BOUND" "$WORK/bin/rttfloor" --dir "$WORK/data" --size 1024 --n 10000000 --duration "$DURATION" --deliver=false --busy 100us --json >"$WORK/floorb.json" ||
-		die "rttfloor --busy failed"
+	measure ratesm "rate run (sysmon awake)" "${SYSMON_AWAKE[@]}" "${CTL[@]}" "${RATE_RUN[@]}" --topic "tailsm-$rep"
+	measure rtt "rtt run" "${CTL[@]}" "${RTT_RUN[@]}" --topic "rtt-$rep" --server-pid "$PID"
+	measure rttsm "rtt run (sysmon awake)" "${SYSMON_AWAKE[@]}" "${CTL[@]}" "${RTT_RUN[@]}" --topic "rttsm-$rep"
+	measure one "one-at-a-time run" "${CTL[@]}" bench --topic "one-$rep" --producers 1 --consumers 0 --confirmed --window 1 --size 1024 \
+		--duration "$DURATION" --warmup 2s --json --progress=false
+	measure floor "rttfloor" "${FLOOR[@]}" --dir "$WORK/data"
+	measure floor1 "rttfloor --deliver=false" "${FLOOR[@]}" --dir "$WORK/data" --deliver=false
+	measure raw "rttfloor --broker" "${FLOOR[@]}" --broker "127.0.0.1:$PORT"
+	measure floorb "rttfloor --busy" "${FLOOR[@]}" --dir "$WORK/data" --deliver=false --busy 100us
 	python3 - "$rep" "$WORK" <<'PY'
 import json, sys
 rep, work = sys.argv[1:]
