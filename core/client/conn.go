@@ -873,8 +873,4 @@ func (c *Conn) parkReader() func() {
 
 // waiters is the number of requests still waiting for a reply (requests
 // whose caller gave up do not count).
-func (c *Conn) waiters() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return int(c.live.Load())
-}
+func (c *Conn) waiters() int { return int(c.live.Load()) }

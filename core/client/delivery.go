@@ -68,6 +68,24 @@ func newDelivery(ep *endpoint, sess *session, frameID uint64, d *wire.Deliver, a
 	return dl
 }
 
+// hold counts d as unsettled on the connection that delivered it (the
+// lone ACK's hint, writer.go); auto-ack deliveries are settled already.
+// Called before anyone else can see d.
+func (d *Delivery) hold(c *Conn) {
+	if !d.autoAck {
+		d.held = c.unsettled
+		d.held.Add(1)
+	}
+}
+
+// unhold uncounts d, once: when its settle is queued, or when it is
+// dropped without ever being handed out.
+func (d *Delivery) unhold() {
+	if d.held != nil {
+		d.held.Add(-1)
+	}
+}
+
 func unixMillis(ms uint64) time.Time {
 	if ms == 0 {
 		return time.Time{}
@@ -138,9 +156,7 @@ func (d *Delivery) settle(ctx context.Context, op wire.Op, body wire.Encoder) er
 			err = conn.queueFrame(ctx, op, d.frameID, body, nil, false)
 		}
 		if err == nil {
-			if d.held != nil {
-				d.held.Add(-1)
-			}
+			d.unhold()
 			return nil
 		}
 		if !isNotWritten(err) || ctx.Err() != nil {

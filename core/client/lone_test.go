@@ -28,6 +28,16 @@ func waitWriterIdle(t *testing.T, c *Conn) {
 	})
 }
 
+// liveConn is ep's connection, which the test needs up.
+func liveConn(t *testing.T, ep *endpoint) *Conn {
+	t.Helper()
+	conn, _ := ep.live()
+	if conn == nil {
+		t.Fatal("no live connection")
+	}
+	return conn
+}
+
 // quietConnConfig is connConfig with heartbeats out of the way: a PING
 // is a control frame, which its caller writes, and would be counted.
 func quietConnConfig(tb testing.TB) ConnConfig {
@@ -95,10 +105,7 @@ func TestAckOfTheLastHeldDeliveryWrittenByCaller(t *testing.T) {
 	sendDeliver(fc, 1, "q", 0, 1, "a")
 	sendDeliver(fc, 1, "q", 0, 2, "b")
 	d1, d2 := next(t, sub), next(t, sub)
-	conn, _ := d1.ep.live()
-	if conn == nil {
-		t.Fatal("no live connection")
-	}
+	conn := liveConn(t, d1.ep)
 	if n := conn.unsettled.Load(); n != 2 {
 		t.Fatalf("unsettled %d, want 2", n)
 	}
@@ -214,10 +221,7 @@ func TestAckWhileDeliveriesArrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, sent)
-	conn, _ := c.pool.boot.live()
-	if conn == nil {
-		t.Fatal("no live connection")
-	}
+	conn := liveConn(t, c.pool.boot)
 	if u := conn.unsettled.Load(); u != 0 {
 		t.Fatalf("%d deliveries unsettled after every ACK", u)
 	}
@@ -235,10 +239,7 @@ func TestDroppedDeliveriesAreUncounted(t *testing.T) {
 		sendDeliver(fc, 1, "q", 0, tag, "buffered")
 	}
 	d := next(t, first) // the other two stay buffered
-	conn, _ := d.ep.live()
-	if conn == nil {
-		t.Fatal("no live connection")
-	}
+	conn := liveConn(t, d.ep)
 	testkit.Eventually(t, stepTimeout, "3 counted", func() bool { return conn.unsettled.Load() == 3 })
 	first.Close()
 	if n := conn.unsettled.Load(); n != 1 {

@@ -461,9 +461,7 @@ func (s *Subscription) partEnded(ps *partSub, err error, retired bool) {
 // connections stop counting them.
 func (ps *partSub) dropBufferedLocked() {
 	for _, d := range ps.buf {
-		if d.held != nil {
-			d.held.Add(-1)
-		}
+		d.unhold()
 	}
 	ps.buf = nil
 }
@@ -757,9 +755,6 @@ func (ps *partSub) deliver(ep *endpoint, conn *Conn, sess *session, frameID uint
 			"topic", d.Topic, "partition", d.Partition, "want_topic", s.topic, "want_partition", ps.partition)
 	}
 	dl := newDelivery(ep, sess, frameID, d, s.opts.AutoAck)
-	if !dl.autoAck {
-		dl.held = conn.unsettled // before anyone else can see dl
-	}
 	ps.mu.Lock()
 	if ps.ended {
 		ps.mu.Unlock()
@@ -796,9 +791,7 @@ func (ps *partSub) deliver(ep *endpoint, conn *Conn, sess *session, frameID uint
 				"partition", ps.partition, "prefetch", ps.bufCap, "buffered", len(ps.buf))
 		}
 	}
-	if !dl.autoAck {
-		conn.unsettled.Add(1)
-	}
+	dl.hold(conn)
 	ps.buf = append(ps.buf, dl)
 	ps.mu.Unlock()
 	s.signal()
