@@ -101,15 +101,19 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 
 	stderr := &lockedWriter{w: e.stderr} // assignment notices arrive on another goroutine
 	// An interrupt is how a consume without --count ends, also when it
-	// comes before the subscription is open: that is not a failure.
-	interruptedEarly := func() error {
+	// comes before the subscription is open: that is not a failure. Only
+	// the cancellation itself counts, not a refusal that met the signal.
+	interruptedEarly := func(err error) bool {
+		if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+			return false
+		}
 		fmt.Fprintf(stderr, "interrupted before the subscription was open\n0 message(s) consumed\n")
-		return nil
+		return true
 	}
 	c, err := g.dial(ctx, e)
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			return interruptedEarly()
+		if interruptedEarly(err) {
+			return nil
 		}
 		return err
 	}
@@ -130,8 +134,8 @@ func runConsume(ctx context.Context, g *globals, e *env, args []string) error {
 	}
 	cancel()
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, context.Canceled) { // not a refusal that met the signal
-			return interruptedEarly()
+		if interruptedEarly(err) {
+			return nil
 		}
 		return fmt.Errorf("subscribe to %s: %w", *topic, err)
 	}
